@@ -1,0 +1,250 @@
+// Group c: the layout decision. The keyed check floor (Map.get + one clock read + Int32 GCRA
+// CAS) over 1 / 10k / 100k keys, the same with 16-byte and 64-byte per-key slots, and two
+// threads CAS-incrementing one word / one cache line / separate lines.
+import { once } from 'node:events';
+import { performance as perf } from 'node:perf_hooks';
+import { Worker } from 'node:worker_threads';
+import {
+  calibrateOffset,
+  figure,
+  isMain,
+  measureInterleaved,
+  runStandalone,
+  sizes,
+} from './lib.mjs';
+
+const WORKER = new URL('./worker.mjs', import.meta.url);
+const T = 1; // µs per permit
+const TAU = 1 << 30; // tolerance large enough that every check is allowed and CASes
+
+/** Deterministic PRNG (mulberry32) so every run draws the same keys. */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function keySet(n, len) {
+  const keys = Array.from({ length: n }, (_, i) => `user:${i}`);
+  const map = new Map();
+  for (let i = 0; i < n; i++) map.set(keys[i], i);
+  const rand = rng(0x5eed ^ n);
+  const idx = new Int32Array(len);
+  for (let i = 0; i < len; i++) idx[i] = Math.floor(rand() * n);
+  return { keys, map, idx };
+}
+
+const label = (n) => (n >= 1000 ? `${n / 1000}k` : String(n));
+
+// The three loops are separate function literals so each gets its own type feedback.
+// Each: one clock read (planned default clock, int32 µs), Map.get, plain read of the state
+// word, wrap-safe GCRA compute, one CAS; the slot layouts also bump a counter with Atomics.add.
+function floorLoop({ keys, map, idx }, st, off) {
+  const mask = idx.length - 1;
+  let j = 0;
+  return (n) => {
+    let acc = 0;
+    for (let i = 0; i < n; i++) {
+      const now = (perf.now() * 1000 + off) | 0;
+      const s = map.get(keys[idx[j]]);
+      j = (j + 1) & mask;
+      const tat = st[s];
+      const tat2 = (((tat - now) | 0) > 0 ? tat : now) + T;
+      if (((tat2 - now) | 0) <= TAU && Atomics.compareExchange(st, s, tat, tat2 | 0) === tat) acc++;
+    }
+    return acc;
+  };
+}
+
+function floorLoopClock64({ keys, map, idx }, st, off) {
+  const mask = idx.length - 1;
+  let j = 0;
+  return (n) => {
+    let acc = 0;
+    let now = 0;
+    for (let i = 0; i < n; i++) {
+      if ((i & 63) === 0) now = (perf.now() * 1000 + off) | 0;
+      const s = map.get(keys[idx[j]]);
+      j = (j + 1) & mask;
+      const tat = st[s];
+      const tat2 = (((tat - now) | 0) > 0 ? tat : now) + T;
+      if (((tat2 - now) | 0) <= TAU && Atomics.compareExchange(st, s, tat, tat2 | 0) === tat) acc++;
+    }
+    return acc;
+  };
+}
+
+function slotLoop({ keys, map, idx }, st, off, shift) {
+  const mask = idx.length - 1;
+  let j = 0;
+  return (n) => {
+    let acc = 0;
+    for (let i = 0; i < n; i++) {
+      const now = (perf.now() * 1000 + off) | 0;
+      const w = map.get(keys[idx[j]]) << shift;
+      j = (j + 1) & mask;
+      const tat = st[w];
+      const tat2 = (((tat - now) | 0) > 0 ? tat : now) + T;
+      if (((tat2 - now) | 0) <= TAU && Atomics.compareExchange(st, w, tat, tat2 | 0) === tat) {
+        Atomics.add(st, w + 2, 1);
+        acc++;
+      }
+    }
+    return acc;
+  };
+}
+
+async function keyed({ quick, reporter }) {
+  const { batch: big, reps, warmup } = sizes(quick);
+  const opts = { batch: big / 5, reps, warmup };
+  const { offsetUs: off } = calibrateOffset(50);
+  const len = quick ? 1 << 18 : 1 << 20;
+  const sets = [1, 10_000, 100_000].map((n) => {
+    const ks = keySet(n, len);
+    return {
+      n,
+      floor: floorLoop(ks, new Int32Array(new SharedArrayBuffer(n * 4)), off),
+      clock64: floorLoopClock64(ks, new Int32Array(new SharedArrayBuffer(n * 4)), off),
+      s16: slotLoop(ks, new Int32Array(new SharedArrayBuffer(n * 16)), off, 2),
+      s64: slotLoop(ks, new Int32Array(new SharedArrayBuffer(n * 64)), off, 4),
+    };
+  });
+  // Every loop literal now has several closures, so V8 compiles all of them generically (no
+  // function-context specialization for whichever closure happened to be optimized first),
+  // as it would a limiter method shared by many instances.
+
+  for (const { n, floor, clock64, s16, s64 } of sets) {
+    const k = label(n);
+    const fns = n === 10_000 ? [floor, s16, s64, clock64] : [floor, s16, s64];
+    const [f, a, b, c] = measureInterleaved(fns, opts);
+    reporter.add(
+      `layout.keyed-floor.${k}`,
+      figure(f.median, {
+        p99Ns: f.p99,
+        note: `clock + Map.get + Int32 GCRA CAS, 4-byte state per key, ${k} key${n === 1 ? '' : 's'}`,
+      }),
+    );
+    if (c) {
+      reporter.add(
+        `layout.keyed-floor.${k}.clock-per-64`,
+        figure(c.median, { p99Ns: c.p99, note: 'same, one clock read per 64 checks' }),
+      );
+    }
+    reporter.add(
+      `layout.slot16.${k}`,
+      figure(a.median, {
+        p99Ns: a.p99,
+        note: `16-byte slot (CAS word 0 + Atomics.add word 2): ×${(a.median / f.median).toFixed(2)} floor`,
+      }),
+    );
+    reporter.add(
+      `layout.slot64.${k}`,
+      figure(b.median, {
+        p99Ns: b.p99,
+        note: `64-byte slot: ×${(b.median / f.median).toFixed(2)} floor; 16B/64B = ${(a.median / b.median).toFixed(2)}`,
+      }),
+    );
+  }
+}
+
+// Control words shared with the contention workers (see worker.mjs).
+const [GEN, READY, STOP, DONE, WORD] = [0, 1, 2, 3, 8];
+
+function waitFor(ctl, index, value, what) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const v = Atomics.load(ctl, index);
+    if (v === value) return;
+    if (Date.now() > deadline) throw new Error(`contention: timed out waiting for ${what}`);
+    Atomics.wait(ctl, index, v, 5);
+  }
+}
+
+async function contention({ quick, reporter }) {
+  const { durationMs, contReps } = sizes(quick);
+  const ctl = new Int32Array(new SharedArrayBuffer(64 * 4));
+  const counts = new Float64Array(new SharedArrayBuffer(2 * 8));
+  const words = new Int32Array(new SharedArrayBuffer(1024));
+  const sleep = new Int32Array(new SharedArrayBuffer(4));
+  const workers = [0, 1].map(
+    (id) =>
+      new Worker(WORKER, {
+        workerData: {
+          role: 'contention',
+          id,
+          ctl: ctl.buffer,
+          counts: counts.buffer,
+          words: words.buffer,
+        },
+      }),
+  );
+  const exited = workers.map((w) => once(w, 'exit'));
+  await Promise.all(workers.map((w) => once(w, 'online')));
+  let gen = 0;
+
+  // One round: both workers increment their word (or idle on -1) for `ms`; returns ops/s.
+  const round = (w0, w1, ms) => {
+    waitFor(ctl, READY, 2, 'workers ready');
+    Atomics.store(ctl, READY, 0);
+    Atomics.store(ctl, DONE, 0);
+    Atomics.store(ctl, WORD, w0);
+    Atomics.store(ctl, WORD + 1, w1);
+    words.fill(0);
+    gen++;
+    const t0 = process.hrtime.bigint();
+    Atomics.store(ctl, GEN, gen);
+    Atomics.notify(ctl, GEN);
+    Atomics.wait(sleep, 0, 0, ms);
+    Atomics.store(ctl, STOP, gen);
+    const t1 = process.hrtime.bigint();
+    waitFor(ctl, DONE, 2, 'workers done');
+    const total = counts[0] + counts[1];
+    const inWords = (w0 >= 0 ? words[w0] >>> 0 : 0) + (w1 >= 0 && w1 !== w0 ? words[w1] >>> 0 : 0);
+    if (inWords !== total % 2 ** 32) throw new Error(`contention: lost updates (${w0}, ${w1})`);
+    return total / (Number(t1 - t0) / 1e9);
+  };
+
+  // Words are 4 bytes; the buffer is at least 16-byte aligned, so words 0 and 1 share a
+  // line and words 0 and 64 (256 bytes apart, beyond adjacent-line prefetch) do not.
+  const variants = [
+    ['layout.contention.1-thread', 0, -1, 'one thread alone (baseline)'],
+    ['layout.contention.same-word', 0, 0, '2 threads, one word'],
+    ['layout.contention.same-line', 0, 1, '2 threads, adjacent words of one cache line'],
+    ['layout.contention.separate-lines', 0, 64, '2 threads, words 256 bytes apart'],
+  ];
+  for (const [, w0, w1] of variants) round(w0, w1, 30); // JIT warm-up
+  const results = variants.map(() => []);
+  for (let r = 0; r < contReps; r++) {
+    variants.forEach(([, w0, w1], i) => {
+      results[i].push(round(w0, w1, durationMs));
+    });
+  }
+  const medians = results.map((xs) => xs.sort((x, y) => x - y)[xs.length >> 1]);
+  const sep = medians[3];
+  variants.forEach(([name, , , note], i) => {
+    const xs = results[i];
+    const m = medians[i];
+    reporter.add(
+      name,
+      figure(1e9 / m, {
+        opsPerSec: m,
+        note: `${note}; range ${(xs[0] / 1e6).toFixed(1)}-${(xs[xs.length - 1] / 1e6).toFixed(1)} M; ×${(m / sep).toFixed(2)} of separate lines`,
+      }),
+    );
+  });
+
+  Atomics.store(ctl, GEN, -1);
+  Atomics.notify(ctl, GEN);
+  await Promise.all(exited);
+}
+
+export async function run({ quick = false, reporter }) {
+  await keyed({ quick, reporter });
+  await contention({ quick, reporter });
+}
+
+if (isMain(import.meta.url)) await runStandalone('layout', run);

@@ -1,0 +1,103 @@
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
+import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { ALGO_FIXED_WINDOW } from './ids.js';
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
+
+export interface FixedWindowOptions extends CommonOptions {
+  /** Permits per window. Integer ≥ 1; the largest depends on `windowMs` (see README). */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30). Windows are aligned to the clock's origin. */
+  windowMs: number;
+}
+
+/**
+ * FixedWindow: at most `limit` permits per aligned window of `windowMs`. Cheap and
+ * simple; a caller can get up to 2 × limit across a window boundary (the end of one
+ * window and the start of the next). Use SlidingWindow or SlidingLog to smooth that.
+ */
+export class FixedWindow extends Limiter {
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly windowUs: number;
+  private readonly countBits: number;
+  private readonly countMask: number;
+  private readonly wBits: number;
+  private readonly wMask: number;
+
+  constructor(options: FixedWindowOptions) {
+    super('FixedWindow', ALGO_FIXED_WINDOW, FixedWindow.prepare(options));
+    this.limit = this.param(0);
+    this.windowMs = this.param(1);
+    this.windowUs = this.windowMs * 1000;
+    const bits = windowBits(this.limit, this.windowUs, 1)!;
+    this.countBits = bits.countBits;
+    this.countMask = 2 ** bits.countBits - 1;
+    this.wBits = bits.windowBits;
+    this.wMask = 2 ** bits.windowBits - 1;
+  }
+
+  private static prepare(options: FixedWindowOptions | Attached): Fresh | Attached {
+    if (options instanceof Attached) return options;
+    const { opts, common } = readCommon('FixedWindow', options, ['limit', 'windowMs']);
+    const windowMs = positiveNumberOption(
+      'FixedWindow',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    const max = maxLimitFor(windowMs * 1000, 1);
+    const limit = integerOption('FixedWindow', 'limit', opts.limit, 1, max);
+    return { ...common, params: [limit, windowMs], logRing: 0 };
+  }
+
+  /** The window the state counts in (≥ the current one) and its count; count 0 if stale. */
+  private read(state: number, stamp: number, nowUs: number): { window: number; count: number } {
+    const window = Math.floor(nowUs / this.windowUs);
+    if ((state & PAYLOAD_MASK) === FRESH) return { window, count: 0 };
+    const p = state & PAYLOAD_MASK;
+    const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
+    const stored = Limiter.near(p >>> this.countBits, ref, this.wBits);
+    // A stored window later than now means the clock went back: keep counting in it.
+    return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
+  }
+
+  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+    // Inline of read() without the object, for the hot path.
+    let window = Math.floor(nowUs / this.windowUs);
+    let count = 0;
+    const p = state & PAYLOAD_MASK;
+    if (p !== FRESH) {
+      const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
+      const stored = Limiter.near(p >>> this.countBits, ref, this.wBits);
+      if (stored >= window) {
+        window = stored;
+        count = p & this.countMask;
+      }
+    }
+    if (count + permits > this.limit) return REJECT;
+    return (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | (count + permits);
+  }
+
+  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+    const { window, count } = this.read(state, stamp, nowUs);
+    if (count === 0) return state;
+    return (
+      (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | Math.max(0, count - permits)
+    );
+  }
+
+  protected available(state: number, stamp: number, nowUs: number): number {
+    return this.limit - this.read(state, stamp, nowUs).count;
+  }
+
+  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+    const { window, count } = this.read(state, stamp, nowUs);
+    return count === 0 ? 0 : (window + 1) * this.windowUs - nowUs;
+  }
+
+  protected retryEstimateUs(state: number, stamp: number, nowUs: number): number {
+    return (this.read(state, stamp, nowUs).window + 1) * this.windowUs - nowUs;
+  }
+}

@@ -1,0 +1,106 @@
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
+import { type Attached, type Fresh, Limiter } from '../limiter.js';
+
+/** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
+export const MAX_GCRA_CAPACITY = 2 ** 24;
+export const MIN_RATE_PER_SECOND = 1e-6;
+export const MAX_RATE_PER_SECOND = 1e7;
+
+/**
+ * The Generic Cell Rate Algorithm: the whole state of a key is one theoretical arrival
+ * time (TAT). Time is counted in units of 1/K of the emission interval T = 1 s / rate, so
+ * T is an exact integer (no drift however long the run) and the burst `capacity × K`
+ * stays below 2^24 units. The TAT is stored modulo 2^28 and decoded relative to the
+ * slot's stamp (see layout.ts), so any idle time decodes exactly.
+ *
+ * `leaky` selects LeakyBucket's rule (a request passes only when the bucket has drained:
+ * TAT ≤ now) instead of TokenBucket's (TAT − now + cost ≤ burst).
+ */
+export abstract class Gcra extends Limiter {
+  readonly limit: number;
+  /** Units per emission interval. */
+  protected readonly k: number;
+  /** Units per microsecond. */
+  protected readonly scale: number;
+  /** Burst tolerance in units: capacity × K. */
+  protected readonly tau: number;
+
+  protected constructor(
+    owner: string,
+    algo: number,
+    source: Fresh | Attached,
+    private readonly leaky: boolean,
+  ) {
+    super(owner, algo, source);
+    const capacity = this.param(0);
+    const rate = this.param(1);
+    const intervalUs = 1e6 / rate;
+    this.limit = capacity;
+    // Finest unit such that the burst fits in 2^24 units and a unit is ≥ 1/16 µs (so
+    // that now × scale stays exact for centuries of uptime).
+    this.k = Math.max(
+      1,
+      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(16 * intervalUs)),
+    );
+    this.scale = this.k / intervalUs;
+    this.tau = capacity * this.k;
+  }
+
+  protected nowUnits(nowUs: number): number {
+    return Math.floor((nowUs - this.epochUs) * this.scale);
+  }
+
+  protected tat(state: number, stamp: number): number {
+    return Limiter.near(state & PAYLOAD_MASK, Math.floor(stamp * STAMP_US * this.scale), 28);
+  }
+
+  private encode(state: number, tat: number): number {
+    let p = tat & PAYLOAD_MASK;
+    // Two payload values are reserved; landing on one rounds the TAT up by ≤ 2 units
+    // (a fraction of a microsecond of conservatism).
+    if (p >= RESERVED) p = 0;
+    return (state & GEN_MASK) | p;
+  }
+
+  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+    const now = this.nowUnits(nowUs);
+    let base = now;
+    if ((state & PAYLOAD_MASK) !== FRESH) {
+      const tat = this.tat(state, stamp);
+      if (tat > now) base = tat;
+    }
+    const cost = permits * this.k;
+    const allowance = this.leaky ? cost : this.tau;
+    if (base - now + cost > allowance) return REJECT;
+    return this.encode(state, base + cost);
+  }
+
+  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return state;
+    const now = this.nowUnits(nowUs);
+    const tat = this.tat(state, stamp);
+    if (tat <= now) return state;
+    return this.encode(state, Math.max(now, tat - permits * this.k));
+  }
+
+  protected available(state: number, stamp: number, nowUs: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
+    const now = this.nowUnits(nowUs);
+    const ahead = Math.max(0, this.tat(state, stamp) - now);
+    if (this.leaky) return ahead === 0 ? this.limit : 0;
+    return Math.max(0, Math.min(this.limit, Math.floor((this.tau - ahead) / this.k)));
+  }
+
+  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return 0;
+    const ahead = this.tat(state, stamp) - this.nowUnits(nowUs);
+    return ahead > 0 ? ahead / this.scale : 0;
+  }
+
+  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+    const now = this.nowUnits(nowUs);
+    const tat = (state & PAYLOAD_MASK) === FRESH ? now : Math.max(now, this.tat(state, stamp));
+    const wait = this.leaky ? tat - now : tat + permits * this.k - this.tau - now;
+    return wait / this.scale;
+  }
+}

@@ -1,0 +1,43 @@
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../limiter.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { Gcra, MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
+import { ALGO_LEAKY_BUCKET } from './ids.js';
+
+export interface LeakyBucketOptions extends CommonOptions {
+  /** Permits that may wait in the bucket (for `acquire()`); also the largest request. Integer, 1 to 2^24. */
+  capacity: number;
+  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e7. */
+  ratePerSecond: number;
+}
+
+/**
+ * LeakyBucket: requests leave at a constant `ratePerSecond`, one permit every
+ * 1/ratePerSecond seconds, never in bursts. `tryAcquire` / `consume` admit a request only
+ * when it would leave at once (the bucket has drained); a request of `permits` then
+ * occupies the outflow for `permits` intervals. Waiting in the bucket, up to `capacity`
+ * permits, is what `acquire()` does.
+ */
+export class LeakyBucket extends Gcra {
+  readonly capacity: number;
+  readonly ratePerSecond: number;
+
+  constructor(options: LeakyBucketOptions) {
+    super('LeakyBucket', ALGO_LEAKY_BUCKET, LeakyBucket.prepare(options), true);
+    this.capacity = this.param(0);
+    this.ratePerSecond = this.param(1);
+  }
+
+  private static prepare(options: LeakyBucketOptions | Attached): Fresh | Attached {
+    if (options instanceof Attached) return options;
+    const { opts, common } = readCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
+    const capacity = integerOption('LeakyBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
+    const rate = positiveNumberOption(
+      'LeakyBucket',
+      'ratePerSecond',
+      opts.ratePerSecond,
+      MIN_RATE_PER_SECOND,
+      MAX_RATE_PER_SECOND,
+    );
+    return { ...common, params: [capacity, rate], logRing: 0 };
+  }
+}

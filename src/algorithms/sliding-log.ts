@@ -1,0 +1,182 @@
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT } from '../layout.js';
+import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { ALGO_SLIDING_LOG } from './ids.js';
+import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
+
+/** Largest SlidingLog limit: its ring of 2 × limit entries is 16 bytes each, per slot. */
+export const MAX_LOG_LIMIT = 2 ** 16;
+// Log positions count modulo 2^27 (bit 27 clear keeps clear of the reserved payloads).
+const POS_MASK = 2 ** 27 - 1;
+
+export interface SlidingLogOptions extends CommonOptions {
+  /** Permits in any trailing window. Integer, 1 to 65 536. */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30). */
+  windowMs: number;
+}
+
+/**
+ * SlidingLog: exact. At most `limit` permits in *any* trailing `windowMs`, found by
+ * remembering when each of the last `limit` permits was granted.
+ *
+ * Memory: every slot (1.5 per key in `keys`, plus the default key's) holds a ring of
+ * nextPow2(2 × limit) entries of 16 bytes, so about 48 × limit bytes per key or more;
+ * limit 100 with 10 000 keys is 60 MiB. Prefer SlidingWindow where an estimate will do.
+ *
+ * The state word holds the log's head position; one CAS on it admits. The winner then
+ * writes each entry's time and sequence number. A reader that finds an entry not yet
+ * written (its writer is mid-way, or died) records its own, later, time for it: never
+ * earlier than the truth, so a lost write can only make the log stricter for a window.
+ */
+export class SlidingLog extends Limiter {
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly windowUs: number;
+  private readonly ring: number;
+  private readonly log: Float64Array;
+
+  constructor(options: SlidingLogOptions) {
+    super('SlidingLog', ALGO_SLIDING_LOG, SlidingLog.prepare(options));
+    this.limit = this.param(0);
+    this.windowMs = this.param(1);
+    this.windowUs = this.windowMs * 1000;
+    this.ring = this.layout.logRing;
+    this.log = new Float64Array(this.buffer);
+    // The default key's ring is built here once per buffer (attach() finds it built).
+    if (!(options instanceof Attached)) this.initSlot(0);
+  }
+
+  private static prepare(options: SlidingLogOptions | Attached): Fresh | Attached {
+    if (options instanceof Attached) return options;
+    const { opts, common } = readCommon('SlidingLog', options, ['limit', 'windowMs']);
+    const limit = integerOption('SlidingLog', 'limit', opts.limit, 1, MAX_LOG_LIMIT);
+    const windowMs = positiveNumberOption(
+      'SlidingLog',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    const ring = 2 ** Math.ceil(Math.log2(2 * limit));
+    return { ...common, params: [limit, windowMs], logRing: ring };
+  }
+
+  /** Byte offset of the entry for log position `pos` of slot `s`. */
+  private entry(s: number, pos: number): number {
+    return this.layout.logBaseBytes + (s * this.ring + (pos & (this.ring - 1))) * 16;
+  }
+
+  private slot(): number {
+    return this.slotOfRef(this.lastWord * 16);
+  }
+
+  /** Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
+  override initSlot(s: number): void {
+    for (let pos = 0; pos < this.ring; pos++) {
+      const byte = this.entry(s, pos);
+      this.log[(byte >> 3) + 1] = Number.NEGATIVE_INFINITY;
+      Atomics.store(this.i32, byte >> 2, pos);
+    }
+  }
+
+  private head(state: number): number {
+    const p = state & PAYLOAD_MASK;
+    return p === FRESH ? this.ring : p;
+  }
+
+  /** Relative time (µs since the epoch) at which log position `pos` was granted. */
+  private grantedAt(s: number, pos: number, relNow: number): number {
+    pos &= POS_MASK;
+    const byte = this.entry(s, pos);
+    const seqIndex = byte >> 2;
+    const timeIndex = (byte >> 3) + 1;
+    for (let tries = 0; tries < 3; tries++) {
+      const seq = Atomics.load(this.i32, seqIndex);
+      if (seq === pos) {
+        const t = this.log[timeIndex]!;
+        // The sequence is stored after the time: reading it again proves `t` is pos's.
+        if (Atomics.load(this.i32, seqIndex) === pos) return t;
+        continue;
+      }
+      // Not written yet. While probing future times, assume it was granted at the
+      // decision's own time; otherwise record now for it (a live writer overwrites it
+      // with its own, earlier, time; a dead one never will).
+      if (this.probing) return this.decisionUs - this.epochUs;
+      this.log[timeIndex] = relNow;
+      Atomics.compareExchange(this.i32, seqIndex, seq, pos);
+    }
+    return relNow;
+  }
+
+  protected step(state: number, _stamp: number, nowUs: number, permits: number): number {
+    const relNow = nowUs - this.epochUs;
+    const h = this.head(state);
+    // After granting, the last `limit` entries must lie in the window: the entry just
+    // before them has to have expired.
+    if (
+      this.grantedAt(this.slot(), h - this.limit + permits - 1, relNow) >
+      relNow - this.windowUs
+    ) {
+      return REJECT;
+    }
+    return (state & GEN_MASK) | ((h + permits) & POS_MASK);
+  }
+
+  protected override admitted(w: number, before: number, nowUs: number, permits: number): void {
+    const s = this.slotOfRef(w * 16);
+    const h = this.head(before);
+    const relNow = nowUs - this.epochUs;
+    for (let k = 0; k < permits; k++) {
+      const pos = (h + k) & POS_MASK;
+      const byte = this.entry(s, pos);
+      this.log[(byte >> 3) + 1] = relNow;
+      Atomics.store(this.i32, byte >> 2, pos);
+    }
+  }
+
+  protected giveBack(state: number, _stamp: number, nowUs: number, permits: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return state;
+    const relNow = nowUs - this.epochUs;
+    const s = this.slot();
+    const h = this.head(state);
+    let k = 0;
+    // Only entries still inside the window count against the limit; give those back.
+    while (k < permits && this.grantedAt(s, h - 1 - k, relNow) > relNow - this.windowUs) k++;
+    return k === 0 ? state : (state & GEN_MASK) | ((h - k) & POS_MASK);
+  }
+
+  protected available(state: number, _stamp: number, nowUs: number): number {
+    const relNow = nowUs - this.epochUs;
+    const s = this.slot();
+    const h = this.head(state);
+    const expired = (n: number) =>
+      this.grantedAt(s, h - this.limit + n - 1, relNow) <= relNow - this.windowUs;
+    // Entries are in time order, so "n more would fit" holds for every n up to some max.
+    let lo = 0;
+    let hi = this.limit;
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (expired(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  protected untilFreshUs(state: number, _stamp: number, nowUs: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return 0;
+    const relNow = nowUs - this.epochUs;
+    const newest = this.grantedAt(this.slot(), this.head(state) - 1, relNow);
+    return Math.max(0, newest + this.windowUs - relNow);
+  }
+
+  protected retryEstimateUs(state: number, _stamp: number, nowUs: number, permits: number): number {
+    const relNow = nowUs - this.epochUs;
+    const t = this.grantedAt(this.slot(), this.head(state) - this.limit + permits - 1, relNow);
+    return t + this.windowUs - relNow;
+  }
+
+  protected override resetSlot(ref: number): void {
+    this.table.rebuild(ref, this);
+  }
+}

@@ -1,0 +1,143 @@
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
+import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { ALGO_SLIDING_WINDOW } from './ids.js';
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
+
+export interface SlidingWindowOptions extends CommonOptions {
+  /** Permits per sliding window. Integer ≥ 1; at most 8189 for windows ≥ 1 s (see README). */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30). */
+  windowMs: number;
+}
+
+/**
+ * SlidingWindow: the two-window counter. With `elapsed` the time since the current
+ * aligned window began, a request of `permits` passes when
+ *
+ *     previous × (1 − elapsed / windowMs) + current + permits ≤ limit
+ *
+ * It smooths FixedWindow's boundary burst at the cost of treating the previous window's
+ * permits as evenly spread. Both counters and the window number share one 28-bit word.
+ */
+export class SlidingWindow extends Limiter {
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly windowUs: number;
+  private readonly countBits: number;
+  private readonly countMask: number;
+  private readonly wBits: number;
+  private readonly wMask: number;
+  // Scratch results of read(): a per-thread object, so no allocation per call.
+  private window = 0;
+  private prev = 0;
+  private curr = 0;
+
+  constructor(options: SlidingWindowOptions) {
+    super('SlidingWindow', ALGO_SLIDING_WINDOW, SlidingWindow.prepare(options));
+    this.limit = this.param(0);
+    this.windowMs = this.param(1);
+    this.windowUs = this.windowMs * 1000;
+    const bits = windowBits(this.limit, this.windowUs, 2)!;
+    this.countBits = bits.countBits;
+    this.countMask = 2 ** bits.countBits - 1;
+    this.wBits = bits.windowBits;
+    this.wMask = 2 ** bits.windowBits - 1;
+  }
+
+  private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
+    if (options instanceof Attached) return options;
+    const { opts, common } = readCommon('SlidingWindow', options, ['limit', 'windowMs']);
+    const windowMs = positiveNumberOption(
+      'SlidingWindow',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    const max = maxLimitFor(windowMs * 1000, 2);
+    const limit = integerOption('SlidingWindow', 'limit', opts.limit, 1, max);
+    return { ...common, params: [limit, windowMs], logRing: 0 };
+  }
+
+  /** Rolls the stored counters forward to now's window; results in window/prev/curr. */
+  private read(state: number, stamp: number, nowUs: number): void {
+    const now = Math.floor(nowUs / this.windowUs);
+    this.window = now;
+    this.prev = 0;
+    this.curr = 0;
+    const p = state & PAYLOAD_MASK;
+    if (p === FRESH) return;
+    const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
+    const stored = Limiter.near(p >>> (2 * this.countBits), ref, this.wBits);
+    const prev = (p >>> this.countBits) & this.countMask;
+    const curr = p & this.countMask;
+    if (stored >= now) {
+      // Same window, or the clock went back: keep the stored window.
+      this.window = stored;
+      this.prev = prev;
+      this.curr = curr;
+    } else if (stored === now - 1) {
+      this.prev = curr;
+    }
+  }
+
+  /** Weighted count of the previous window at `nowUs`, times windowUs (exact in doubles). */
+  private weightedPrev(nowUs: number): number {
+    const elapsed = Math.max(0, nowUs - this.window * this.windowUs);
+    return this.prev * Math.max(0, this.windowUs - elapsed);
+  }
+
+  private encode(state: number): number {
+    return (
+      (state & GEN_MASK) |
+      ((this.window & this.wMask) << (2 * this.countBits)) |
+      (this.prev << this.countBits) |
+      this.curr
+    );
+  }
+
+  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+    this.read(state, stamp, nowUs);
+    const w = this.windowUs;
+    if (this.weightedPrev(nowUs) + (this.curr + permits) * w > this.limit * w) return REJECT;
+    this.curr += permits;
+    return this.encode(state);
+  }
+
+  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+    this.read(state, stamp, nowUs);
+    if (this.prev === 0 && this.curr === 0) return state;
+    const fromCurr = Math.min(this.curr, permits);
+    this.curr -= fromCurr;
+    this.prev = Math.max(0, this.prev - (permits - fromCurr));
+    return this.encode(state);
+  }
+
+  protected available(state: number, stamp: number, nowUs: number): number {
+    this.read(state, stamp, nowUs);
+    const used = this.weightedPrev(nowUs) / this.windowUs + this.curr;
+    return Math.max(0, Math.floor(this.limit - used));
+  }
+
+  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+    this.read(state, stamp, nowUs);
+    if (this.curr > 0) return (this.window + 2) * this.windowUs - nowUs;
+    if (this.prev > 0) return Math.max(0, (this.window + 1) * this.windowUs - nowUs);
+    return 0;
+  }
+
+  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+    this.read(state, stamp, nowUs);
+    const w = this.windowUs;
+    const start = this.window * w;
+    if (this.curr + permits <= this.limit) {
+      // Wait for the previous window's weight to decay enough within this window.
+      if (this.prev === 0) return 0;
+      return start + w - ((this.limit - this.curr - permits) * w) / this.prev - nowUs;
+    }
+    // Next window: the current count becomes the previous one and decays from there.
+    const e = w - ((this.limit - permits) * w) / this.curr;
+    return start + w + Math.max(0, e) - nowUs;
+  }
+}

@@ -1,0 +1,43 @@
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../limiter.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { Gcra, MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
+import { ALGO_TOKEN_BUCKET } from './ids.js';
+
+export interface TokenBucketOptions extends CommonOptions {
+  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^24. */
+  capacity: number;
+  /** Tokens added per second, continuously. From 1e-6 to 1e7, fractions allowed. */
+  refillPerSecond: number;
+}
+
+/**
+ * TokenBucket: a bucket of `capacity` tokens refilled continuously at `refillPerSecond`;
+ * a request takes `permits` tokens or is refused. A new key starts full. Implemented as
+ * GCRA: one theoretical-arrival-time word per key, one CAS per decision.
+ *
+ * Safe to use from any number of threads at once through `handle` / `attach()`.
+ */
+export class TokenBucket extends Gcra {
+  readonly capacity: number;
+  readonly refillPerSecond: number;
+
+  constructor(options: TokenBucketOptions) {
+    super('TokenBucket', ALGO_TOKEN_BUCKET, TokenBucket.prepare(options), false);
+    this.capacity = this.param(0);
+    this.refillPerSecond = this.param(1);
+  }
+
+  private static prepare(options: TokenBucketOptions | Attached): Fresh | Attached {
+    if (options instanceof Attached) return options;
+    const { opts, common } = readCommon('TokenBucket', options, ['capacity', 'refillPerSecond']);
+    const capacity = integerOption('TokenBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
+    const refill = positiveNumberOption(
+      'TokenBucket',
+      'refillPerSecond',
+      opts.refillPerSecond,
+      MIN_RATE_PER_SECOND,
+      MAX_RATE_PER_SECOND,
+    );
+    return { ...common, params: [capacity, refill], logRing: 0 };
+  }
+}

@@ -1,0 +1,38 @@
+import { STAMP_US } from '../layout.js';
+
+/** Largest window: keeps `count × window` products exact in doubles. */
+export const MAX_WINDOW_MS = 2 ** 30;
+export const MIN_WINDOW_MS = 0.001;
+
+/**
+ * Bit budget of a window payload: `counters` count fields of `countBits` bits each, and
+ * the rest of the 28-bit payload for the window number modulo 2^windowBits. Count fields
+ * are one bit wider than `limit + 2` needs, so the two reserved payload values (all ones
+ * and all ones minus one) never occur.
+ *
+ * The window number is decoded relative to the slot's stamp, which may lag the write by
+ * about two stamp periods (2 × 131 ms); the field must cover that many windows either way.
+ */
+export function windowBits(
+  limit: number,
+  windowUs: number,
+  counters: number,
+): { countBits: number; windowBits: number } | null {
+  const countBits = 32 - Math.clz32(limit + 2);
+  const wBits = 28 - counters * countBits;
+  const needed = 3 + (2 * STAMP_US) / windowUs;
+  if (wBits < 2 || 2 ** (wBits - 1) < needed) return null;
+  return { countBits, windowBits: wBits };
+}
+
+/** The largest limit `windowBits` accepts for this window (for error messages). */
+export function maxLimitFor(windowUs: number, counters: number): number {
+  let hi = 2 ** 26;
+  let lo = 0;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (windowBits(mid, windowUs, counters)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}

@@ -1,0 +1,19 @@
+export { Concurrency, type ConcurrencyOptions } from './algorithms/concurrency.js';
+export { FixedWindow, type FixedWindowOptions } from './algorithms/fixed-window.js';
+export { LeakyBucket, type LeakyBucketOptions } from './algorithms/leaky-bucket.js';
+export { SlidingLog, type SlidingLogOptions } from './algorithms/sliding-log.js';
+export { SlidingWindow, type SlidingWindowOptions } from './algorithms/sliding-window.js';
+export { TokenBucket, type TokenBucketOptions } from './algorithms/token-bucket.js';
+export { type AnyLimiter, attach } from './attach.js';
+export { Chain, chain } from './chain.js';
+export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
+export { LimiterClosedError, LimiterError, QueueFullError } from './errors.js';
+export type {
+  CommonOptions,
+  Decision,
+  Key,
+  Limiter,
+  LimiterHandle,
+  QueueOrder,
+  Stats,
+} from './limiter.js';

@@ -1,0 +1,119 @@
+/**
+ * The shared buffer's layout, in one place. Offsets are Int32 word indices into the whole
+ * buffer unless named `…_F64` (Float64 indices) or `…Bytes`.
+ *
+ *   header (256 B)  magic, version, algorithm, sizes, hash seed, options, epoch, control,
+ *                   counters — each group that changes at run time on a line of its own
+ *   stripe locks    one Int32 per stripe (insert path only)
+ *   hot slots       16 B per slot: [state, stamp, admitted, rejected]; the default key's
+ *                   slot has a 64-byte line to itself
+ *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
+ *   log             SlidingLog only: a ring of 16-byte entries per slot
+ *
+ * Bump LAYOUT_VERSION whenever any of this changes meaning.
+ */
+
+export const MAGIC = 0x41544c4d; // 'ATLM'
+export const LAYOUT_VERSION = 1;
+
+// Header words (line 0: written once at creation, read-only afterwards).
+export const H_MAGIC = 0;
+export const H_VERSION = 1;
+export const H_ALGO = 2;
+export const H_SLOTS = 3; // keyed slots, not counting the default key's
+export const H_STRIPES = 4;
+export const H_SEED0 = 5;
+export const H_SEED1 = 6;
+export const H_KEYS = 7;
+export const H_QUEUE_LIMIT = 8;
+export const H_QUEUE_ORDER = 9;
+export const H_LOG_RING = 10;
+export const H_BYTES_DIV64 = 11;
+// Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
+export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
+export const F64_EPOCH_US = 15;
+// Line 2 (bytes 128..192): the control word, read on every decision. Bit 0: closed.
+// Bits 1..31: a count of slot-generation bumps (reclaims), in steps of 2; threads clear
+// their key → slot caches when it moved far enough that a 4-bit generation could wrap.
+export const H_CONTROL = 32;
+export const H_DEFAULT_LOCK = 33;
+// Line 3 (bytes 192..256): counters, written only on the insert path.
+export const H_INSERTS = 48;
+export const H_RECLAIMS = 49;
+export const H_TABLE_FULL = 50;
+export const H_LOCK_STEALS = 51;
+export const HEADER_WORDS = 64;
+
+// Hot slot fields.
+export const S_STATE = 0;
+export const S_STAMP = 1;
+export const S_ADMITTED = 2;
+export const S_REJECTED = 3;
+export const HOT_WORDS = 4;
+
+// State word: 4 generation bits on top of a 28-bit payload. The generation changes when
+// a slot is given to another key, so a thread holding a stale slot index fails its CAS.
+export const GEN_SHIFT = 28;
+export const GEN_MASK = 0xf0000000 | 0;
+export const PAYLOAD_MASK = 0x0fffffff;
+/** Payload of a slot whose algorithm state is initial (full bucket, empty window). */
+export const FRESH = 0x0fffffff;
+/** Payload of a slot being (re)assigned under its stripe lock; never decided on. */
+export const RESERVED = 0x0ffffffe;
+/** A step() result meaning "refused"; outside the int32 range so no state equals it. */
+export const REJECT = 2 ** 32;
+
+/**
+ * Stamp: the coarse time of the slot's last admission, floor(relative µs / 2^17), written
+ * (only ever increased) before the state CAS. Payloads store time modulo 2^28 or fewer
+ * bits and are decoded relative to the stamp, so a key idle for any length of time (up to
+ * the stamp's own range of 2^31 × 131 ms ≈ 8.9 years) decodes exactly.
+ */
+export const STAMP_US = 131072;
+
+export const STRIPE_SLOTS = 16;
+export const LINE_WORDS = 16;
+export const MAX_BUFFER_BYTES = 2 ** 30;
+
+export interface Layout {
+  slots: number;
+  stripes: number;
+  lockBase: number;
+  hotBase: number;
+  coldBase: number;
+  /** Byte offset of the log region, 0 when the algorithm keeps no log. */
+  logBaseBytes: number;
+  logRing: number;
+  bytes: number;
+}
+
+function alignWords(words: number): number {
+  return Math.ceil(words / LINE_WORDS) * LINE_WORDS;
+}
+
+/**
+ * Slots per key: 1.5×, so that with two candidate stripes per key (the less loaded one
+ * wins) a stripe of 16 overflows with negligible probability at full occupancy.
+ */
+export function computeLayout(keys: number, logRing: number): Layout {
+  const stripes = Math.max(2, Math.ceil((keys * 1.5) / STRIPE_SLOTS));
+  const slots = stripes * STRIPE_SLOTS;
+  const lockBase = HEADER_WORDS;
+  const hotBase = alignWords(lockBase + stripes);
+  // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 12 + 4s.
+  const coldBase = alignWords(hotBase + LINE_WORDS + slots * HOT_WORDS);
+  const coldEnd = alignWords(coldBase + slots * 2);
+  const logBaseBytes = logRing > 0 ? coldEnd * 4 : 0;
+  const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : coldEnd * 4;
+  return { slots, stripes, lockBase, hotBase, coldBase, logBaseBytes, logRing, bytes };
+}
+
+/** Hot word index of slot `s` (0 = the default key). */
+export function hotWord(layout: Layout, s: number): number {
+  return s === 0 ? layout.hotBase : layout.hotBase + 12 + 4 * s;
+}
+
+/** Slot number of a hot word index (inverse of hotWord). */
+export function slotOfHotWord(layout: Layout, w: number): number {
+  return w === layout.hotBase ? 0 : (w - layout.hotBase - 12) / 4;
+}
