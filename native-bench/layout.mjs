@@ -40,14 +40,16 @@ function keySet(n, len) {
 
 const label = (n) => (n >= 1000 ? `${n / 1000}k` : String(n));
 
-// The three loops are separate function literals so each gets its own type feedback.
-// Each: one clock read (planned default clock, int32 µs), Map.get, plain read of the state
-// word, wrap-safe GCRA compute, one CAS; the slot layouts also bump a counter with Atomics.add.
+// Separate function literals, so each loop gets its own type feedback. Each check: one clock
+// read (the planned default clock, as int32 µs), Map.get, a plain read of the state word,
+// wrap-safe GCRA compute, one CAS; the slot layouts also bump a counter with Atomics.add.
+// `j` lives in a local during a batch: no context store per check.
 function floorLoop({ keys, map, idx }, st, off) {
   const mask = idx.length - 1;
-  let j = 0;
+  let pos = 0; // position in idx, kept across batches
   return (n) => {
     let acc = 0;
+    let j = pos;
     for (let i = 0; i < n; i++) {
       const now = (perf.now() * 1000 + off) | 0;
       const s = map.get(keys[idx[j]]);
@@ -56,15 +58,17 @@ function floorLoop({ keys, map, idx }, st, off) {
       const tat2 = (((tat - now) | 0) > 0 ? tat : now) + T;
       if (((tat2 - now) | 0) <= TAU && Atomics.compareExchange(st, s, tat, tat2 | 0) === tat) acc++;
     }
+    pos = j;
     return acc;
   };
 }
 
 function floorLoopClock64({ keys, map, idx }, st, off) {
   const mask = idx.length - 1;
-  let j = 0;
+  let pos = 0; // position in idx, kept across batches
   return (n) => {
     let acc = 0;
+    let j = pos;
     let now = 0;
     for (let i = 0; i < n; i++) {
       if ((i & 63) === 0) now = (perf.now() * 1000 + off) | 0;
@@ -74,15 +78,17 @@ function floorLoopClock64({ keys, map, idx }, st, off) {
       const tat2 = (((tat - now) | 0) > 0 ? tat : now) + T;
       if (((tat2 - now) | 0) <= TAU && Atomics.compareExchange(st, s, tat, tat2 | 0) === tat) acc++;
     }
+    pos = j;
     return acc;
   };
 }
 
 function slotLoop({ keys, map, idx }, st, off, shift) {
   const mask = idx.length - 1;
-  let j = 0;
+  let pos = 0; // position in idx, kept across batches
   return (n) => {
     let acc = 0;
+    let j = pos;
     for (let i = 0; i < n; i++) {
       const now = (perf.now() * 1000 + off) | 0;
       const w = map.get(keys[idx[j]]) << shift;
@@ -94,6 +100,37 @@ function slotLoop({ keys, map, idx }, st, off, shift) {
         acc++;
       }
     }
+    pos = j;
+    return acc;
+  };
+}
+
+// The BigInt64 alternative in the same setting: the 16-byte slot holds a BigInt64 state word
+// (ns, at byte 0) and the Int32 counter (word 2); the clock is process.hrtime.bigint(), so
+// nothing is converted between Number and BigInt.
+const TB = 1000n; // ns per permit
+const TAUB = 1n << 60n;
+function slotLoopBigInt({ keys, map, idx }, sab) {
+  const st = new BigInt64Array(sab);
+  const i32 = new Int32Array(sab);
+  const mask = idx.length - 1;
+  let pos = 0; // position in idx, kept across batches
+  return (n) => {
+    let acc = 0;
+    let j = pos;
+    for (let i = 0; i < n; i++) {
+      const now = process.hrtime.bigint();
+      const s = map.get(keys[idx[j]]);
+      j = (j + 1) & mask;
+      const tat = st[s << 1];
+      // biome-ignore lint/complexity/useMathMinMax: Math.max does not take BigInt
+      const tat2 = (tat > now ? tat : now) + TB;
+      if (tat2 - now <= TAUB && Atomics.compareExchange(st, s << 1, tat, tat2) === tat) {
+        Atomics.add(i32, (s << 2) + 2, 1);
+        acc++;
+      }
+    }
+    pos = j;
     return acc;
   };
 }
@@ -111,16 +148,19 @@ async function keyed({ quick, reporter }) {
       clock64: floorLoopClock64(ks, new Int32Array(new SharedArrayBuffer(n * 4)), off),
       s16: slotLoop(ks, new Int32Array(new SharedArrayBuffer(n * 16)), off, 2),
       s64: slotLoop(ks, new Int32Array(new SharedArrayBuffer(n * 64)), off, 4),
+      big: slotLoopBigInt(ks, new SharedArrayBuffer(n * 16)),
     };
   });
   // Every loop literal now has several closures, so V8 compiles all of them generically (no
   // function-context specialization for whichever closure happened to be optimized first),
   // as it would a limiter method shared by many instances.
 
-  for (const { n, floor, clock64, s16, s64 } of sets) {
+  for (const { n, floor, clock64, s16, s64, big } of sets) {
     const k = label(n);
     const fns = n === 10_000 ? [floor, s16, s64, clock64] : [floor, s16, s64];
     const [f, a, b, c] = measureInterleaved(fns, opts);
+    // Apart from the others: its BigInt garbage (scavenges) would disturb their caches.
+    const [a2, g] = measureInterleaved([s16, big], opts);
     reporter.add(
       `layout.keyed-floor.${k}`,
       figure(f.median, {
@@ -146,6 +186,13 @@ async function keyed({ quick, reporter }) {
       figure(b.median, {
         p99Ns: b.p99,
         note: `64-byte slot: ×${(b.median / f.median).toFixed(2)} floor; 16B/64B = ${(a.median / b.median).toFixed(2)}`,
+      }),
+    );
+    reporter.add(
+      `layout.slot16-bigint64.${k}`,
+      figure(g.median, {
+        p99Ns: g.p99,
+        note: `16-byte slot, BigInt64 state + hrtime.bigint(): ×${(g.median / f.median).toFixed(2)} floor, ×${(g.median / a2.median).toFixed(2)} Int32 slot16 (${a2.median.toFixed(1)} ns beside it)`,
       }),
     );
   }

@@ -2,7 +2,7 @@
 // thread and a worker, the same within one thread, and Atomics.notify with no waiter.
 import { once } from 'node:events';
 import { Worker } from 'node:worker_threads';
-import { figure, isMain, measure, runStandalone, sizes, summarize } from './lib.mjs';
+import { figure, isMain, measureGeneric, runStandalone, sizes, summarize } from './lib.mjs';
 
 const WORKER = new URL('./worker.mjs', import.meta.url);
 const [A, B] = [0, 1];
@@ -86,22 +86,24 @@ export async function run({ quick = false, reporter }) {
   );
 
   const w = new Int32Array(new SharedArrayBuffer(16));
-  const d = measure(
-    (n) => {
+  const d = measureGeneric(
+    () => (n) => {
       let acc = 0;
       for (let i = 0; i < n; i++) acc += Atomics.notify(w, 1, 1);
       return acc;
     },
+    null,
     { batch: batch / 5, reps, warmup },
   );
   reporter.add('wake.notify.no-waiters', figure(d.median, { p99Ns: d.p99, note: 'returns 0' }));
 
-  const e = measure(
-    (n) => {
+  const e = measureGeneric(
+    () => (n) => {
       let acc = 0;
       for (let i = 0; i < n; i++) if (Atomics.load(w, 2) !== 0) acc += Atomics.notify(w, 1, 1);
       return acc;
     },
+    null,
     { batch: batch / 5, reps, warmup },
   );
   reporter.add(

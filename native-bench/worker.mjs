@@ -1,7 +1,11 @@
 // Worker-thread side of the native-bench groups. One file, dispatched on workerData.role.
-import { parentPort, workerData } from 'node:worker_threads';
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { calibrateOffset } from './lib.mjs';
 
+if (isMainThread) {
+  console.error('native-bench/worker.mjs is started by the groups; run native-bench/run.mjs');
+  process.exit(2);
+}
 const data = workerData ?? {};
 
 switch (data.role) {

@@ -64,12 +64,13 @@ export const RESERVED = 0x0ffffffe;
 export const REJECT = 2 ** 32;
 
 /**
- * Stamp: the coarse time of the slot's last admission, floor(relative µs / 2^17), written
- * (only ever increased) before the state CAS. Payloads store time modulo 2^28 or fewer
- * bits and are decoded relative to the stamp, so a key idle for any length of time (up to
- * the stamp's own range of 2^31 × 131 ms ≈ 8.9 years) decodes exactly.
+ * Stamp: the coarse time of the slot's last admission, floor(µs since the limiter's
+ * epoch / 2^20) (about 1.05 s), written (only ever increased) before the state CAS.
+ * Payloads keep time modulo 2^28 or fewer bits and are decoded relative to the stamp, and
+ * the stamp itself is decoded relative to now (differences modulo 2^32): so uptime is
+ * unbounded and a key idle for any time up to 2^31 stamps (68 years) decodes exactly.
  */
-export const STAMP_US = 131072;
+export const STAMP_US = 2 ** 20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;

@@ -282,7 +282,7 @@ export abstract class Limiter implements SlotPolicy {
     this.lastWord = w;
     return (
       (state & PAYLOAD_MASK) === FRESH ||
-      this.untilFreshUs(state, this.i32[w + S_STAMP]!, nowUs) <= 0
+      this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs) <= 0
     );
   }
 
@@ -352,7 +352,8 @@ export abstract class Limiter implements SlotPolicy {
       }
       // Read after the state: a stamp is stored before its state's CAS, so this stamp is
       // at least as new as the write that produced `s`.
-      const stamp = i32[w + S_STAMP]!;
+      const raw = i32[w + S_STAMP]!;
+      const stamp = stampNow + ((raw - stampNow) | 0);
       this.lastWord = w;
       const next = this.step(s, stamp, nowUs, permits);
       this.lastState = s;
@@ -361,7 +362,7 @@ export abstract class Limiter implements SlotPolicy {
         Atomics.add(i32, w + S_REJECTED, permits);
         return false;
       }
-      if (stampNow > stamp) Atomics.compareExchange(i32, w + S_STAMP, stamp, stampNow);
+      if (stampNow > stamp) Atomics.compareExchange(i32, w + S_STAMP, raw, stampNow | 0);
       if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
         this.lastState = next;
         this.lastStamp = Math.max(stampNow, stamp);
@@ -413,7 +414,7 @@ export abstract class Limiter implements SlotPolicy {
     if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
       throw permitsError(`${this.owner}.refund`, permits, this.limit);
     }
-    this.update(key, (s, stamp) => this.giveBack(s, stamp, nowUs, permits));
+    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits));
   }
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
@@ -425,7 +426,7 @@ export abstract class Limiter implements SlotPolicy {
     const w = ref >>> 4;
     this.lastWord = w;
     const s = Atomics.load(this.i32, w + S_STATE);
-    const stamp = this.i32[w + S_STAMP]!;
+    const stamp = this.stampOf(w, nowUs);
     return {
       available: this.available(s, stamp, nowUs),
       queued: 0,
@@ -470,7 +471,11 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /** Applies `f` to the key's state by CAS until it sticks; no-op for unknown keys. */
-  protected update(key: Key | undefined, f: (state: number, stamp: number) => number): number {
+  protected update(
+    key: Key | undefined,
+    nowUs: number,
+    f: (state: number, stamp: number) => number,
+  ): number {
     let ref = this.table.find(key);
     for (;;) {
       if (ref === NO_SLOT) return NO_SLOT;
@@ -481,9 +486,15 @@ export abstract class Limiter implements SlotPolicy {
         continue;
       }
       this.lastWord = w;
-      const next = f(s, this.i32[w + S_STAMP]!);
+      const next = f(s, this.stampOf(w, nowUs));
       if (next === s || Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) return next;
     }
+  }
+
+  /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
+  protected stampOf(w: number, nowUs: number): number {
+    const stampNow = Math.floor((nowUs - this.epochUs) / STAMP_US);
+    return stampNow + ((this.i32[w + S_STAMP]! - stampNow) | 0);
   }
 
   /** Slot number of a packed reference (for algorithms with per-slot memory). */

@@ -53,7 +53,7 @@ export class Concurrency extends Limiter {
       throw permitsError('Concurrency.release', permits, this.limit);
     }
     let over = -1;
-    const ref = this.update(key, (s) => {
+    const ref = this.update(key, 0, (s) => {
       const held = this.held(s);
       if (held < permits) {
         over = held;

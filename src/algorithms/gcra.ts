@@ -4,7 +4,7 @@ import { type Attached, type Fresh, Limiter } from '../limiter.js';
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
 export const MIN_RATE_PER_SECOND = 1e-6;
-export const MAX_RATE_PER_SECOND = 1e7;
+export const MAX_RATE_PER_SECOND = 1e6;
 
 /**
  * The Generic Cell Rate Algorithm: the whole state of a key is one theoretical arrival
@@ -36,11 +36,11 @@ export abstract class Gcra extends Limiter {
     const rate = this.param(1);
     const intervalUs = 1e6 / rate;
     this.limit = capacity;
-    // Finest unit such that the burst fits in 2^24 units and a unit is ≥ 1/16 µs (so
-    // that now × scale stays exact for centuries of uptime).
+    // Finest unit such that the burst fits in 2^24 units and a unit is ≥ 1 µs, so that
+    // time in units (µs since the epoch × scale) stays an exact integer for 285 years.
     this.k = Math.max(
       1,
-      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(16 * intervalUs)),
+      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(intervalUs)),
     );
     this.scale = this.k / intervalUs;
     this.tau = capacity * this.k;

@@ -6,7 +6,7 @@ import { ALGO_LEAKY_BUCKET } from './ids.js';
 export interface LeakyBucketOptions extends CommonOptions {
   /** Permits that may wait in the bucket (for `acquire()`); also the largest request. Integer, 1 to 2^24. */
   capacity: number;
-  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e7. */
+  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e6. */
   ratePerSecond: number;
 }
 

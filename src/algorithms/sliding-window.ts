@@ -5,7 +5,7 @@ import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
-  /** Permits per sliding window. Integer ≥ 1; at most 8189 for windows ≥ 1 s (see README). */
+  /** Permits per sliding window. Integer ≥ 1; at most 4093 for windows ≥ 1 s (see README). */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^30). */
   windowMs: number;

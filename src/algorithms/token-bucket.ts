@@ -6,7 +6,7 @@ import { ALGO_TOKEN_BUCKET } from './ids.js';
 export interface TokenBucketOptions extends CommonOptions {
   /** Burst size: tokens a full bucket holds. Integer, 1 to 2^24. */
   capacity: number;
-  /** Tokens added per second, continuously. From 1e-6 to 1e7, fractions allowed. */
+  /** Tokens added per second, continuously. From 1e-6 to 1e6, fractions allowed. */
   refillPerSecond: number;
 }
 

@@ -1,0 +1,16 @@
+// Every worker calls tryAcquire on one key (or the default key when workerData.key is
+// undefined) `attempts` times and reports how many were admitted.
+import { parentPort, workerData } from 'node:worker_threads';
+import { attach } from '../../dist/index.js';
+import { arrive } from './lib.mjs';
+
+const limiter = attach(workerData.limiter);
+const { key, attempts } = workerData;
+arrive();
+let admitted = 0;
+if (key === undefined) {
+  for (let i = 0; i < attempts; i++) if (limiter.tryAcquire()) admitted++;
+} else {
+  for (let i = 0; i < attempts; i++) if (limiter.tryAcquire(key)) admitted++;
+}
+parentPort.postMessage({ admitted, rejected: attempts - admitted });
