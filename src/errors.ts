@@ -1,27 +1,31 @@
 /**
  * Error classes with a stable `code`. `instanceof` works across two copies of the
- * package (for example an ESM and a CJS copy loaded by one process) because each class
- * recognises instances by a registered symbol, not by prototype identity alone.
+ * package (for example an ESM and a CJS copy loaded by one process): each class
+ * recognises instances by the code stored under a registered symbol, not by prototype
+ * identity alone.
  */
 
 const kCode = Symbol.for('atomic-limiter.error-code');
 
-abstract class LimiterError extends Error {
-  abstract readonly code: string;
-
-  static override [Symbol.hasInstance](value: unknown): boolean {
-    if (typeof value !== 'object' || value === null) return false;
-    // `this` is the class on the right of `instanceof`; compare stable codes so that a
-    // copy of this class from another bundle still matches.
-    const own = (LimiterError as unknown as { prototype: { [kCode]?: string } }).prototype[kCode];
-    const theirs = (value as { [kCode]?: string })[kCode];
-    if (own === undefined) return theirs !== undefined; // LimiterError itself
-    return theirs === own;
-  }
+function tagged(value: unknown): string | undefined {
+  return typeof value === 'object' && value !== null
+    ? (value as { [kCode]?: string })[kCode]
+    : undefined;
 }
+
+/** Base class of every error this package throws on purpose. */
+export abstract class LimiterError extends Error {
+  abstract readonly code: string;
+}
+Object.defineProperty(LimiterError, Symbol.hasInstance, {
+  value: (value: unknown) => tagged(value) !== undefined,
+});
 
 function defineCode(cls: { prototype: object }, code: string): void {
   Object.defineProperty(cls.prototype, kCode, { value: code });
+  Object.defineProperty(cls, Symbol.hasInstance, {
+    value: (value: unknown) => tagged(value) === code,
+  });
 }
 
 /** Thrown by every method of a limiter after `close()`, and rejects its pending waiters. */
@@ -43,5 +47,3 @@ export class QueueFullError extends LimiterError {
   }
 }
 defineCode(QueueFullError, 'ERR_QUEUE_FULL');
-
-export { LimiterError };

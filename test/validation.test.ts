@@ -1,0 +1,122 @@
+import { describe, expect, it } from 'vitest';
+import {
+  attach,
+  Concurrency,
+  FixedWindow,
+  LeakyBucket,
+  LimiterClosedError,
+  ManualClock,
+  QueueFullError,
+  SlidingLog,
+  SlidingWindow,
+  TokenBucket,
+} from '../src/index.js';
+
+// biome-ignore lint/suspicious/noExplicitAny: these tests pass deliberately wrong types
+type Loose = any;
+const make = (Cls: Loose, options: unknown) => () => new Cls(options);
+
+describe('option validation', () => {
+  it.each([
+    [TokenBucket, { capacity: 0, refillPerSecond: 1 }, RangeError, /"capacity".*got 0/],
+    [TokenBucket, { capacity: 2.5, refillPerSecond: 1 }, RangeError, /"capacity".*2\.5/],
+    [TokenBucket, { capacity: '5', refillPerSecond: 1 }, TypeError, /"capacity".*"5"/],
+    [TokenBucket, { capacity: 5 }, TypeError, /"refillPerSecond".*undefined/],
+    [TokenBucket, { capacity: 5, refillPerSecond: -1 }, RangeError, /"refillPerSecond".*-1/],
+    [TokenBucket, { capacity: 5, refillPerSecond: Number.NaN }, RangeError, /refillPerSecond/],
+    [
+      TokenBucket,
+      { capacity: 5, refillPerSecond: 1, capcity: 3 },
+      TypeError,
+      /unknown option "capcity"/,
+    ],
+    [TokenBucket, { capacity: 5, refillPerSecond: 1, keys: 0 }, RangeError, /"keys".*got 0/],
+    [TokenBucket, { capacity: 5, refillPerSecond: 1, queueLimit: -1 }, RangeError, /"queueLimit"/],
+    [
+      TokenBucket,
+      { capacity: 5, refillPerSecond: 1, queueOrder: 'lifo' },
+      TypeError,
+      /"queueOrder".*"lifo"/,
+    ],
+    [TokenBucket, { capacity: 5, refillPerSecond: 1, clock: {} }, TypeError, /"clock"/],
+    [TokenBucket, null, TypeError, /options must be an object, got null/],
+    [LeakyBucket, { capacity: 5, ratePerSecond: 0 }, RangeError, /"ratePerSecond".*got 0/],
+    [FixedWindow, { limit: 5, windowMs: 0 }, RangeError, /"windowMs".*got 0/],
+    [FixedWindow, { limit: 0, windowMs: 1000 }, RangeError, /"limit".*got 0/],
+    [
+      SlidingWindow,
+      { limit: 100_000, windowMs: 1000 },
+      RangeError,
+      /"limit" must be an integer from 1 to 4093/,
+    ],
+    [SlidingLog, { limit: 2 ** 17, windowMs: 1000 }, RangeError, /"limit".*131072/],
+    [Concurrency, { limit: -3 }, RangeError, /"limit".*-3/],
+  ] as [Loose, unknown, ErrorConstructor, RegExp][])(
+    '%o rejects %o',
+    (Cls, options, ErrorType, message) => {
+      expect(make(Cls, options)).toThrow(ErrorType);
+      expect(make(Cls, options)).toThrow(message);
+    },
+  );
+
+  it('refuses a table that would not fit in shared memory, naming "keys"', () => {
+    expect(() => new SlidingLog({ limit: 65_536, windowMs: 1000, keys: 100_000 })).toThrow(
+      /"keys"/,
+    );
+  });
+});
+
+describe('attach()', () => {
+  it('rejects anything that is not a limiter handle with a clear TypeError', () => {
+    const loose = attach as Loose;
+    expect(() => loose({})).toThrow(/expected a limiter's handle/);
+    expect(() => loose(null)).toThrow(TypeError);
+    expect(() => loose({ kind: 'atomic-limiter', version: 1, buffer: new ArrayBuffer(8) })).toThrow(
+      /SharedArrayBuffer/,
+    );
+    const foreign = new SharedArrayBuffer(4096);
+    expect(() =>
+      loose({ kind: 'atomic-limiter', version: 1, buffer: foreign, clock: { kind: 'monotonic' } }),
+    ).toThrow(/wrong magic/);
+  });
+
+  it('rejects a handle or buffer of another layout version', () => {
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1 });
+    expect(() => attach({ ...bucket.handle, version: 99 })).toThrow(/layout version 99/);
+    const copy = new SharedArrayBuffer(bucket.handle.buffer.byteLength);
+    new Uint8Array(copy).set(new Uint8Array(bucket.handle.buffer));
+    new Int32Array(copy)[1] = 99; // the header's version word
+    expect(() => attach({ ...bucket.handle, buffer: copy })).toThrow(/layout version 99/);
+  });
+
+  it('carries the ManualClock: advancing it moves the attached limiter too', () => {
+    const clock = new ManualClock();
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, clock });
+    const twin = attach<TokenBucket>(bucket.handle);
+    expect(twin.tryAcquire()).toBe(true);
+    expect(bucket.tryAcquire()).toBe(false);
+    clock.advance(1000);
+    expect(twin.tryAcquire()).toBe(true);
+  });
+});
+
+describe('errors', () => {
+  it('have stable codes and names, and are Errors', () => {
+    const closed = new LimiterClosedError();
+    expect(closed).toBeInstanceOf(Error);
+    expect(closed.code).toBe('ERR_LIMITER_CLOSED');
+    expect(closed.name).toBe('LimiterClosedError');
+    const full = new QueueFullError();
+    expect(full.code).toBe('ERR_QUEUE_FULL');
+    expect(full).not.toBeInstanceOf(LimiterClosedError);
+  });
+
+  it('are recognised by instanceof across copies of the package', () => {
+    // A copy of the class from another bundle tags its instances with the same code.
+    const other = Object.assign(new Error('x'), {
+      [Symbol.for('atomic-limiter.error-code')]: 'ERR_LIMITER_CLOSED',
+    });
+    expect(other).toBeInstanceOf(LimiterClosedError);
+    expect(other).not.toBeInstanceOf(QueueFullError);
+  });
+});
