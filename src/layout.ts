@@ -71,6 +71,7 @@ export const REJECT = 2 ** 32;
  * unbounded and a key idle for any time up to 2^31 stamps (68 years) decodes exactly.
  */
 export const STAMP_US = 2 ** 20;
+export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;

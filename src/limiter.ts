@@ -32,6 +32,7 @@ import {
   S_REJECTED,
   S_STAMP,
   S_STATE,
+  STAMP_PER_US,
   STAMP_US,
   slotOfHotWord,
 } from './layout.js';
@@ -331,46 +332,63 @@ export abstract class Limiter implements SlotPolicy {
     const i32 = this.i32;
     // One read of the control word serves the closed check and the cache's epoch check.
     const control = i32[H_CONTROL]!;
-    if ((control & 1) !== 0) throw new LimiterClosedError();
-    if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
-      throw permitsError(this.owner, permits, this.limit);
+    if (
+      (control & 1) !== 0 ||
+      !(permits >= 1 && permits <= this.limit) ||
+      (permits | 0) !== permits
+    ) {
+      throw this.callError(permits);
     }
     this.decisionUs = nowUs;
     let ref = key === undefined ? this.defaultRef : this.table.slotOf(key, control, nowUs, this);
-    const stampNow = Math.floor((nowUs - this.epochUs) / STAMP_US);
+    // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
+    const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
     for (;;) {
       if (ref === NO_SLOT) {
         this.lastWord = NO_SLOT;
         return false;
       }
       const w = ref >>> 4;
-      const s = Atomics.load(i32, w + S_STATE);
+      // A plain read is enough: the CAS below validates it.
+      const s = i32[w + S_STATE]!;
       if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) {
         // The slot went to another key (or is being rebuilt): look the key up again.
         ref = this.table.refresh(key, nowUs, this);
         continue;
       }
       // Read after the state: a stamp is stored before its state's CAS, so this stamp is
-      // at least as new as the write that produced `s`.
+      // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
+      // decode tolerates a stamp minutes old.
       const raw = i32[w + S_STAMP]!;
       const stamp = stampNow + ((raw - stampNow) | 0);
       this.lastWord = w;
-      const next = this.step(s, stamp, nowUs, permits);
       this.lastState = s;
       this.lastStamp = stamp;
+      const next = this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
         Atomics.add(i32, w + S_REJECTED, permits);
         return false;
       }
-      if (stampNow > stamp) Atomics.compareExchange(i32, w + S_STAMP, raw, stampNow | 0);
+      if (stampNow > stamp) this.raiseStamp(w, raw, stampNow);
       if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
         this.lastState = next;
-        this.lastStamp = Math.max(stampNow, stamp);
         Atomics.add(i32, w + S_ADMITTED, permits);
         this.admitted(w, s, nowUs, permits);
         return true;
       }
     }
+  }
+
+  /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
+  private raiseStamp(w: number, raw: number, stampNow: number): void {
+    Atomics.compareExchange(this.i32, w + S_STAMP, raw, stampNow | 0);
+    this.lastStamp = stampNow;
+  }
+
+  /** The error for a call refused before deciding: closed limiter or bad permits. */
+  private callError(permits: unknown): Error {
+    if ((Atomics.load(this.i32, H_CONTROL) & 1) !== 0) return new LimiterClosedError();
+    return permitsError(this.owner, permits, this.limit);
   }
 
   /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */

@@ -63,7 +63,7 @@ export const cases: LimiterCase[] = [
 
 /** Calls tryAcquire `times` times and returns how many were granted. */
 export function admitted(
-  limiter: AnyLimiter,
+  limiter: { tryAcquire(key?: string | number): boolean },
   key: string | number | undefined,
   times: number,
 ): number {
