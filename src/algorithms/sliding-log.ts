@@ -9,6 +9,12 @@ export const MAX_LOG_LIMIT = 2 ** 16;
 // Log positions count modulo 2^27 (bit 27 clear keeps clear of the reserved payloads).
 const POS_MASK = 2 ** 27 - 1;
 
+/** Whether log position `a` comes after `b` (positions count modulo 2^27). */
+function isLater(a: number, b: number): boolean {
+  const d = (a - b) & POS_MASK;
+  return d !== 0 && d < 2 ** 26;
+}
+
 export interface SlidingLogOptions extends CommonOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */
   limit: number;
@@ -99,6 +105,9 @@ export class SlidingLog extends Limiter {
         if (Atomics.load(this.i32, seqIndex) === pos) return t;
         continue;
       }
+      // A later position already took this entry over: `pos` was granted before an
+      // admission that needed a position after it to have expired, so it has expired.
+      if (isLater(seq, pos)) return Number.NEGATIVE_INFINITY;
       // Not written yet. While probing future times, assume it was granted at the
       // decision's own time; otherwise record now for it (a live writer overwrites it
       // with its own, earlier, time; a dead one never will).
@@ -130,6 +139,10 @@ export class SlidingLog extends Limiter {
     for (let k = 0; k < permits; k++) {
       const pos = (h + k) & POS_MASK;
       const byte = this.entry(s, pos);
+      // A reader already recorded a (later) time for it, or — after a stall of a whole
+      // ring — a later position owns the entry: leave it be.
+      const seq = Atomics.load(this.i32, byte >> 2);
+      if (seq === pos || isLater(seq, pos)) continue;
       this.log[(byte >> 3) + 1] = relNow;
       Atomics.store(this.i32, byte >> 2, pos);
     }
