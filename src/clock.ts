@@ -123,7 +123,8 @@ export class ManualClock implements Clock {
     this.tick();
   }
 
-  private tick(): void {
+  /** @internal Wakes every waiter parked on this clock (time moved, or permits came back). */
+  tick(): void {
     Atomics.add(this.words, M_TICK, 1);
     Atomics.notify(this.words, M_TICK);
   }

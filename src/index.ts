@@ -9,9 +9,11 @@ export { Chain, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
 export { LimiterClosedError, LimiterError, QueueFullError } from './errors.js';
 export type {
+  AcquireOptions,
   CommonOptions,
   Decision,
   Key,
+  Lease,
   Limiter,
   LimiterHandle,
   QueueOrder,

@@ -8,6 +8,9 @@
  *   hot slots       16 B per slot: [state, stamp, admitted, rejected]; the default key's
  *                   slot has a 64-byte line to itself
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
+ *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
+ *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
+ *   threads         8 B per thread that waits: [token, heartbeat ms]
  *   log             SlidingLog only: a ring of 16-byte entries per slot
  *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
@@ -29,6 +32,7 @@ export const H_QUEUE_LIMIT = 8;
 export const H_QUEUE_ORDER = 9;
 export const H_LOG_RING = 10;
 export const H_BYTES_DIV64 = 11;
+export const H_MAX_WAITERS = 12;
 // Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
 export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
 export const F64_EPOCH_US = 15;
@@ -65,10 +69,11 @@ export const REJECT = 2 ** 32;
 
 /**
  * Stamp: the coarse time of the slot's last admission, floor(µs since the limiter's
- * epoch / 2^20) (about 1.05 s), written (only ever increased) before the state CAS.
- * Payloads keep time modulo 2^28 or fewer bits and are decoded relative to the stamp, and
- * the stamp itself is decoded relative to now (differences modulo 2^32): so uptime is
- * unbounded and a key idle for any time up to 2^31 stamps (68 years) decodes exactly.
+ * epoch / 2^20) (about 1.05 s) in the low 31 bits of its word, written (only ever
+ * increased) before the state CAS. Payloads keep time modulo 2^28 or fewer bits and are
+ * decoded relative to the stamp, and the stamp itself is decoded relative to now
+ * (differences modulo 2^31): so uptime is unbounded and a key idle for any time up to
+ * 2^30 stamps (34 years) decodes exactly.
  */
 export const STAMP_US = 2 ** 20;
 export const STAMP_PER_US = 2 ** -20;
@@ -77,12 +82,52 @@ export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
 export const MAX_BUFFER_BYTES = 2 ** 30;
 
+// Queue fields, at queueBase + 4 × slot.
+export const Q_LOCK = 0;
+export const Q_HEAD = 1; // record index + 1, 0 when empty
+export const Q_TAIL = 2;
+export const Q_PERMITS = 3;
+export const QUEUE_WORDS = 4;
+
+// Waiter record fields, at poolBase + 8 × record.
+export const R_STATUS = 0;
+export const R_NEXT = 1; // record index + 1, 0 at the tail
+export const R_SLOT = 2; // hot word of the slot the waiter queues on
+export const R_PERMITS = 3;
+export const R_THREAD = 4; // thread table entry
+export const R_FUTEX = 5; // the word the waiter parks on; bumped to wake it
+export const R_TOKEN = 6; // the thread entry's token when the record was made
+export const R_ID = 7; // unique per allocation: tells an owner its record was swept
+export const RECORD_WORDS = 8;
+
+export const W_FREE = 0;
+export const W_WAITING = 1;
+export const W_SERVING = 2;
+export const W_EVICTED = 3;
+export const W_CLOSED = 4;
+export const W_RESERVED = 5; // being filled in by its owner
+
+export const THREAD_ENTRIES = 256;
+export const T_TOKEN = 0;
+export const T_HEARTBEAT = 1;
+
+/**
+ * Top bit of the stamp word: "this key has waiters". Set and cleared under the key's
+ * queue lock; read by every decision (it shares the stamp's word, so it costs nothing).
+ */
+export const QUEUED_FLAG = 0x80000000 | 0;
+export const STAMP_MASK = 0x7fffffff;
+
 export interface Layout {
   slots: number;
   stripes: number;
   lockBase: number;
   hotBase: number;
   coldBase: number;
+  queueBase: number;
+  poolBase: number;
+  maxWaiters: number;
+  threadBase: number;
   /** Byte offset of the log region, 0 when the algorithm keeps no log. */
   logBaseBytes: number;
   logRing: number;
@@ -97,17 +142,33 @@ function alignWords(words: number): number {
  * Slots per key: 1.5×, so that with two candidate stripes per key (the less loaded one
  * wins) a stripe of 16 overflows with negligible probability at full occupancy.
  */
-export function computeLayout(keys: number, logRing: number): Layout {
+export function computeLayout(keys: number, logRing: number, maxWaiters: number): Layout {
   const stripes = Math.max(2, Math.ceil((keys * 1.5) / STRIPE_SLOTS));
   const slots = stripes * STRIPE_SLOTS;
   const lockBase = HEADER_WORDS;
   const hotBase = alignWords(lockBase + stripes);
   // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 12 + 4s.
   const coldBase = alignWords(hotBase + LINE_WORDS + slots * HOT_WORDS);
-  const coldEnd = alignWords(coldBase + slots * 2);
-  const logBaseBytes = logRing > 0 ? coldEnd * 4 : 0;
-  const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : coldEnd * 4;
-  return { slots, stripes, lockBase, hotBase, coldBase, logBaseBytes, logRing, bytes };
+  const queueBase = alignWords(coldBase + slots * 2);
+  const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
+  const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
+  const end = alignWords(threadBase + THREAD_ENTRIES * 2);
+  const logBaseBytes = logRing > 0 ? end * 4 : 0;
+  const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : end * 4;
+  return {
+    slots,
+    stripes,
+    lockBase,
+    hotBase,
+    coldBase,
+    queueBase,
+    poolBase,
+    maxWaiters,
+    threadBase,
+    logBaseBytes,
+    logRing,
+    bytes,
+  };
 }
 
 /** Hot word index of slot `s` (0 = the default key). */

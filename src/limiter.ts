@@ -1,5 +1,5 @@
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
-import { LimiterClosedError } from './errors.js';
+import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
   F64_EPOCH_US,
@@ -13,6 +13,7 @@ import {
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
+  H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
   H_SEED0,
@@ -26,16 +27,22 @@ import {
   MAGIC,
   MAX_BUFFER_BYTES,
   PAYLOAD_MASK,
+  QUEUED_FLAG,
   REJECT,
   RESERVED,
   S_ADMITTED,
   S_REJECTED,
   S_STAMP,
   S_STATE,
+  STAMP_MASK,
   STAMP_PER_US,
   STAMP_US,
   slotOfHotWord,
+  W_CLOSED,
+  W_EVICTED,
+  W_WAITING,
 } from './layout.js';
+import { HEARTBEAT_MS, WaitQueues } from './queue.js';
 import { type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
 import { checkOptionsObject, enumOption, integerOption, permitsError, show } from './validate.js';
 
@@ -85,6 +92,11 @@ export interface CommonOptions {
   queueLimit?: number;
   /** `'oldest-first'` (default, FIFO) or `'newest-first'` (evicts the oldest waiter). */
   queueOrder?: QueueOrder;
+  /**
+   * Waiters that may be queued at once across all keys and threads (default 4096; each
+   * costs 32 bytes of shared memory). Past it, `acquire()` rejects with QueueFullError.
+   */
+  maxWaiters?: number;
   /** The clock (default: the host's monotonic clock). Pass a `ManualClock` in tests. */
   clock?: Clock;
 }
@@ -97,7 +109,7 @@ export interface LimiterHandle {
   readonly clock: ClockHandle;
 }
 
-export const COMMON_OPTIONS = ['keys', 'queueLimit', 'queueOrder', 'clock'] as const;
+export const COMMON_OPTIONS = ['keys', 'queueLimit', 'queueOrder', 'maxWaiters', 'clock'] as const;
 const MAX_KEYS = 1 << 22;
 
 /** A buffer and clock to attach to (from `attach()`); never built by users. */
@@ -115,6 +127,7 @@ export interface Fresh {
   readonly keys: number;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
+  readonly maxWaiters: number;
   readonly clock: Clock;
 }
 
@@ -126,6 +139,7 @@ export function readCommon(
   const opts = checkOptionsObject(owner, options, [...own, ...COMMON_OPTIONS]);
   const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, 10_000);
   const queueLimit = integerOption(owner, 'queueLimit', opts.queueLimit, 0, 2 ** 31 - 1, 0);
+  const maxWaiters = integerOption(owner, 'maxWaiters', opts.maxWaiters, 1, 1 << 20, 4096);
   const queueOrder = enumOption<QueueOrder>(
     owner,
     'queueOrder',
@@ -144,7 +158,7 @@ export function readCommon(
       `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
-  return { opts, common: { keys, queueLimit, queueOrder, clock: clock as Clock } };
+  return { opts, common: { keys, queueLimit, queueOrder, maxWaiters, clock: clock as Clock } };
 }
 
 function randomSeed(): number {
@@ -171,12 +185,19 @@ export abstract class Limiter implements SlotPolicy {
   protected readonly epochUs: number;
   protected readonly buffer: SharedArrayBuffer;
   protected readonly defaultRef: number;
+  protected readonly queues: WaitQueues;
+  private readonly fifo: boolean;
+  /** This thread's pending acquire() calls on this limiter. */
+  private readonly waiting = new Set<Waiter>();
+  private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
   // Written by attempt() for consume(): the word, state and stamp the decision used.
   // Plain fields on a per-thread object: nothing allocated per call. `lastWord` is also
   // the slot every algorithm function is called for (SlidingLog reads its ring there).
   protected lastWord = 0;
   protected lastState = 0;
   protected lastStamp = 0;
+  /** attempt() refused because waiters were queued ahead (oldest-first). */
+  protected lastQueued = false;
   /** The time of the last attempt() (SlidingLog reads it while probing future times). */
   protected decisionUs = 0;
   /** True while retryAfterUs() evaluates step() at future times. */
@@ -193,12 +214,12 @@ export abstract class Limiter implements SlotPolicy {
       this.i32 = new Int32Array(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
-      this.layout = computeLayout(i32[H_KEYS]!, i32[H_LOG_RING]!);
+      this.layout = computeLayout(i32[H_KEYS]!, i32[H_LOG_RING]!, i32[H_MAX_WAITERS]!);
       if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
         throw new TypeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
-      const layout = computeLayout(source.keys, source.logRing);
+      const layout = computeLayout(source.keys, source.logRing, source.maxWaiters);
       if (layout.bytes > MAX_BUFFER_BYTES) {
         throw new RangeError(
           `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
@@ -220,6 +241,7 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_QUEUE_LIMIT] = source.queueLimit;
       i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
       i32[H_LOG_RING] = source.logRing;
+      i32[H_MAX_WAITERS] = source.maxWaiters;
       i32[H_BYTES_DIV64] = layout.bytes / 64;
       source.params.forEach((p, k) => {
         this.f64[F64_PARAMS + k] = p;
@@ -235,6 +257,8 @@ export abstract class Limiter implements SlotPolicy {
     this.epochUs = this.f64[F64_EPOCH_US]!;
     this.table = new SlotTable(this.i32, this.layout, owner);
     this.defaultRef = this.table.defaultSlot;
+    this.queues = new WaitQueues(this.i32, this.layout, this.table);
+    this.fifo = this.queueOrder === 'oldest-first';
   }
 
   /** The algorithm's stored options, in the order the subclass wrote them. */
@@ -281,6 +305,7 @@ export abstract class Limiter implements SlotPolicy {
 
   isIdle(state: number, w: number, nowUs: number): boolean {
     this.lastWord = w;
+    if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
     return (
       (state & PAYLOAD_MASK) === FRESH ||
       this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs) <= 0
@@ -328,7 +353,12 @@ export abstract class Limiter implements SlotPolicy {
     return allowed ? decision : { ...decision, reason: 'limited' };
   }
 
-  protected attempt(key: Key | undefined, permits: number, nowUs: number): boolean {
+  protected attempt(
+    key: Key | undefined,
+    permits: number,
+    nowUs: number,
+    mode: AttemptMode = TRY,
+  ): boolean {
     const i32 = this.i32;
     // One read of the control word serves the closed check and the cache's epoch check.
     const control = i32[H_CONTROL]!;
@@ -360,13 +390,17 @@ export abstract class Limiter implements SlotPolicy {
       // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
       // decode tolerates a stamp minutes old.
       const raw = i32[w + S_STAMP]!;
-      const stamp = stampNow + ((raw - stampNow) | 0);
+      const stamp = stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
       this.lastWord = w;
       this.lastState = s;
       this.lastStamp = stamp;
-      const next = this.step(s, stamp, nowUs, permits);
+      // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody
+      // takes permits ahead of them but the head waiter itself.
+      this.lastQueued = raw < 0 && this.fifo && mode !== HEAD;
+      const next = this.lastQueued ? REJECT : this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
-        Atomics.add(i32, w + S_REJECTED, permits);
+        // A caller about to wait (or waiting) is not refused: only count real refusals.
+        if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
         return false;
       }
       if (stampNow > stamp) this.raiseStamp(w, raw, stampNow);
@@ -381,7 +415,14 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
   private raiseStamp(w: number, raw: number, stampNow: number): void {
-    Atomics.compareExchange(this.i32, w + S_STAMP, raw, stampNow | 0);
+    // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
+    // next admission (a lagging stamp is harmless).
+    Atomics.compareExchange(
+      this.i32,
+      w + S_STAMP,
+      raw,
+      (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
+    );
     this.lastStamp = stampNow;
   }
 
@@ -423,6 +464,222 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
+  // ---- waiting ------------------------------------------------------------------------
+
+  /**
+   * Takes `permits` for `key`, waiting in the key's FIFO queue when they are not there
+   * yet. Resolves with a Lease (for `Concurrency`, `lease.release()` gives the permits
+   * back; for rate limiters it does nothing). Rejects with `QueueFullError` when the queue
+   * has no room (or, with `queueOrder: 'newest-first'`, when a newer waiter evicts this
+   * one), `LimiterClosedError` on `close()`, the signal's reason (an `AbortError`) when
+   * `signal` aborts, and a `TimeoutError` after `timeoutMs`. A waiter that leaves gives
+   * its place back; the one behind it is not skipped.
+   */
+  acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<Lease> {
+    try {
+      const { signal, timeoutMs } = checkAcquireOptions(this.owner, options);
+      if (signal?.aborted) return Promise.reject(signal.reason);
+      if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
+        return Promise.resolve(this.leaseFor(key, permits));
+      }
+      if (this.lastWord === NO_SLOT) {
+        throw new QueueFullError(
+          `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
+        );
+      }
+      const queueLimit = this.effectiveQueueLimit();
+      if (queueLimit === 0) {
+        throw new QueueFullError(
+          `${this.owner}: option "queueLimit" is 0, so acquire() never waits`,
+        );
+      }
+      const w = this.lastWord;
+      let r: number;
+      try {
+        r = this.queues.enqueue(w, permits, queueLimit, !this.fifo);
+      } catch (error) {
+        Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
+        throw error;
+      }
+      return new Promise<Lease>((resolve, reject) => {
+        const x: Waiter = {
+          key,
+          permits,
+          w,
+          r,
+          id: this.queues.id(r),
+          resolve,
+          reject,
+          done: false,
+          signal,
+          timer: undefined,
+          onAbort: undefined,
+        };
+        if (signal) {
+          x.onAbort = () => this.leaveQueue(x, signal.reason);
+          signal.addEventListener('abort', x.onAbort, { once: true });
+        }
+        if (timeoutMs !== undefined) {
+          x.timer = setTimeout(
+            () => this.leaveQueue(x, new DOMException('The operation timed out.', 'TimeoutError')),
+            timeoutMs,
+          );
+        }
+        this.track(x);
+        this.pump(x);
+      });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The queue limit in permits (LeakyBucket: its capacity). */
+  protected effectiveQueueLimit(): number {
+    return this.queueLimit;
+  }
+
+  private leaseFor(key: Key | undefined, permits: number): Lease {
+    return this.releasable ? new HeldLease(this, key, permits) : NO_OP_LEASE;
+  }
+
+  /** Whether a Lease gives its permits back on release (Concurrency). */
+  protected get releasable(): boolean {
+    return false;
+  }
+
+  /** @internal Gives a Concurrency lease's permits back. */
+  giveLeaseBack(key: Key | undefined, permits: number): void {
+    this.refund(key, permits);
+  }
+
+  /** Runs a waiter until it parks (Atomics.waitAsync) or settles. */
+  private pump(x: Waiter): void {
+    const i32 = this.i32;
+    const manual = this.clock instanceof ManualClock ? this.clock : undefined;
+    for (let spins = 0; !x.done; spins++) {
+      const status = this.queues.status(x.r);
+      if (
+        (Atomics.load(i32, H_CONTROL) & 1) !== 0 ||
+        (status === W_CLOSED && this.queues.id(x.r) === x.id)
+      ) {
+        return this.leaveQueue(x, new LimiterClosedError());
+      }
+      if (this.queues.id(x.r) !== x.id) {
+        return this.settle(
+          x,
+          new QueueFullError(
+            `${this.owner}: the waiter was skipped: its thread did not answer for too long`,
+          ),
+        );
+      }
+      if (status === W_EVICTED) {
+        return this.settle(
+          x,
+          new QueueFullError(
+            `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
+          ),
+        );
+      }
+      // Read the words we may park on before looking: a wake-up after this read changes
+      // them, so waitAsync returns at once instead of missing it.
+      const futex = this.queues.futex(x.r);
+      const seen = Atomics.load(i32, futex);
+      const tick = manual?.tickWord;
+      const tickSeen = tick ? Atomics.load(tick.words, tick.index) : 0;
+      let timeoutMs = Number.POSITIVE_INFINITY;
+      let head = false;
+      if (this.queues.isHead(x.w, x.r)) {
+        head = true;
+        const nowUs = this.clock.nowUs();
+        if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
+          const was = this.queues.leave(x.w, x.r, x.id);
+          if (was === W_WAITING) return this.settle(x, null, this.leaseFor(x.key, x.permits));
+          // Evicted or closed while taking them: exactly one outcome, so give them back.
+          this.refund(x.key, x.permits);
+          return this.settle(
+            x,
+            was === W_EVICTED
+              ? new QueueFullError(
+                  `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
+                )
+              : new LimiterClosedError(),
+          );
+        }
+        timeoutMs = this.retryAfterUs(this.lastState, this.lastStamp, nowUs, x.permits) / 1000;
+      }
+      let result: ReturnType<typeof Atomics.waitAsync>;
+      if (head && tick) {
+        // Under a ManualClock time moves only by advance()/set(), which tick this word;
+        // releases tick it too.
+        result = Atomics.waitAsync(tick.words, tick.index, tickSeen);
+      } else {
+        result = Number.isFinite(timeoutMs)
+          ? Atomics.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
+          : Atomics.waitAsync(i32, futex, seen);
+      }
+      if (result.async) {
+        result.value.then(() => this.pump(x));
+        return;
+      }
+      if (spins > 1000) {
+        // Never expected; a guard against a livelock turning into a busy loop.
+        setImmediate(() => this.pump(x));
+        return;
+      }
+    }
+  }
+
+  /** The waiter leaves (abort, timeout, close): out of the queue, then settled. */
+  private leaveQueue(x: Waiter, error: unknown): void {
+    if (x.done) return;
+    this.queues.leave(x.w, x.r, x.id);
+    this.settle(x, error);
+  }
+
+  private settle(x: Waiter, error: unknown, lease?: Lease): void {
+    if (x.done) return;
+    x.done = true;
+    if (x.timer) clearTimeout(x.timer);
+    if (x.onAbort) x.signal?.removeEventListener('abort', x.onAbort);
+    if (this.queues.id(x.r) === x.id) this.queues.free(x.r);
+    this.untrack(x);
+    if (lease) x.resolve(lease);
+    else x.reject(error);
+  }
+
+  // A pending Atomics.waitAsync does not keep Node's event loop alive. While this thread
+  // has waiters, one interval per limiter (not per key) does: it also proves the thread
+  // alive to the others, and removes dead threads' waiters from the heads of our queues.
+  private track(x: Waiter): void {
+    this.waiting.add(x);
+    if (this.heartbeatTimer) return;
+    this.heartbeatTimer = setInterval(() => {
+      this.queues.heartbeat();
+      const seen = new Set<number>();
+      for (const y of this.waiting) {
+        if (!seen.has(y.w)) {
+          seen.add(y.w);
+          this.queues.sweep(y.w);
+        }
+      }
+    }, HEARTBEAT_MS);
+  }
+
+  private untrack(x: Waiter): void {
+    this.waiting.delete(x);
+    if (this.waiting.size === 0 && this.heartbeatTimer) {
+      clearInterval(this.heartbeatTimer);
+      this.heartbeatTimer = undefined;
+    }
+  }
+
+  /** After permits came back to slot `w`: wake its head waiter, if it has waiters. */
+  protected wakeWaiters(w: number): void {
+    if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (it costs ~50 ns)
+    this.queues.wakeHead(w);
+    if (this.clock instanceof ManualClock) this.clock.tick();
+  }
+
   // ---- the rest of the API ------------------------------------------------------------
 
   /** Gives `permits` back to `key` (never above its limit). Unknown keys are a no-op. */
@@ -447,7 +704,7 @@ export abstract class Limiter implements SlotPolicy {
     const stamp = this.stampOf(w, nowUs);
     return {
       available: this.available(s, stamp, nowUs),
-      queued: 0,
+      queued: this.queues.waitingPermits(w),
       admitted: Atomics.load(this.i32, w + S_ADMITTED) >>> 0,
       rejected: Atomics.load(this.i32, w + S_REJECTED) >>> 0,
     };
@@ -461,6 +718,7 @@ export abstract class Limiter implements SlotPolicy {
     this.resetSlot(ref);
     Atomics.store(this.i32, (ref >>> 4) + S_ADMITTED, 0);
     Atomics.store(this.i32, (ref >>> 4) + S_REJECTED, 0);
+    this.wakeWaiters(ref >>> 4);
   }
 
   protected resetSlot(ref: number): void {
@@ -478,6 +736,8 @@ export abstract class Limiter implements SlotPolicy {
    */
   close(): void {
     Atomics.or(this.i32, H_CONTROL, 1);
+    this.queues.closeAll();
+    if (this.clock instanceof ManualClock) this.clock.tick();
   }
 
   protected checkOpen(): void {
@@ -505,14 +765,18 @@ export abstract class Limiter implements SlotPolicy {
       }
       this.lastWord = w;
       const next = f(s, this.stampOf(w, nowUs));
-      if (next === s || Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) return next;
+      if (next === s) return next;
+      if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
+        this.wakeWaiters(w);
+        return next;
+      }
     }
   }
 
   /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
   protected stampOf(w: number, nowUs: number): number {
     const stampNow = Math.floor((nowUs - this.epochUs) / STAMP_US);
-    return stampNow + ((this.i32[w + S_STAMP]! - stampNow) | 0);
+    return stampNow + ((((this.i32[w + S_STAMP]! & STAMP_MASK) - stampNow) << 1) >> 1);
   }
 
   /** Slot number of a packed reference (for algorithms with per-slot memory). */
@@ -543,4 +807,88 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
     throw new TypeError('attach: the buffer size does not match its header');
   }
   return Atomics.load(i32, H_ALGO);
+}
+
+/** How attempt() was called: a plain try, acquire()'s first try, or the head waiter. */
+type AttemptMode = 0 | 1 | 2;
+const TRY: AttemptMode = 0;
+const ENQUEUE: AttemptMode = 1;
+const HEAD: AttemptMode = 2;
+
+/** Options of `acquire()`. */
+export interface AcquireOptions {
+  /** Aborting it removes the waiter; the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Longest wait in milliseconds; then the promise rejects with a `TimeoutError`. */
+  timeoutMs?: number;
+}
+
+/** What `acquire()` resolves with. Releasing twice is harmless. */
+export interface Lease {
+  /** Gives the permits back (`Concurrency`); a no-op for rate limiters. */
+  release(): void;
+  [Symbol.dispose](): void;
+}
+
+interface Waiter {
+  key: Key | undefined;
+  permits: number;
+  w: number;
+  r: number;
+  id: number;
+  resolve: (lease: Lease) => void;
+  reject: (error: unknown) => void;
+  done: boolean;
+  signal: AbortSignal | undefined;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  onAbort: (() => void) | undefined;
+}
+
+const NO_OP_LEASE: Lease = Object.freeze({
+  release(): void {},
+  [Symbol.dispose](): void {},
+});
+
+class HeldLease implements Lease {
+  private held = true;
+  constructor(
+    private readonly limiter: Limiter,
+    private readonly key: Key | undefined,
+    private readonly permits: number,
+  ) {}
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    this.limiter.giveLeaseBack(this.key, this.permits);
+  }
+  [Symbol.dispose](): void {
+    this.release();
+  }
+}
+
+function checkAcquireOptions(
+  owner: string,
+  options: unknown,
+): { signal: AbortSignal | undefined; timeoutMs: number | undefined } {
+  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
+  const signal = opts.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError(
+      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
+    );
+  }
+  const timeoutMs = opts.timeoutMs;
+  if (timeoutMs !== undefined) {
+    if (typeof timeoutMs !== 'number') {
+      throw new TypeError(
+        `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
+      );
+    }
+    if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+      throw new RangeError(
+        `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
+      );
+    }
+  }
+  return { signal, timeoutMs };
 }

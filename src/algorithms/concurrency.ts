@@ -38,6 +38,11 @@ export class Concurrency extends Limiter {
     return { ...common, params: [limit], logRing: 0 };
   }
 
+  /** A Lease from `acquire()` gives its permits back on `release()`. */
+  protected override get releasable(): boolean {
+    return true;
+  }
+
   private held(state: number): number {
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? 0 : p;

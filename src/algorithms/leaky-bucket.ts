@@ -4,7 +4,10 @@ import { Gcra, MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } fro
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
 export interface LeakyBucketOptions extends CommonOptions {
-  /** Permits that may wait in the bucket (for `acquire()`); also the largest request. Integer, 1 to 2^24. */
+  /**
+   * Permits that may wait in the bucket in `acquire()` (the default `queueLimit`); also
+   * the largest request. Integer, 1 to 2^24.
+   */
   capacity: number;
   /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e6. */
   ratePerSecond: number;
@@ -14,8 +17,9 @@ export interface LeakyBucketOptions extends CommonOptions {
  * LeakyBucket: requests leave at a constant `ratePerSecond`, one permit every
  * 1/ratePerSecond seconds, never in bursts. `tryAcquire` / `consume` admit a request only
  * when it would leave at once (the bucket has drained); a request of `permits` then
- * occupies the outflow for `permits` intervals. Waiting in the bucket, up to `capacity`
- * permits, is what `acquire()` does.
+ * occupies the outflow for `permits` intervals. `acquire()` waits in the bucket, FIFO,
+ * up to `capacity` permits (or `queueLimit` if smaller), and leaves at the constant rate;
+ * a full bucket rejects with QueueFullError.
  */
 export class LeakyBucket extends Gcra {
   readonly capacity: number;
@@ -38,6 +42,11 @@ export class LeakyBucket extends Gcra {
       MIN_RATE_PER_SECOND,
       MAX_RATE_PER_SECOND,
     );
-    return { ...common, params: [capacity, rate], logRing: 0 };
+    // The bucket is the queue: at most `capacity` permits wait (fewer if asked).
+    const queueLimit =
+      opts.queueLimit === undefined
+        ? capacity
+        : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+    return { ...common, queueLimit, params: [capacity, rate], logRing: 0 };
   }
 }

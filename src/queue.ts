@@ -1,0 +1,317 @@
+import { monotonicClock } from './clock.js';
+import { QueueFullError } from './errors.js';
+import {
+  type Layout,
+  Q_HEAD,
+  Q_LOCK,
+  Q_PERMITS,
+  Q_TAIL,
+  QUEUE_WORDS,
+  QUEUED_FLAG,
+  R_FUTEX,
+  R_ID,
+  R_NEXT,
+  R_PERMITS,
+  R_SLOT,
+  R_STATUS,
+  R_THREAD,
+  R_TOKEN,
+  RECORD_WORDS,
+  S_STAMP,
+  T_HEARTBEAT,
+  T_TOKEN,
+  THREAD_ENTRIES,
+  W_CLOSED,
+  W_EVICTED,
+  W_FREE,
+  W_RESERVED,
+  W_WAITING,
+} from './layout.js';
+import type { SlotTable } from './table.js';
+
+/** How often a thread with waiters proves it is alive, and when silence means dead. */
+export const HEARTBEAT_MS = 250;
+export const DEAD_AFTER_MS = 2000;
+
+function nowMs(): number {
+  return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
+}
+
+/**
+ * The per-key FIFO wait queues of one limiter, seen from one thread. A queue is a linked
+ * list of waiter records in the shared buffer, changed only under the key's queue lock (a
+ * lease, like the stripe locks). Deciding never takes that lock: it reads one flag bit in
+ * the slot's stamp word, which is set while the queue is not empty.
+ *
+ * Each waiter parks on its own record's futex word with Atomics.waitAsync, and whoever
+ * changes what it waits for bumps that word and notifies it: the head when permits are
+ * given back or the head changes, an evicted waiter, every waiter on close().
+ */
+export class WaitQueues {
+  private threadEntry = -1;
+  private threadToken = 0;
+  private cursor = 0;
+
+  constructor(
+    private readonly i32: Int32Array,
+    private readonly layout: Layout,
+    private readonly table: SlotTable,
+  ) {}
+
+  private q(w: number): number {
+    const s = w === this.layout.hotBase ? 0 : (w - this.layout.hotBase - 12) / 4;
+    return this.layout.queueBase + s * QUEUE_WORDS;
+  }
+
+  /** Word index of record `r`. */
+  rec(r: number): number {
+    return this.layout.poolBase + r * RECORD_WORDS;
+  }
+
+  // ---- threads -------------------------------------------------------------------------
+
+  /** This thread's entry in the thread table, (re)claimed when needed; proves it alive. */
+  heartbeat(): void {
+    const i32 = this.i32;
+    const base = this.layout.threadBase;
+    const now = nowMs();
+    if (this.threadEntry >= 0) {
+      const e = base + this.threadEntry * 2;
+      if (Atomics.load(i32, e + T_TOKEN) === this.threadToken) {
+        Atomics.store(i32, e + T_HEARTBEAT, now);
+        return;
+      }
+      this.threadEntry = -1; // taken over while this thread had no waiters
+    }
+    const token = (Math.random() * 0x7fffffff) | 0 | 1;
+    for (let pass = 0; pass < 2; pass++) {
+      for (let t = 0; t < THREAD_ENTRIES; t++) {
+        const e = base + t * 2;
+        const cur = Atomics.load(i32, e + T_TOKEN);
+        const stale = cur !== 0 && this.isStale(Atomics.load(i32, e + T_HEARTBEAT), now);
+        if ((pass === 0 && cur !== 0) || (pass === 1 && !stale)) continue;
+        Atomics.store(i32, e + T_HEARTBEAT, now);
+        if (Atomics.compareExchange(i32, e + T_TOKEN, cur, token) === cur) {
+          Atomics.store(i32, e + T_HEARTBEAT, now);
+          this.threadEntry = t;
+          this.threadToken = token;
+          return;
+        }
+      }
+    }
+    throw new QueueFullError(`more than ${THREAD_ENTRIES} threads are waiting on this limiter`);
+  }
+
+  private isStale(heartbeat: number, now: number): boolean {
+    return ((now - heartbeat) & 0x7fffffff) > DEAD_AFTER_MS;
+  }
+
+  /** Whether the thread that made record `r` is gone (terminated, or silent too long). */
+  private ownerDead(r: number): boolean {
+    const i32 = this.i32;
+    const rw = this.rec(r);
+    const e = this.layout.threadBase + Atomics.load(i32, rw + R_THREAD) * 2;
+    if (Atomics.load(i32, e + T_TOKEN) !== Atomics.load(i32, rw + R_TOKEN)) return true;
+    return this.isStale(Atomics.load(i32, e + T_HEARTBEAT), nowMs());
+  }
+
+  // ---- records ---------------------------------------------------------------------------
+
+  private nextId = 1;
+
+  /** The id written into record `r` when it was allocated. */
+  id(r: number): number {
+    return Atomics.load(this.i32, this.rec(r) + R_ID);
+  }
+
+  private allocate(w: number, permits: number): number {
+    const i32 = this.i32;
+    const n = this.layout.maxWaiters;
+    for (let k = 0; k < n; k++) {
+      const r = (this.cursor + k) % n;
+      const rw = this.rec(r);
+      if (Atomics.compareExchange(i32, rw + R_STATUS, W_FREE, W_RESERVED) !== W_FREE) continue;
+      this.cursor = (r + 1) % n;
+      Atomics.store(i32, rw + R_NEXT, 0);
+      Atomics.store(i32, rw + R_SLOT, w);
+      Atomics.store(i32, rw + R_PERMITS, permits);
+      Atomics.store(i32, rw + R_THREAD, this.threadEntry);
+      Atomics.store(i32, rw + R_TOKEN, this.threadToken);
+      this.nextId = (this.nextId + 1) & 0x7fffffff || 1;
+      Atomics.store(i32, rw + R_ID, this.nextId ^ this.threadToken);
+      return r;
+    }
+    throw new QueueFullError(
+      `all ${n} waiter records are in use (option "maxWaiters"); no room to wait`,
+    );
+  }
+
+  /** Gives a record back to the pool (its owner does this, once it has settled). */
+  free(r: number): void {
+    Atomics.store(this.i32, this.rec(r) + R_ID, 0);
+    Atomics.store(this.i32, this.rec(r) + R_STATUS, W_FREE);
+  }
+
+  status(r: number): number {
+    return Atomics.load(this.i32, this.rec(r) + R_STATUS);
+  }
+
+  futex(r: number): number {
+    return this.rec(r) + R_FUTEX;
+  }
+
+  private wakeRecord(r: number): void {
+    const f = this.rec(r) + R_FUTEX;
+    Atomics.add(this.i32, f, 1);
+    Atomics.notify(this.i32, f);
+  }
+
+  // ---- queues ------------------------------------------------------------------------------
+
+  private setFlag(w: number, on: boolean): void {
+    const i32 = this.i32;
+    for (;;) {
+      const raw = Atomics.load(i32, w + S_STAMP);
+      const next = on ? raw | QUEUED_FLAG : raw & ~QUEUED_FLAG;
+      if (next === raw || Atomics.compareExchange(i32, w + S_STAMP, raw, next) === raw) return;
+    }
+  }
+
+  /**
+   * Appends a waiter for `permits` to the queue of slot `w`. Past `queueLimit` permits,
+   * 'oldest-first' refuses the newcomer and 'newest-first' evicts the oldest waiters.
+   * Returns the new record.
+   */
+  enqueue(w: number, permits: number, queueLimit: number, newestFirst: boolean): number {
+    this.heartbeat();
+    const i32 = this.i32;
+    const q = this.q(w);
+    const token = this.table.lock(q + Q_LOCK);
+    let r = -1;
+    try {
+      this.sweepLocked(w);
+      let waiting = Atomics.load(i32, q + Q_PERMITS);
+      if (waiting + permits > queueLimit) {
+        if (!newestFirst) {
+          throw new QueueFullError(
+            `the queue holds ${waiting} of ${queueLimit} permits (option "queueLimit"); ${permits} more do not fit`,
+          );
+        }
+        // .NET's NewestFirst: the oldest waiters make room and fail with QueueFullError.
+        while (waiting + permits > queueLimit) {
+          const head = Atomics.load(i32, q + Q_HEAD) - 1;
+          if (head < 0) break;
+          this.unlinkLocked(w, head);
+          Atomics.store(i32, this.rec(head) + R_STATUS, W_EVICTED);
+          this.wakeRecord(head);
+          waiting = Atomics.load(i32, q + Q_PERMITS);
+        }
+      }
+      r = this.allocate(w, permits);
+      Atomics.store(i32, this.rec(r) + R_STATUS, W_WAITING);
+      const tail = Atomics.load(i32, q + Q_TAIL) - 1;
+      if (tail >= 0) Atomics.store(i32, this.rec(tail) + R_NEXT, r + 1);
+      else Atomics.store(i32, q + Q_HEAD, r + 1);
+      Atomics.store(i32, q + Q_TAIL, r + 1);
+      Atomics.add(i32, q + Q_PERMITS, permits);
+      this.setFlag(w, true);
+      return r;
+    } finally {
+      this.table.unlock(q + Q_LOCK, token);
+    }
+  }
+
+  /** Whether record `r` is at the head of its queue. */
+  isHead(w: number, r: number): boolean {
+    return Atomics.load(this.i32, this.q(w) + Q_HEAD) === r + 1;
+  }
+
+  /** Permits waiting in the queue of slot `w`. */
+  waitingPermits(w: number): number {
+    return Atomics.load(this.i32, this.q(w) + Q_PERMITS);
+  }
+
+  /**
+   * Takes record `r` (id `id`) out of its queue if it is still there, and wakes the next
+   * head. Returns the status it had: W_WAITING normally; W_EVICTED or W_CLOSED if another
+   * thread settled it first; W_FREE if it was swept (its thread looked dead).
+   */
+  leave(w: number, r: number, id: number): number {
+    const q = this.q(w);
+    const token = this.table.lock(q + Q_LOCK);
+    try {
+      if (this.id(r) !== id) return W_FREE;
+      const status = Atomics.load(this.i32, this.rec(r) + R_STATUS);
+      this.unlinkLocked(w, r);
+      return status;
+    } finally {
+      this.table.unlock(q + Q_LOCK, token);
+    }
+  }
+
+  /** Unlinks `r` (under the lock); keeps the permits count and flag right; wakes a new head. */
+  private unlinkLocked(w: number, r: number): void {
+    const i32 = this.i32;
+    const q = this.q(w);
+    let prev = -1;
+    let cur = Atomics.load(i32, q + Q_HEAD) - 1;
+    while (cur >= 0 && cur !== r) {
+      prev = cur;
+      cur = Atomics.load(i32, this.rec(cur) + R_NEXT) - 1;
+    }
+    if (cur < 0) return; // not in the queue (already removed)
+    const next = Atomics.load(i32, this.rec(r) + R_NEXT);
+    if (prev >= 0) Atomics.store(i32, this.rec(prev) + R_NEXT, next);
+    else Atomics.store(i32, q + Q_HEAD, next);
+    if (Atomics.load(i32, q + Q_TAIL) === r + 1) Atomics.store(i32, q + Q_TAIL, prev + 1);
+    Atomics.sub(i32, q + Q_PERMITS, Atomics.load(i32, this.rec(r) + R_PERMITS));
+    Atomics.store(i32, this.rec(r) + R_NEXT, 0);
+    if (Atomics.load(i32, q + Q_HEAD) === 0) this.setFlag(w, false);
+    else if (prev < 0) this.wakeRecord(next - 1); // a new head: its turn to try
+  }
+
+  /** Wakes the head of slot `w`'s queue (permits were given back, or time passed). */
+  wakeHead(w: number): void {
+    const head = Atomics.load(this.i32, this.q(w) + Q_HEAD) - 1;
+    if (head >= 0) this.wakeRecord(head);
+  }
+
+  /**
+   * Removes waiters whose thread is gone from the head of slot `w`'s queue, so the queue
+   * behind them proceeds. Called by every waiting thread's heartbeat.
+   */
+  sweep(w: number): void {
+    const i32 = this.i32;
+    const q = this.q(w);
+    const head = Atomics.load(i32, q + Q_HEAD) - 1;
+    if (head < 0 || !this.ownerDead(head)) return;
+    const token = this.table.lock(q + Q_LOCK);
+    try {
+      this.sweepLocked(w);
+    } finally {
+      this.table.unlock(q + Q_LOCK, token);
+    }
+  }
+
+  private sweepLocked(w: number): void {
+    const i32 = this.i32;
+    const q = this.q(w);
+    for (;;) {
+      const head = Atomics.load(i32, q + Q_HEAD) - 1;
+      if (head < 0 || !this.ownerDead(head)) return;
+      this.unlinkLocked(w, head);
+      this.free(head); // its owner is gone: nobody else will
+    }
+  }
+
+  /** close(): every waiter of every key, on every thread, wakes to a closed limiter. */
+  closeAll(): void {
+    const i32 = this.i32;
+    for (let r = 0; r < this.layout.maxWaiters; r++) {
+      const rw = this.rec(r);
+      if (Atomics.compareExchange(i32, rw + R_STATUS, W_WAITING, W_CLOSED) === W_WAITING) {
+        this.wakeRecord(r);
+      }
+    }
+  }
+}
