@@ -487,15 +487,15 @@ export abstract class Limiter implements SlotPolicy {
           `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
         );
       }
-      const queueLimit = this.effectiveQueueLimit();
-      if (queueLimit === 0) {
-        throw new QueueFullError(
-          `${this.owner}: option "queueLimit" is 0, so acquire() never waits`,
-        );
-      }
       const w = this.lastWord;
       let r: number;
       try {
+        const queueLimit = this.effectiveQueueLimit();
+        if (queueLimit === 0) {
+          throw new QueueFullError(
+            `${this.owner}: option "queueLimit" is 0, so acquire() never waits`,
+          );
+        }
         r = this.queues.enqueue(w, permits, queueLimit, !this.fifo);
       } catch (error) {
         Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
