@@ -160,11 +160,12 @@ describe.each(cases.filter((c) => c.timed))('$name (contract, time-based)', ({ m
     }
   });
 
-  it('decodes a key idle for 2^31 ms, 2^32 ms, 2^40 ms exactly, past 2^53 ns and 68 years of uptime', () => {
+  it('decodes a key idle for 2^31 ms, 2^32 ms, 2^40 ms exactly, past 2^53 ns and 71 years of uptime', () => {
     const clock = new ManualClock(2 ** 31 + 17);
     const limiter = make(clock);
-    // The gaps also carry uptime past 2^53 ns (104 days) and past the stamp's own 32-bit
-    // range (2^31 stamps of 2^20 µs, 68 years): stamps compare modulo 2^32.
+    // The gaps also carry uptime past 2^53 ns (104 days) and past the stamp's own 31-bit
+    // range (2^31 stamps of 2^20 µs, 71 years): stamps compare modulo 2^31, so any gap
+    // under 2^30 stamps (35 years) decodes exactly.
     for (const gap of [2 ** 31, 2 ** 32 - 999, 2 ** 32, 2 ** 33 + 5, 2 ** 40, 2 ** 40, 2 ** 40]) {
       expect(admitted(limiter, 'k', 10)).toBe(burst);
       clock.advance(gap);
