@@ -397,6 +397,7 @@ export abstract class Limiter implements SlotPolicy {
       // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody
       // takes permits ahead of them but the head waiter itself.
       this.lastQueued = raw < 0 && this.fifo && mode !== HEAD;
+      if (this.lastQueued && this.queues.sweep(w)) continue; // only dead threads waited
       const next = this.lastQueued ? REJECT : this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
         // A caller about to wait (or waiting) is not refused: only count real refusals.

@@ -278,19 +278,22 @@ export class WaitQueues {
 
   /**
    * Removes waiters whose thread is gone from the head of slot `w`'s queue, so the queue
-   * behind them proceeds. Called by every waiting thread's heartbeat.
+   * behind them proceeds. Called by every waiting thread's heartbeat, and by a decision
+   * that found the queue flag set (a queue of dead waiters must not block a key forever).
+   * Returns whether it removed any.
    */
-  sweep(w: number): void {
+  sweep(w: number): boolean {
     const i32 = this.i32;
     const q = this.q(w);
     const head = Atomics.load(i32, q + Q_HEAD) - 1;
-    if (head < 0 || !this.ownerDead(head)) return;
+    if (head < 0 || !this.ownerDead(head)) return false;
     const token = this.table.lock(q + Q_LOCK);
     try {
       this.sweepLocked(w);
     } finally {
       this.table.unlock(q + Q_LOCK, token);
     }
+    return true;
   }
 
   private sweepLocked(w: number): void {
