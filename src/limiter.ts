@@ -555,6 +555,16 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Runs a waiter until it parks (Atomics.waitAsync) or settles. */
   private pump(x: Waiter): void {
+    try {
+      this.pumpOnce(x);
+    } catch (error) {
+      // close() from another thread between our checks and attempt() makes attempt()
+      // throw; whatever it is, the waiter settles instead of hanging.
+      this.leaveQueue(x, error);
+    }
+  }
+
+  private pumpOnce(x: Waiter): void {
     const i32 = this.i32;
     const manual = this.clock instanceof ManualClock ? this.clock : undefined;
     for (let spins = 0; !x.done; spins++) {
@@ -596,7 +606,7 @@ export abstract class Limiter implements SlotPolicy {
           const was = this.queues.leave(x.w, x.r, x.id);
           if (was === W_WAITING) return this.settle(x, null, this.leaseFor(x.key, x.permits));
           // Evicted or closed while taking them: exactly one outcome, so give them back.
-          this.refund(x.key, x.permits);
+          this.giveBackUnchecked(x.key, x.permits);
           return this.settle(
             x,
             was === W_EVICTED
@@ -685,11 +695,16 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Gives `permits` back to `key` (never above its limit). Unknown keys are a no-op. */
   refund(key?: Key, permits = 1): void {
-    const nowUs = this.clock.nowUs();
     this.checkOpen();
     if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
       throw permitsError(`${this.owner}.refund`, permits, this.limit);
     }
+    this.giveBackUnchecked(key, permits);
+  }
+
+  /** refund() without the closed check: a waiter settling during close() still returns what it took. */
+  private giveBackUnchecked(key: Key | undefined, permits: number): void {
+    const nowUs = this.clock.nowUs();
     this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits));
   }
 

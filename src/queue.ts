@@ -191,6 +191,12 @@ export class WaitQueues {
     try {
       this.sweepLocked(w);
       let waiting = Atomics.load(i32, q + Q_PERMITS);
+      if (permits > queueLimit) {
+        // Would not fit even in an empty queue: refused, and nobody is evicted for it.
+        throw new QueueFullError(
+          `${permits} permits can never wait in a queue of ${queueLimit} (option "queueLimit")`,
+        );
+      }
       if (waiting + permits > queueLimit) {
         if (!newestFirst) {
           throw new QueueFullError(

@@ -1,44 +1,13 @@
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { DIST, runChild as runChildFor } from './helpers/child.js';
 
 // A limiter with nothing pending must not keep a process alive: a process that is done
 // with its work exits by itself. Each case runs a child `node` on the built package.
-const DIST = new URL('../dist/index.js', import.meta.url).href;
 const WORKER = new URL('./workers/liveness-worker.mjs', import.meta.url).href;
 // Far above the ~0.1 s such a child needs; a child still alive by then is held open.
 const KILL_AFTER_MS = 20_000;
 
-interface Outcome {
-  code: number | null;
-  killed: boolean;
-  stdout: string;
-  stderr: string;
-}
-
-function runChild(script: string): Promise<Outcome> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    let killed = false;
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    const timer = setTimeout(() => {
-      killed = true;
-      child.kill('SIGKILL');
-    }, KILL_AFTER_MS);
-    child.once('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, killed, stdout, stderr });
-    });
-  });
-}
+const runChild = (script: string) => runChildFor(script, KILL_AFTER_MS);
 
 describe('process liveness', () => {
   it('lets a process exit by itself after its worker attached, took permits and ended', async () => {

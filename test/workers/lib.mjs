@@ -37,3 +37,39 @@ export function shuffled(n, seed) {
   }
   return order;
 }
+
+// ---- wait-queue tests: a shared log of acquire() outcomes --------------------------------
+// `events` is an Int32Array on a SharedArrayBuffer: [EV_ENQUEUED] counts acquire() calls
+// made (the waiter is queued once acquire() returns), [EV_CLAIMED] log positions taken,
+// [EV_WRITTEN] log entries written; entries from EV_LOG on are `id * 8 + outcome code`, in
+// the order the acquire() calls settled across all threads. test/queue-threads.test.ts
+// decodes them with the same numbers.
+export const EV_ENQUEUED = 0;
+export const EV_CLAIMED = 1;
+export const EV_WRITTEN = 2;
+export const EV_LOG = 3;
+export const OUTCOME = {
+  granted: 1,
+  'queue-full': 2,
+  closed: 3,
+  aborted: 4,
+  'timed-out': 5,
+  other: 6,
+};
+
+/** The outcome name of a rejected acquire(). */
+export function outcomeOf(error) {
+  if (error?.code === 'ERR_QUEUE_FULL') return 'queue-full';
+  if (error?.code === 'ERR_LIMITER_CLOSED') return 'closed';
+  if (error instanceof DOMException && error.name === 'AbortError') return 'aborted';
+  if (error instanceof DOMException && error.name === 'TimeoutError') return 'timed-out';
+  return 'other';
+}
+
+/** Appends `id`'s outcome to the shared log and wakes whoever waits for entries. */
+export function logOutcome(events, id, code) {
+  const position = Atomics.add(events, EV_CLAIMED, 1);
+  Atomics.store(events, EV_LOG + position, id * 8 + code);
+  Atomics.add(events, EV_WRITTEN, 1);
+  Atomics.notify(events, EV_WRITTEN);
+}
