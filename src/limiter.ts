@@ -40,6 +40,7 @@ import {
   slotOfHotWord,
   W_CLOSED,
   W_EVICTED,
+  W_FREE,
   W_WAITING,
 } from './layout.js';
 import { HEARTBEAT_MS, WaitQueues } from './queue.js';
@@ -569,27 +570,14 @@ export abstract class Limiter implements SlotPolicy {
     const manual = this.clock instanceof ManualClock ? this.clock : undefined;
     for (let spins = 0; !x.done; spins++) {
       const status = this.queues.status(x.r);
-      if (
-        (Atomics.load(i32, H_CONTROL) & 1) !== 0 ||
-        (status === W_CLOSED && this.queues.id(x.r) === x.id)
-      ) {
-        return this.leaveQueue(x, new LimiterClosedError());
+      const ours = this.queues.id(x.r) === x.id;
+      if ((Atomics.load(i32, H_CONTROL) & 1) !== 0 || (ours && status === W_CLOSED)) {
+        this.leaveQueue(x, new LimiterClosedError());
+        return;
       }
-      if (this.queues.id(x.r) !== x.id) {
-        return this.settle(
-          x,
-          new QueueFullError(
-            `${this.owner}: the waiter was skipped: its thread did not answer for too long`,
-          ),
-        );
-      }
-      if (status === W_EVICTED) {
-        return this.settle(
-          x,
-          new QueueFullError(
-            `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
-          ),
-        );
+      if (!ours || status === W_EVICTED) {
+        this.settle(x, ours ? this.evictedError() : this.skippedError());
+        return;
       }
       // Read the words we may park on before looking: a wake-up after this read changes
       // them, so waitAsync returns at once instead of missing it.
@@ -604,17 +592,22 @@ export abstract class Limiter implements SlotPolicy {
         const nowUs = this.clock.nowUs();
         if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
           const was = this.queues.leave(x.w, x.r, x.id);
-          if (was === W_WAITING) return this.settle(x, null, this.leaseFor(x.key, x.permits));
-          // Evicted or closed while taking them: exactly one outcome, so give them back.
+          if (was === W_WAITING) {
+            this.settle(x, null, this.leaseFor(x.key, x.permits));
+            return;
+          }
+          // Evicted, closed or swept while taking them: exactly one outcome, so give them
+          // back.
           this.giveBackUnchecked(x.key, x.permits);
-          return this.settle(
+          this.settle(
             x,
             was === W_EVICTED
-              ? new QueueFullError(
-                  `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
-                )
-              : new LimiterClosedError(),
+              ? this.evictedError()
+              : was === W_FREE
+                ? this.skippedError()
+                : new LimiterClosedError(),
           );
+          return;
         }
         timeoutMs = this.retryAfterUs(this.lastState, this.lastStamp, nowUs, x.permits) / 1000;
       }
@@ -638,6 +631,18 @@ export abstract class Limiter implements SlotPolicy {
         return;
       }
     }
+  }
+
+  private evictedError(): QueueFullError {
+    return new QueueFullError(
+      `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
+    );
+  }
+
+  private skippedError(): QueueFullError {
+    return new QueueFullError(
+      `${this.owner}: the waiter was skipped: its thread was silent for too long`,
+    );
   }
 
   /** The waiter leaves (abort, timeout, close): out of the queue, then settled. */
