@@ -68,7 +68,10 @@ export async function run({ quick = false, reporter }) {
       name,
       figure(1e9 / c.opsPerSec, {
         opsPerSec: c.opsPerSec,
-        note: `${note}; range ${(c.min / 1e6).toFixed(1)}-${(c.max / 1e6).toFixed(1)} M; ×${(c.opsPerSec / sep).toFixed(2)} of separate lines`,
+        note:
+          `${note}; range ${(c.min / 1e6).toFixed(1)}-${(c.max / 1e6).toFixed(1)} M; ` +
+          `×${(c.opsPerSec / sep).toFixed(2)} of separate lines; ${c.valid}/${c.rounds} rounds valid` +
+          `${c.valid === 0 ? ', MACHINE BUSY: no round had both cores' : ''}`,
       }),
     );
   }

@@ -87,7 +87,25 @@ export function measureInterleaved(fns, { batch, reps, warmup = 3 }) {
     }
   }
   consume(acc);
-  return perOp.map(summarize);
+  return perOp.map((samples) => ({ ...summarize(samples), samples }));
+}
+
+/**
+ * measureInterleaved() over `copies` instances of each variant (`variants[v][c]`: the loop
+ * of variant v, copy c, each with its own buffers), so that no figure hangs on where one
+ * buffer happened to land in memory. `reps` batches per variant are split over the copies.
+ * Returns one summary per variant over all its batches.
+ */
+export function measureCopies(variants, { batch, reps, warmup = 3 }) {
+  const copies = variants[0].length;
+  const fns = [];
+  for (let c = 0; c < copies; c++) for (const v of variants) fns.push(v[c]);
+  const per = measureInterleaved(fns, { batch, reps: Math.ceil(reps / copies), warmup });
+  return variants.map((_, v) => {
+    const all = [];
+    for (let c = 0; c < copies; c++) all.push(...per[c * variants.length + v].samples);
+    return summarize(all);
+  });
 }
 
 /** Batch sizes and repetitions for a full run and for --quick. */
