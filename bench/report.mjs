@@ -1,0 +1,317 @@
+// Turns the measurements into ratios and console tables. Every ratio is a cost ratio:
+// ×floor = our time per decision ÷ the floor's time per operation (1 is the floor itself);
+// for peers, peer ÷ ours = the peer's time per decision ÷ ours (above 1: ours is faster).
+import { fmtNs, fmtOps, fmtRatio, KEYS, median, table } from './lib.mjs';
+
+const PEERS = ['limiter', 'rate-limiter-flexible', 'bottleneck'];
+const SHORT = { limiter: 'limiter', 'rate-limiter-flexible': 'rlf', bottleneck: 'bottleneck' };
+
+// ---- native-bench figures used as floors --------------------------------------------------
+
+/** Picks the floors out of native-bench's figures; a missing figure is undefined. */
+export function nativeFloors(figures = {}) {
+  const ns = (name) => figures[name]?.medianNs;
+  const ops = (name) => figures[name]?.opsPerSec;
+  const sum = (a, b) => (ns(a) !== undefined && ns(b) !== undefined ? ns(a) + ns(b) : undefined);
+  const busy = (name) => /MACHINE BUSY/.test(figures[name]?.note ?? '');
+  return {
+    oneKey: {
+      ns: sum('clock.calibrated.int32', 'atomics.gcra.i32.plain-read'),
+      from: 'clock.calibrated.int32 + atomics.gcra.i32.plain-read',
+    },
+    manyKeys: { ns: ns('layout.keyed-floor.100k'), from: 'layout.keyed-floor.100k' },
+    contention: {
+      js: {
+        1: ops('layout.contention.1-thread'),
+        own: ops('layout.contention.separate-lines'),
+        hot: ops('layout.contention.same-word'),
+        busy: busy('layout.contention.same-word'),
+      },
+      c11: {
+        1: ops('c11.contention.1-thread'),
+        own: ops('c11.contention.separate-lines'),
+        hot: ops('c11.contention.same-word'),
+        busy: busy('c11.contention.same-word'),
+      },
+    },
+    wake: {
+      ns: ns('wake.roundtrip.waitAsync.worker'),
+      p99Ns: figures['wake.roundtrip.waitAsync.worker']?.p99Ns,
+      from: 'wake.roundtrip.waitAsync.worker',
+    },
+  };
+}
+
+/** The native CAS-contention floor (ops/s) matching a thread run, where one was measured. */
+function contentionFloor(c, threads, workload) {
+  if (threads === 1) return c[1];
+  if (threads === 2) return workload === 'hot key' ? c.hot : c.own;
+  return undefined; // native-bench measures one and two threads
+}
+
+// ---- analysis -----------------------------------------------------------------------------
+
+/** Adds floors and ratios to the rows of every latency child; returns the flat row list. */
+export function analyzeLatency(children, floors) {
+  const rows = [];
+  const floorsByProcess = [];
+  for (const child of children) {
+    const f1 = child.rows.find((r) => r.kind === 'floor' && r.keys === 1);
+    const fk = child.rows.find((r) => r.kind === 'floor' && r.keys === KEYS);
+    floorsByProcess.push({
+      process: child.subject,
+      oneKeyP50Ns: f1.p50Ns,
+      manyKeysP50Ns: fk.p50Ns,
+    });
+    for (const r of child.rows) {
+      if (r.kind === 'floor') continue;
+      const floor = r.keys === 1 ? f1 : fk;
+      const native = r.keys === 1 ? floors.oneKey.ns : floors.manyKeys.ns;
+      rows.push({
+        ...r,
+        floorP50Ns: floor.p50Ns,
+        ratioToFloor: r.p50Ns / floor.p50Ns,
+        nativeFloorNs: native,
+        ratioToNativeFloor: native === undefined ? undefined : r.p50Ns / native,
+      });
+    }
+  }
+  // peer ÷ ours, per peer, on the same outcome and key count.
+  for (const r of rows) {
+    if (r.kind !== 'ours') continue;
+    r.peerOverOurs = {};
+    for (const peer of PEERS) {
+      const p = rows.find(
+        (x) => x.subject === peer && x.primary && x.outcome === r.outcome && x.keys === r.keys,
+      );
+      if (p) r.peerOverOurs[peer] = p.p50Ns / r.p50Ns;
+    }
+  }
+  return { rows, floorsByProcess };
+}
+
+export function analyzeThreads(threads, floors) {
+  const { entries } = threads;
+  for (const e of entries) {
+    if (e.subject === 'floor') continue;
+    const inRun = entries.find(
+      (x) => x.subject === 'floor' && x.workload === e.workload && x.threads === e.threads,
+    );
+    e.floorOpsPerSec = inRun?.opsPerSec;
+    e.ratioToFloor = inRun ? inRun.opsPerSec / e.opsPerSec : undefined;
+    const js = contentionFloor(floors.contention.js, e.threads, e.workload);
+    const c11 = contentionFloor(floors.contention.c11, e.threads, e.workload);
+    e.casFloorOpsPerSec = js;
+    e.ratioToCasFloor = js === undefined ? undefined : js / e.opsPerSec;
+    e.c11FloorOpsPerSec = c11;
+    e.ratioToC11Floor = c11 === undefined ? undefined : c11 / e.opsPerSec;
+  }
+  return threads;
+}
+
+// ---- console report -----------------------------------------------------------------------
+
+function nativeSection(floors, nativeSource) {
+  const c = floors.contention;
+  const rows = [
+    ['clock + Int32 GCRA CAS (1 key)', fmtNs(floors.oneKey.ns), floors.oneKey.from],
+    ['Map.get + clock + GCRA CAS (100k keys)', fmtNs(floors.manyKeys.ns), floors.manyKeys.from],
+    ['CAS loop, 1 thread', fmtOps(c.js[1]), 'layout.contention.1-thread'],
+    ['CAS loop, 2 threads, separate lines', fmtOps(c.js.own), 'layout.contention.separate-lines'],
+    [
+      'CAS loop, 2 threads, one word',
+      fmtOps(c.js.hot),
+      `layout.contention.same-word${c.js.busy ? ' (native-bench: MACHINE BUSY)' : ''}`,
+    ],
+    ['C11 CAS, 1 thread', fmtOps(c.c11[1]), 'c11.contention.1-thread'],
+    ['C11 CAS, 2 threads, separate lines', fmtOps(c.c11.own), 'c11.contention.separate-lines'],
+    ['C11 CAS, 2 threads, one word', fmtOps(c.c11.hot), 'c11.contention.same-word'],
+    [
+      'waitAsync → notify round trip (p50)',
+      fmtNs(floors.wake.ns),
+      `${floors.wake.from}: the floor of acquire()`,
+    ],
+  ];
+  return [
+    `== Floor from native-bench (${nativeSource})`,
+    table(
+      [
+        { title: 'floor', align: 'left' },
+        { title: 'median', align: 'right' },
+        { title: 'native-bench figure', align: 'left' },
+      ],
+      rows,
+    ),
+  ].join('\n');
+}
+
+function latencySection(latency) {
+  const ours = latency.rows.filter((r) => r.kind === 'ours');
+  const cols = [
+    { title: 'workload (ours)', align: 'left' },
+    { title: 'mean', align: 'right' },
+    { title: 'p50', align: 'right' },
+    { title: 'p99', align: 'right' },
+    { title: '×floor', align: 'right' },
+    { title: '×native', align: 'right' },
+    ...PEERS.map((p) => ({ title: `${SHORT[p]}÷ours`, align: 'right' })),
+  ];
+  const rows = ours.map((r) => [
+    r.name,
+    fmtNs(r.meanNs),
+    fmtNs(r.p50Ns),
+    fmtNs(r.p99Ns),
+    fmtRatio(r.ratioToFloor),
+    fmtRatio(r.ratioToNativeFloor),
+    ...PEERS.map((p) => fmtRatio(r.peerOverOurs[p])),
+  ]);
+  const peers = latency.rows.filter((r) => r.kind === 'peer');
+  const peerRows = peers.map((r) => [
+    r.name,
+    fmtNs(r.meanNs),
+    fmtNs(r.p50Ns),
+    fmtNs(r.p99Ns),
+    fmtRatio(r.ratioToFloor),
+    fmtRatio(r.ratioToNativeFloor),
+    r.primary ? 'yes' : '-',
+  ]);
+  const fp = latency.floorsByProcess;
+  return [
+    '== Per decision, one thread',
+    'p50 / p99 over tinybench samples of 1000 calls (bottleneck: 1 call); ×floor = p50 ÷ the',
+    'floor measured in the same process; ×native = p50 ÷ the native-bench floor above;',
+    'peer÷ours = the peer p50 ÷ our p50 on the same workload (above 1: ours is faster).',
+    '',
+    table(cols, rows),
+    '',
+    '== Peers, same run (each in a process of its own, beside the same floors)',
+    table(
+      [
+        { title: 'workload (peer)', align: 'left' },
+        { title: 'mean', align: 'right' },
+        { title: 'p50', align: 'right' },
+        { title: 'p99', align: 'right' },
+        { title: '×floor', align: 'right' },
+        { title: '×native', align: 'right' },
+        { title: 'in peer÷ours', align: 'left' },
+      ],
+      peerRows,
+    ),
+    '',
+    `== In-process floors (p50; spread across processes: 1 key ${fmtNs(Math.min(...fp.map((x) => x.oneKeyP50Ns)))}–${fmtNs(Math.max(...fp.map((x) => x.oneKeyP50Ns)))}, 100k keys ${fmtNs(Math.min(...fp.map((x) => x.manyKeysP50Ns)))}–${fmtNs(Math.max(...fp.map((x) => x.manyKeysP50Ns)))})`,
+    table(
+      [
+        { title: 'process', align: 'left' },
+        { title: 'clock + CAS, 1 key', align: 'right' },
+        { title: 'Map.get + clock + CAS, 100k keys', align: 'right' },
+      ],
+      fp.map((x) => [x.process, fmtNs(x.oneKeyP50Ns), fmtNs(x.manyKeysP50Ns)]),
+    ),
+  ].join('\n');
+}
+
+function threadsSection(threads) {
+  const rows = threads.entries.map((e) => [
+    e.subject,
+    e.workload,
+    String(e.threads),
+    fmtOps(e.opsPerSec),
+    fmtRatio(e.vsOneThread),
+    fmtNs((1e9 * e.threads) / e.opsPerSec),
+    e.subject === 'floor' ? '-' : `${(e.admittedFraction * 100).toFixed(1)}%`,
+    fmtRatio(e.ratioToFloor),
+    fmtRatio(e.ratioToCasFloor),
+    fmtRatio(e.ratioToC11Floor),
+    `${e.cpuShare.toFixed(2)}${e.busy ? ' BUSY' : ''}`,
+    `${e.validRounds}/${e.totalRounds}`,
+  ]);
+  return [
+    '== Throughput over threads (one shared limiter; piscina pool, shared-buffer barrier)',
+    `median of ${threads.rounds} rounds of ${threads.durationMs} ms; own key = each thread its own key, hot key = all`,
+    'threads one key. ×1 thread = aggregate ÷ the same workload on one thread. ×floor = the',
+    'in-run floor (clock + GCRA CAS, own word / one shared word) ÷ ours; ×CAS / ×C11 = the',
+    'native-bench CAS-contention figure for that thread count ÷ ours (native-bench measures 1',
+    'and 2 threads). cpu share = process CPU time ÷ (wall × threads); a round below 0.9 (the',
+    'threads did not all have a core) is retried, and rounds ok counts those kept; BUSY: none',
+    'cleared, the figure uses them all.',
+    '',
+    table(
+      [
+        { title: 'subject', align: 'left' },
+        { title: 'workload', align: 'left' },
+        { title: 'threads', align: 'right' },
+        { title: 'decisions/s', align: 'right' },
+        { title: '×1 thread', align: 'right' },
+        { title: 'ns/decision/thread', align: 'right' },
+        { title: 'admitted', align: 'right' },
+        { title: '×floor', align: 'right' },
+        { title: '×CAS', align: 'right' },
+        { title: '×C11', align: 'right' },
+        { title: 'cpu share', align: 'right' },
+        { title: 'rounds ok', align: 'right' },
+      ],
+      rows,
+    ),
+  ].join('\n');
+}
+
+function effectiveSection(effective) {
+  const subjects = Object.keys(effective.entries[0].admitted);
+  const rows = effective.entries.map((e) => [
+    String(e.threads),
+    ...subjects.map((s) => {
+      const n = e.admitted[s];
+      return `${n} (${fmtRatio(n / e.limit)}×L)`;
+    }),
+  ]);
+  return [
+    `== Effective limit: limit L = ${effective.limit} per window on one key, each thread tries ${effective.attemptsPerThread} times`,
+    'Ours: one limiter shared by handle + attach, clock frozen (ManualClock). Peers: a limiter',
+    'per thread, as each worker builds its own; windows of one hour. Admitted in total:',
+    '',
+    table(
+      [
+        { title: 'threads', align: 'right' },
+        ...subjects.map((s) => ({ title: s, align: 'right' })),
+      ],
+      rows,
+    ),
+  ].join('\n');
+}
+
+/** The whole console report. */
+export function formatReport(result) {
+  const out = [];
+  const m = result.machine;
+  out.push(
+    `atomic-limiter bench (${result.quick ? 'quick' : 'full'}): Node ${m.node}, ${m.cpus} CPUs (${m.model}), threads 1…${result.maxThreads}, ${result.date}`,
+  );
+  if (result.floors) out.push('', nativeSection(result.floors, result.nativeSource));
+  if (result.latency) out.push('', latencySection(result.latency));
+  if (result.threads) out.push('', threadsSection(result.threads));
+  if (result.effective) out.push('', effectiveSection(result.effective));
+  if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
+  return out.join('\n');
+}
+
+/** Median in-process floor over every child, per key count (for the chart). */
+export function medianFloors(latency) {
+  return {
+    oneKey: median(latency.floorsByProcess.map((x) => x.oneKeyP50Ns)),
+    manyKeys: median(latency.floorsByProcess.map((x) => x.manyKeysP50Ns)),
+  };
+}
+
+function acquireSection(a, wake) {
+  const floor =
+    wake?.ns === undefined
+      ? 'floor not measured'
+      : `floor: waitAsync → notify round trip ${fmtNs(wake.ns)} p50 / ${fmtNs(wake.p99Ns)} p99`;
+  const us = (x) => `${x.toFixed(1)} µs`;
+  return [
+    '== acquire()',
+    `free permit: await acquire() ${fmtNs(a.free.acquireNs)} vs tryAcquire ${fmtNs(a.free.tryNs)} + await resolved promise ${fmtNs(a.free.resolvedNs)}: ${a.free.ratio.toFixed(2)}× (goal ≤ 2×)`,
+    `release → queued waiter resumed, one thread:    p50 ${us(a.wake.sameThread.p50Us)}  p99 ${us(a.wake.sameThread.p99Us)}`,
+    `release → queued waiter resumed, across threads: p50 ${us(a.wake.crossThread.p50Us)}  p99 ${us(a.wake.crossThread.p99Us)}  (${floor}; ${a.wake.samples} samples)`,
+  ].join('\n');
+}

@@ -1,0 +1,339 @@
+// What latency.mjs measures: our six limiters and the three peers. Each subject's `tasks()`
+// builds its limiters (in steady state: every key already has its slot / record) and returns
+// the loops to time. A loop runs `batch` decisions; latency.mjs divides by it.
+//
+// Only one subject is loaded per process (see latency.mjs), so each import below is used by
+// exactly one child and V8 sees one limiter class at each call site.
+import { performance } from 'node:perf_hooks';
+import { BATCH, KEYS } from './lib.mjs';
+
+let sink = 0;
+export const getSink = () => sink;
+
+// ---- floors, measured in every child beside its subject ---------------------------------
+export function floorTasks({ keys, order }) {
+  let cursor = 0;
+  const words = new Int32Array(new SharedArrayBuffer(64));
+  const offsetUs = Number(process.hrtime.bigint() / 1000n) - performance.now() * 1000;
+  const slotOf = new Map(keys.map((k, i) => [k, i]));
+  const keyed = new Int32Array(new SharedArrayBuffer(KEYS * 16));
+  return [
+    {
+      name: 'floor: clock + Int32 GCRA CAS (1 key)',
+      floor: 1,
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) {
+          const now = Math.floor(performance.now() * 1000 + offsetUs) | 0;
+          const tat = words[0];
+          // biome-ignore lint/complexity/useMathMinMax: the ternary is faster (Math.max handles NaN/-0)
+          const base = tat > now ? tat : now;
+          const next = (base + 1) | 0;
+          if (next - now <= 1 << 30) sink += Atomics.compareExchange(words, 0, tat, next) === tat;
+        }
+      },
+    },
+    {
+      name: 'floor: Map.get + clock + CAS (100k keys)',
+      floor: KEYS,
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) {
+          const now = Math.floor(performance.now() * 1000 + offsetUs) | 0;
+          const w = slotOf.get(keys[order[cursor++ & 0xfffff]]) * 4;
+          const tat = keyed[w];
+          // biome-ignore lint/complexity/useMathMinMax: the ternary is faster (Math.max handles NaN/-0)
+          const base = tat > now ? tat : now;
+          sink += Atomics.compareExchange(keyed, w, tat, (base + 1) | 0) === tat;
+        }
+      },
+    },
+  ];
+}
+
+// ---- our limiters -------------------------------------------------------------------------
+// "allowed": limits so large that every call is granted; "refused": exhausted first.
+const ALGORITHMS = [
+  {
+    name: 'TokenBucket',
+    allow: (L, keys) => new L.TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys }),
+    refuse: (L, keys) => new L.TokenBucket({ capacity: 1, refillPerSecond: 1e-6, keys }),
+  },
+  {
+    name: 'LeakyBucket',
+    // A leaky bucket grants at most ratePerSecond (≤ 1e6/s) on one key, below the rate a
+    // loop asks at: its allowed path is measured on 100k keys only.
+    allow: (L, keys) => new L.LeakyBucket({ capacity: 1, ratePerSecond: 1e6, keys }),
+    noAllowedOneKey: true,
+    refuse: (L, keys) => new L.LeakyBucket({ capacity: 1, ratePerSecond: 1e-6, keys }),
+  },
+  {
+    name: 'FixedWindow',
+    allow: (L, keys) => new L.FixedWindow({ limit: 2 ** 20, windowMs: 1000, keys }),
+    resetEachBatch: true,
+    refuse: (L, keys) => new L.FixedWindow({ limit: 1, windowMs: 2 ** 30, keys }),
+  },
+  {
+    name: 'SlidingWindow',
+    allow: (L, keys) => new L.SlidingWindow({ limit: 4000, windowMs: 1000, keys }),
+    resetEachBatch: true,
+    refuse: (L, keys) => new L.SlidingWindow({ limit: 1, windowMs: 2 ** 30, keys }),
+  },
+  {
+    name: 'SlidingLog',
+    // A 1 µs window: the log turns over about as fast as the loop asks.
+    allow: (L, keys) => new L.SlidingLog({ limit: keys === 1 ? 64 : 16, windowMs: 0.001, keys }),
+    refuse: (L, keys) => new L.SlidingLog({ limit: 1, windowMs: 2 ** 30, keys }),
+  },
+  {
+    name: 'Concurrency',
+    allow: (L, keys) => new L.Concurrency({ limit: 2 ** 27, keys }),
+    refuse: (L, keys) => new L.Concurrency({ limit: 1, keys }),
+  },
+];
+
+async function oursTasks(a, { keys, order }) {
+  const L = await import('../dist/index.js');
+  let cursor = 0;
+  const one = a.allow(L, 1);
+  const oneRefused = a.refuse(L, 1);
+  while (oneRefused.tryAcquire());
+  const many = a.allow(L, KEYS);
+  const release = a.name === 'Concurrency';
+  // Steady state: every key already has its slot (and this thread's cache entry).
+  for (const k of keys) {
+    many.tryAcquire(k);
+    if (release) many.release(k);
+  }
+  const manyRefused = a.refuse(L, KEYS);
+  for (const k of keys) while (manyRefused.tryAcquire(k));
+  const allowed = release ? 'acquire+release' : 'allowed';
+  const call = release ? 'tryAcquire + release' : 'tryAcquire';
+  const tasks = [];
+  if (!a.noAllowedOneKey) {
+    tasks.push({
+      outcome: allowed,
+      keys: 1,
+      call,
+      fn: () => {
+        // Windows with finite limits start each batch from a fresh window (one reset per
+        // 1000 calls).
+        if (a.resetEachBatch) one.reset();
+        for (let i = 0; i < BATCH; i++) {
+          if (!one.tryAcquire()) sink++;
+          if (release) one.release();
+        }
+      },
+    });
+  }
+  tasks.push(
+    {
+      outcome: 'refused',
+      keys: 1,
+      call: 'tryAcquire',
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) if (!oneRefused.tryAcquire()) sink++;
+      },
+    },
+    {
+      outcome: allowed,
+      keys: KEYS,
+      call,
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) {
+          const k = keys[order[cursor++ & 0xfffff]];
+          if (!many.tryAcquire(k)) sink++;
+          if (release) many.release(k);
+        }
+      },
+    },
+    {
+      outcome: 'refused',
+      keys: KEYS,
+      call: 'tryAcquire',
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) {
+          if (!manyRefused.tryAcquire(keys[order[cursor++ & 0xfffff]])) sink++;
+        }
+      },
+    },
+  );
+  return tasks.map((t) => ({ ...t, batch: BATCH, primary: true }));
+}
+
+// ---- peers --------------------------------------------------------------------------------
+
+// `limiter` (v4): TokenBucket.tryRemoveTokens(1), synchronous. It has no keys: one bucket per
+// key in a Map is how it is used per user, so "100k keys" is Map.get + tryRemoveTokens.
+async function limiterTasks({ keys, order }) {
+  const { TokenBucket } = await import('limiter');
+  let cursor = 0;
+  const full = () => {
+    const b = new TokenBucket({ bucketSize: 2 ** 40, tokensPerInterval: 2 ** 40, interval: 1 });
+    b.content = b.bucketSize; // a new bucket starts empty
+    return b;
+  };
+  // 1 token a day, spent: refused for the rest of the day.
+  const empty = () => new TokenBucket({ bucketSize: 1, tokensPerInterval: 1, interval: 'day' });
+  const one = full();
+  const oneRefused = empty();
+  const many = new Map(keys.map((k) => [k, full()]));
+  const manyRefused = new Map(keys.map((k) => [k, empty()]));
+  const t = (outcome, nkeys, fn) => ({
+    outcome,
+    keys: nkeys,
+    call: 'TokenBucket.tryRemoveTokens',
+    batch: BATCH,
+    primary: true,
+    fn,
+  });
+  return [
+    t('allowed', 1, () => {
+      for (let i = 0; i < BATCH; i++) if (!one.tryRemoveTokens(1)) sink++;
+    }),
+    t('refused', 1, () => {
+      for (let i = 0; i < BATCH; i++) if (!oneRefused.tryRemoveTokens(1)) sink++;
+    }),
+    t('allowed', KEYS, () => {
+      for (let i = 0; i < BATCH; i++) {
+        if (!many.get(keys[order[cursor++ & 0xfffff]]).tryRemoveTokens(1)) sink++;
+      }
+    }),
+    t('refused', KEYS, () => {
+      for (let i = 0; i < BATCH; i++) {
+        if (!manyRefused.get(keys[order[cursor++ & 0xfffff]]).tryRemoveTokens(1)) sink++;
+      }
+    }),
+  ];
+}
+
+// rate-limiter-flexible: RateLimiterMemory.consume(key) returns a promise, awaited per call.
+// A refusal rejects with a RateLimiterRes (not an Error): the refused path is a caught
+// rejection.
+async function rlfTasks({ keys, order }) {
+  const { RateLimiterMemory } = await import('rate-limiter-flexible');
+  let cursor = 0;
+  const open = new RateLimiterMemory({ points: 2 ** 52, duration: 3600 });
+  const shut = new RateLimiterMemory({ points: 1, duration: 3600 });
+  await shut.consume('one');
+  for (const k of keys) {
+    await open.consume(k);
+    await shut.consume(k); // spends the only point of each key
+  }
+  const t = (outcome, nkeys, fn) => ({
+    outcome,
+    keys: nkeys,
+    call: 'RateLimiterMemory.consume (awaited)',
+    batch: BATCH,
+    primary: true,
+    fn,
+  });
+  return [
+    t('allowed', 1, async () => {
+      for (let i = 0; i < BATCH; i++) await open.consume('one');
+    }),
+    t('refused', 1, async () => {
+      for (let i = 0; i < BATCH; i++) {
+        try {
+          await shut.consume('one');
+        } catch {
+          sink++;
+        }
+      }
+    }),
+    t('allowed', KEYS, async () => {
+      for (let i = 0; i < BATCH; i++) await open.consume(keys[order[cursor++ & 0xfffff]]);
+    }),
+    t('refused', KEYS, async () => {
+      for (let i = 0; i < BATCH; i++) {
+        try {
+          await shut.consume(keys[order[cursor++ & 0xfffff]]);
+        } catch {
+          sink++;
+        }
+      }
+    }),
+  ];
+}
+
+// bottleneck: a job scheduler, not a yes/no limiter. The decision that takes a permit is
+// schedule(job) on a limiter with a `reservoir` (permits), `highWater: 0` and the OVERFLOW
+// strategy: the job runs when a permit is left, otherwise it is dropped at once (the promise
+// rejects with a BottleneckError). check() only asks whether a job would run now, taking
+// nothing; it is measured too. Every datastore call of bottleneck waits for a
+// setTimeout(0) (≥ 1 ms in Node), so one call is timed per sample. "100k keys" is
+// Bottleneck.Group: one limiter per key, all created beforehand (~6 KB each).
+async function bottleneckTasks({ keys, order }) {
+  const { default: Bottleneck } = await import('bottleneck');
+  let cursor = 0;
+  const opts = (reservoir) => ({
+    reservoir,
+    highWater: 0,
+    strategy: Bottleneck.strategy.OVERFLOW,
+  });
+  const job = () => Promise.resolve(1);
+  const open = new Bottleneck(opts(2 ** 52));
+  const shut = new Bottleneck(opts(0));
+  const openGroup = new Bottleneck.Group(opts(2 ** 52));
+  const shutGroup = new Bottleneck.Group(opts(0));
+  for (const k of keys) {
+    openGroup.key(k);
+    shutGroup.key(k);
+  }
+  const key = () => keys[order[cursor++ & 0xfffff]];
+  const refused = async (limiter) => {
+    try {
+      await limiter.schedule(job);
+    } catch {
+      sink++;
+    }
+  };
+  const t = (outcome, nkeys, call, primary, fn, batch = 1) => ({
+    outcome,
+    keys: nkeys,
+    call,
+    primary,
+    batch,
+    fn,
+  });
+  return [
+    t('allowed', 1, 'schedule (awaited)', true, () => open.schedule(job)),
+    t('refused', 1, 'schedule (awaited)', true, () => refused(shut)),
+    t('allowed', KEYS, 'Group.key(k).schedule (awaited)', true, () =>
+      openGroup.key(key()).schedule(job),
+    ),
+    t('refused', KEYS, 'Group.key(k).schedule (awaited)', true, () =>
+      refused(shutGroup.key(key())),
+    ),
+    t('allowed', 1, 'check (awaited, takes nothing)', false, async () => {
+      if (!(await open.check())) sink++;
+    }),
+    t('refused', 1, 'check (awaited, takes nothing)', false, async () => {
+      if (!(await shut.check())) sink++;
+    }),
+    // Not one call at a time: what the timer costs when 1000 calls share it.
+    t(
+      'allowed',
+      1,
+      'check, 1000 in flight (amortized)',
+      false,
+      async () => {
+        const all = [];
+        for (let i = 0; i < BATCH; i++) all.push(open.check());
+        for (const ok of await Promise.all(all)) if (!ok) sink++;
+      },
+      BATCH,
+    ),
+  ];
+}
+
+/** Every subject, by name: `kind` is 'ours' or 'peer'. */
+export const SUBJECTS = [
+  ...ALGORITHMS.map((a) => ({ name: a.name, kind: 'ours', tasks: (ctx) => oursTasks(a, ctx) })),
+  { name: 'limiter', kind: 'peer', tasks: limiterTasks, package: 'limiter' },
+  {
+    name: 'rate-limiter-flexible',
+    kind: 'peer',
+    tasks: rlfTasks,
+    package: 'rate-limiter-flexible',
+  },
+  { name: 'bottleneck', kind: 'peer', tasks: bottleneckTasks, package: 'bottleneck', slow: true },
+];
