@@ -49,16 +49,7 @@ export function parseOptions(argv = process.argv.slice(2)) {
   };
 }
 
-/** Deterministic PRNG (mulberry32): every subject sees the same key sequence. */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { rng } from '../native-bench/lib.mjs';
 
 /** The 100k keys and a fixed random order of 2^20 draws among them. */
 export function keySet() {

@@ -10,6 +10,7 @@ import {
   isMain,
   measureCopies,
   quantile,
+  rng,
   runStandalone,
   sizes,
 } from './lib.mjs';
@@ -18,17 +19,6 @@ const WORKER = new URL('./worker.mjs', import.meta.url);
 const T = 1; // µs per permit
 const TAU = 1 << 30; // tolerance large enough that every check is allowed and CASes
 const COPIES = 3; // instances of each keyed loop, each with its own buffers and key draws
-
-/** Deterministic PRNG (mulberry32) so every run draws the same keys. */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function keySet(n) {
   const keys = Array.from({ length: n }, (_, i) => `user:${i}`);

@@ -6,6 +6,17 @@ import { fileURLToPath } from 'node:url';
 import { isMainThread } from 'node:worker_threads';
 
 /** Everything a benchmark loop returns is folded in here so V8 cannot drop the loop. */
+/** Deterministic PRNG (mulberry32): every run, and every subject, draws the same keys. */
+export function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 export const sink = { value: 0 };
 
 export function consume(x) {
