@@ -1,5 +1,6 @@
 // Helpers shared by the bench modules: command-line options, the key set, formatting.
 import os from 'node:os';
+import { rng } from '../native-bench/lib.mjs';
 
 /** One tinybench sample is a batch of BATCH synchronous calls (see latency.mjs). */
 export const BATCH = 1000;
@@ -48,8 +49,6 @@ export function parseOptions(argv = process.argv.slice(2)) {
     jsonFile: value('json'),
   };
 }
-
-import { rng } from '../native-bench/lib.mjs';
 
 /** The 100k keys and a fixed random order of 2^20 draws among them. */
 export function keySet() {
