@@ -21,7 +21,12 @@ describe.each(cases)('$name (contract)', ({ make, burst }) => {
       admitted: burst,
       rejected: 8 - burst,
     });
-    expect(limiter.stats('never-seen')).toMatchObject({ admitted: 0, rejected: 0 });
+    expect(limiter.stats('never-seen')).toEqual({
+      available: LIMIT,
+      queued: 0,
+      admitted: 0,
+      rejected: 0,
+    });
   });
 
   it('explains a refusal with a Decision', () => {

@@ -160,6 +160,7 @@ export class SlidingLog extends Limiter {
   }
 
   protected available(state: number, _stamp: number, nowUs: number): number {
+    if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
     const s = this.slot();
     const h = this.head(state);
