@@ -47,3 +47,20 @@ export class QueueFullError extends LimiterError {
   }
 }
 defineCode(QueueFullError, 'ERR_QUEUE_FULL');
+
+/** A cluster worker's call got no answer from the primary within its timeout. */
+export class ClusterTimeoutError extends LimiterError {
+  readonly code = 'ERR_CLUSTER_TIMEOUT';
+  override readonly name = 'ClusterTimeoutError';
+}
+defineCode(ClusterTimeoutError, 'ERR_CLUSTER_TIMEOUT');
+
+/**
+ * A cluster call cannot be made: not in a cluster worker, the IPC channel closed, the
+ * client was closed, or too many calls are in flight.
+ */
+export class ClusterUnavailableError extends LimiterError {
+  readonly code = 'ERR_CLUSTER_UNAVAILABLE';
+  override readonly name = 'ClusterUnavailableError';
+}
+defineCode(ClusterUnavailableError, 'ERR_CLUSTER_UNAVAILABLE');

@@ -7,7 +7,13 @@ export { TokenBucket, type TokenBucketOptions } from './algorithms/token-bucket.
 export { type AnyLimiter, attach } from './attach.js';
 export { Chain, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
-export { LimiterClosedError, LimiterError, QueueFullError } from './errors.js';
+export {
+  ClusterTimeoutError,
+  ClusterUnavailableError,
+  LimiterClosedError,
+  LimiterError,
+  QueueFullError,
+} from './errors.js';
 export type {
   AcquireOptions,
   CommonOptions,

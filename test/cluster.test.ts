@@ -1,0 +1,41 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+// Real cluster processes: each scenario is a primary that forks workers (the same script)
+// and prints its outcome as JSON.
+const SCENARIO = fileURLToPath(new URL('./cluster/scenario.mjs', import.meta.url));
+
+function run(scenario: string): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [SCENARIO, scenario], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.stderr.on('data', (c) => (err += c));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code}: ${err}`));
+      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
+    });
+  });
+}
+
+describe('atomic-limiter/cluster', () => {
+  it('admits exactly the limit across three worker processes that called before the primary served', async () => {
+    const r = await run('exact');
+    expect(r.admitted).toBe(50);
+    expect(r.stats).toEqual({ available: 0, queued: 0, admitted: 50, rejected: 250 });
+    expect(r.errors).toEqual([[], [], []]);
+  });
+
+  it('frees the Concurrency permit of a killed worker at once, and serves the next waiter', async () => {
+    const r = await run('death');
+    expect(r.before).toEqual({ available: 0, queued: 1, admitted: 1, rejected: 0 });
+    expect(r.served).toEqual({ done: true, granted: true });
+    expect(r.after).toMatchObject({ queued: 0, admitted: 2 });
+  });
+});
