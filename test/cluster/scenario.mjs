@@ -11,7 +11,6 @@ function collect(workers) {
     workers.map(
       (w) =>
         new Promise((resolve, reject) => {
-          w.once('message', (m) => (m?.done ? resolve(m) : undefined));
           w.on('message', (m) => m?.done && resolve(m));
           w.once('error', reject);
         }),
@@ -24,11 +23,14 @@ if (cluster.isPrimary) {
   if (scenario === 'exact') {
     // Workers start (and call) before the primary serves: their calls wait, no polling.
     const workers = [1, 2, 3].map(() => cluster.fork());
-    await new Promise((r) => setTimeout(r, 200));
+    const done = collect(workers);
+    await Promise.all(
+      workers.map((w) => new Promise((r) => w.on('message', (m) => m?.calling && r()))),
+    );
     const clock = new ManualClock();
     const api = new TokenBucket({ capacity: 50, refillPerSecond: 1, clock });
     serveCluster({ api });
-    const results = await collect(workers);
+    const results = await done;
     const admitted = results.reduce((a, r) => a + r.admitted, 0);
     console.log(
       JSON.stringify({
@@ -65,6 +67,7 @@ if (cluster.isPrimary) {
           (e) => errors.push(e.code),
         ),
       );
+    process.send({ calling: true }); // the calls are out; the primary serves only now
     await Promise.all(calls);
     process.send({ done: true, admitted, errors });
   } else if (scenario === 'death') {
