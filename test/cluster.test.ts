@@ -32,6 +32,15 @@ describe('atomic-limiter/cluster', () => {
     expect(r.errors).toEqual([[], [], []]);
   });
 
+  it('delivers errors as the same classes with the same codes, and times out calls nobody answers', async () => {
+    const r = await run('errors');
+    expect(r.tooMany).toMatchObject({ name: 'RangeError', range: true });
+    expect(r.queueFull).toMatchObject({ code: 'ERR_QUEUE_FULL', full: true });
+    expect(r.decision).toEqual({ allowed: false, retryIsInfinity: true });
+    expect(r.closed).toMatchObject({ code: 'ERR_LIMITER_CLOSED', closed: true });
+    expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_TIMEOUT', timeout: true });
+  });
+
   it('frees the Concurrency permit of a killed worker at once, and serves the next waiter', async () => {
     const r = await run('death');
     expect(r.before).toEqual({ available: 0, queued: 1, admitted: 1, rejected: 0 });

@@ -41,6 +41,15 @@ if (cluster.isPrimary) {
       }),
     );
     for (const w of workers) w.kill();
+  } else if (scenario === 'errors') {
+    const sem = new Concurrency({ limit: 2 });
+    const closed = new TokenBucket({ capacity: 1, refillPerSecond: 1 });
+    closed.close();
+    serveCluster({ sem, closed });
+    const w = cluster.fork();
+    const r = await new Promise((resolve) => w.on('message', (m) => m?.done && resolve(m)));
+    console.log(JSON.stringify(r));
+    w.kill();
   } else if (scenario === 'death') {
     const sem = new Concurrency({ limit: 1, queueLimit: 5 });
     serveCluster({ sem });
@@ -70,6 +79,34 @@ if (cluster.isPrimary) {
     process.send({ calling: true }); // the calls are out; the primary serves only now
     await Promise.all(calls);
     process.send({ done: true, admitted, errors });
+  } else if (scenario === 'errors') {
+    const { ClusterTimeoutError, LimiterClosedError, QueueFullError } = await import(
+      '../../dist/index.js'
+    );
+    const sem = connectCluster('sem');
+    const describe = (e) => ({
+      name: e.name,
+      code: e.code,
+      range: e instanceof RangeError,
+      closed: e instanceof LimiterClosedError,
+      full: e instanceof QueueFullError,
+      timeout: e instanceof ClusterTimeoutError,
+    });
+    const out = { done: true };
+    out.tooMany = await sem.tryAcquire('k', 3).catch(describe);
+    out.queueFull = await sem
+      .acquire('k', 1)
+      .then(() => sem.acquire('k', 2))
+      .catch(describe);
+    const d = await sem.consume('k', 2);
+    // Infinity crossed the IPC channel (JSON) as Infinity, not null.
+    out.decision = {
+      allowed: d.allowed,
+      retryIsInfinity: d.retryAfterMs === Number.POSITIVE_INFINITY,
+    };
+    out.closed = await connectCluster('closed').tryAcquire().catch(describe);
+    out.unknown = await connectCluster('nobody', { timeoutMs: 100 }).tryAcquire().catch(describe);
+    process.send(out);
   } else if (scenario === 'death') {
     const sem = connectCluster('sem');
     if (process.env.ROLE === 'holder') {
