@@ -36,8 +36,16 @@ type Op =
   | 'drop';
 /** [id, limiter name, op, key, permits, acquire timeoutMs or lease id] */
 type Call = [number, string, Op, Key | null, number, number | null];
-/** [id, ok, value]: value is the result, or a serialized error when not ok. */
-type Result = [number, 0 | 1, unknown];
+/**
+ * [id, ok, value, held]: value is the result, or a serialized error when not ok; `held` is
+ * 1 when the call left Concurrency permits held for the worker (so a worker that stopped
+ * waiting for the answer knows to give them back).
+ */
+type Result = [number, 0 | 1, unknown, 1?];
+
+// Lease ids are unique in the primary, across every serveCluster() of it: a worker's
+// 'drop' then finds exactly one lease, in the server that granted it.
+let leaseIds = 0;
 
 type Message =
   | { mark: typeof MARK; t: 'hello' }
@@ -142,7 +150,6 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
   }
   const names = [...named.keys()];
   const states = new Map<number, WorkerState>();
-  let leaseIds = 0;
 
   const stateOf = (worker: Worker): WorkerState => {
     let s = states.get(worker.id);
@@ -179,9 +186,23 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
   const hold = (s: WorkerState, name: string, key: Key | undefined, n: number) => {
     let keys = s.held.get(name);
     if (!keys) s.held.set(name, (keys = new Map()));
-    const now = (keys.get(key) ?? 0) + n;
-    if (now > 0) keys.set(key, now);
-    else keys.delete(key);
+    keys.set(key, (keys.get(key) ?? 0) + n);
+  };
+
+  // Permits given back: first from what this worker holds, then (a worker may release
+  // another's permits) from the others, so that a dead worker never releases permits a
+  // live one took after them.
+  const unhold = (s: WorkerState, name: string, key: Key | undefined, n: number) => {
+    for (const t of [s, ...states.values()]) {
+      const keys = t.held.get(name);
+      const have = keys?.get(key) ?? 0;
+      if (have === 0 || !keys) continue;
+      const take = Math.min(have, n);
+      if (have === take) keys.delete(key);
+      else keys.set(key, have - take);
+      n -= take;
+      if (n === 0) return;
+    }
   };
 
   const run = (s: WorkerState, call: Call) => {
@@ -201,12 +222,18 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
       switch (op) {
         case 'try': {
           const ok = limiter.tryAcquire(key, permits);
-          if (ok && concurrency) hold(s, name, key, permits);
+          if (ok && concurrency) {
+            hold(s, name, key, permits);
+            return answer(s, [id, 1, ok, 1]);
+          }
           return answer(s, [id, 1, ok]);
         }
         case 'consume': {
           const d = limiter.consume(key, permits);
-          if (d.allowed && concurrency) hold(s, name, key, permits);
+          if (d.allowed && concurrency) {
+            hold(s, name, key, permits);
+            return answer(s, [id, 1, decisionToWire(d), 1]);
+          }
           return answer(s, [id, 1, decisionToWire(d)]);
         }
         case 'release':
@@ -217,7 +244,7 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
           } else {
             limiter.refund(key, permits);
           }
-          if (concurrency) hold(s, name, key, -permits);
+          if (concurrency) unhold(s, name, key, permits);
           return answer(s, [id, 1, null]);
         }
         case 'stats':
@@ -242,7 +269,12 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
                 if (!states.has(s.worker.id)) return lease.release(); // the worker is gone
                 const leaseId = ++leaseIds;
                 if (concurrency) s.leases.set(leaseId, lease);
-                answer(s, [id, 1, { lease: leaseId, releasable: concurrency }]);
+                answer(
+                  s,
+                  concurrency
+                    ? [id, 1, { lease: leaseId, releasable: true }, 1]
+                    : [id, 1, { lease: leaseId, releasable: false }],
+                );
               },
               (error) => {
                 s.waiting.delete(id);
@@ -333,12 +365,18 @@ interface Pending {
   reject: (error: unknown) => void;
   deadline: number;
   client: Client;
-  aborted: boolean;
+  key: Key | undefined;
+  permits: number;
 }
 
 /** One per worker process: the IPC listener, the outgoing batch, the calls in flight. */
 class Channel {
   private readonly pending = new Map<number, Pending>();
+  /** Calls that timed out or were aborted, whose late answers may still grant permits. */
+  private readonly abandoned = new Map<
+    number,
+    { name: string; key: Key | undefined; permits: number }
+  >();
   private readonly queued = new Map<string, Call[]>(); // per name, until the primary is ready
   private readonly ready = new Set<string>();
   private out: Call[] = [];
@@ -378,12 +416,17 @@ class Channel {
     }
   }
 
-  private onResult([id, ok, value]: Result): void {
+  private onResult([id, ok, value, held]: Result): void {
     const p = this.pending.get(id);
     if (!p) {
-      // An answer after a timeout or an abort. A granted lease nobody will use goes back.
-      const lease = value as { lease?: number; releasable?: boolean } | null;
-      if (ok && lease?.releasable && typeof lease.lease === 'number') this.drop('', lease.lease);
+      // An answer after a timeout or an abort: permits it left held go back.
+      const gone = this.abandoned.get(id);
+      this.abandoned.delete(id);
+      if (ok && held === 1 && gone) {
+        const lease = value as { lease?: number } | null;
+        if (typeof lease?.lease === 'number') this.drop(gone.name, lease.lease);
+        else this.push([0, gone.name, 'release', gone.key ?? null, gone.permits, null]);
+      }
       return;
     }
     this.pending.delete(id);
@@ -430,7 +473,8 @@ class Channel {
         reject,
         deadline: performance.now() + timeoutMs,
         client,
-        aborted: false,
+        key,
+        permits,
       });
     });
     if (!this.timer) {
@@ -454,7 +498,17 @@ class Channel {
     const p = this.pending.get(id);
     if (!p) return;
     this.pending.delete(id);
+    this.abandon(id, p);
     p.reject(error);
+  }
+
+  /** Remembers a call we stopped waiting for, to give back what its late answer grants. */
+  private abandon(id: number, p: Pending): void {
+    this.abandoned.set(id, { name: p.client.name, key: p.key, permits: p.permits });
+    if (this.abandoned.size > 10_000) {
+      const oldest = this.abandoned.keys().next().value as number;
+      this.abandoned.delete(oldest);
+    }
   }
 
   closeClient(client: Client): void {
@@ -470,6 +524,7 @@ class Channel {
     for (const [id, p] of this.pending) {
       if (p.deadline > now) continue;
       this.pending.delete(id);
+      this.abandon(id, p);
       p.reject(
         new ClusterTimeoutError(
           `${p.client.name}: no answer from the cluster primary within ${p.client.timeoutMs} ms`,

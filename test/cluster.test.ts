@@ -41,6 +41,24 @@ describe('atomic-limiter/cluster', () => {
     expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_TIMEOUT', timeout: true });
   });
 
+  it('keeps the leases of two servers in one primary apart', async () => {
+    const r = await run('leases');
+    expect(r.held).toEqual([0, 0]);
+    expect(r.after).toEqual([1, 0]);
+  });
+
+  it('gives back a Concurrency permit granted after the worker stopped waiting (timeout)', async () => {
+    const r = await run('late');
+    expect(r.outcome).toBe('ERR_CLUSTER_TIMEOUT');
+    expect(r.seen).toBe(1);
+    expect(r.available).toBe(1);
+  });
+
+  it('never frees, when a worker dies, permits another worker released and a third took', async () => {
+    const r = await run('cross');
+    expect(r).toEqual({ before: 0, afterDeath: 0 });
+  });
+
   it('frees the Concurrency permit of a killed worker at once, and serves the next waiter', async () => {
     const r = await run('death');
     expect(r.before).toEqual({ available: 0, queued: 1, admitted: 1, rejected: 0 });

@@ -50,6 +50,52 @@ if (cluster.isPrimary) {
     const r = await new Promise((resolve) => w.on('message', (m) => m?.done && resolve(m)));
     console.log(JSON.stringify(r));
     w.kill();
+  } else if (scenario === 'leases') {
+    // Two servers in one primary: a lease given back to one never frees the other's.
+    const a = new Concurrency({ limit: 1 });
+    const b = new Concurrency({ limit: 1 });
+    serveCluster({ a });
+    serveCluster({ b });
+    const w = cluster.fork();
+    await new Promise((r) => w.on('message', (m) => m?.holding && r()));
+    const held = [a.stats().available, b.stats().available];
+    // The worker's drop travels after its 'released' message is sent; a stats round trip
+    // through the same channel orders it.
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(JSON.stringify({ held, after: [a.stats().available, b.stats().available], r }));
+    w.kill();
+  } else if (scenario === 'late') {
+    // A Concurrency tryAcquire that timed out in the worker but was granted late is given back.
+    const sem = new Concurrency({ limit: 1 });
+    serveCluster({ sem });
+    const w = cluster.fork();
+    w.on('message', (m) => {
+      if (m?.busy) {
+        const t = Date.now();
+        while (Date.now() - t < 300); // the primary cannot answer for a while
+      }
+    });
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(JSON.stringify({ ...r, available: sem.stats().available }));
+    w.kill();
+  } else if (scenario === 'cross') {
+    // A takes the only permit, B releases it, C takes it; A dies: C still holds it.
+    const sem = new Concurrency({ limit: 1 });
+    serveCluster({ sem });
+    const step = (w, name) => new Promise((r) => w.on('message', (m) => m?.step === name && r()));
+    const [a, b, c] = ['A', 'B', 'C'].map((ROLE) => cluster.fork({ ROLE }));
+    await Promise.all([step(a, 'took'), step(b, 'up'), step(c, 'up')]);
+    b.send('go');
+    await step(b, 'released');
+    c.send('go');
+    await step(c, 'took');
+    const before = sem.stats().available;
+    a.process.kill('SIGKILL');
+    await new Promise((r) => a.on('exit', r));
+    await new Promise((r) => setImmediate(r));
+    console.log(JSON.stringify({ before, afterDeath: sem.stats().available }));
+    b.kill();
+    c.kill();
   } else if (scenario === 'death') {
     const sem = new Concurrency({ limit: 1, queueLimit: 5 });
     serveCluster({ sem });
@@ -107,6 +153,43 @@ if (cluster.isPrimary) {
     out.closed = await connectCluster('closed').tryAcquire().catch(describe);
     out.unknown = await connectCluster('nobody', { timeoutMs: 100 }).tryAcquire().catch(describe);
     process.send(out);
+  } else if (scenario === 'leases') {
+    const a = connectCluster('a');
+    const b = connectCluster('b');
+    const la = await a.acquire();
+    await b.acquire();
+    process.send({ holding: true });
+    la.release();
+    const stats = [await a.stats(), await b.stats()]; // after the release, in channel order
+    process.send({ done: true, available: stats.map((x) => x.available) });
+  } else if (scenario === 'late') {
+    const sem = connectCluster('sem', { timeoutMs: 50 });
+    await sem.stats(); // connected
+    process.send({ busy: true });
+    const outcome = await sem.tryAcquire().then(String, (e) => e.code);
+    // The late grant arrives and is given back; watch the primary (bounded).
+    let available = 0;
+    const slow = connectCluster('sem', { timeoutMs: 5000 });
+    for (let i = 0; i < 200 && available !== 1; i++) available = (await slow.stats()).available;
+    process.send({ done: true, outcome, seen: available });
+  } else if (scenario === 'cross') {
+    const sem = connectCluster('sem');
+    const go = new Promise((r) => process.on('message', (m) => m === 'go' && r()));
+    process.send({ step: 'up' });
+    if (process.env.ROLE === 'A') {
+      await sem.tryAcquire();
+      process.send({ step: 'took' });
+    }
+    if (process.env.ROLE === 'B') {
+      await go;
+      await sem.release();
+      process.send({ step: 'released' });
+    }
+    if (process.env.ROLE === 'C') {
+      await go;
+      await sem.tryAcquire();
+      process.send({ step: 'took' });
+    }
   } else if (scenario === 'death') {
     const sem = connectCluster('sem');
     if (process.env.ROLE === 'holder') {
