@@ -291,6 +291,7 @@ export function formatReport(result) {
   if (result.threads) out.push('', threadsSection(result.threads));
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
+  if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
   return out.join('\n');
 }
 
@@ -313,5 +314,51 @@ function acquireSection(a, wake) {
     `free permit: await acquire() ${fmtNs(a.free.acquireNs)} vs tryAcquire ${fmtNs(a.free.tryNs)} + await resolved promise ${fmtNs(a.free.resolvedNs)}: ${a.free.ratio.toFixed(2)}× (goal ≤ 2×)`,
     `release → queued waiter resumed, one thread:    p50 ${us(a.wake.sameThread.p50Us)}  p99 ${us(a.wake.sameThread.p99Us)}`,
     `release → queued waiter resumed, across threads: p50 ${us(a.wake.crossThread.p50Us)}  p99 ${us(a.wake.crossThread.p99Us)}  (${floor}; ${a.wake.samples} samples)`,
+  ].join('\n');
+}
+
+function clusterSection(c, nativeFigures = {}) {
+  const us = (x) => fmtNs(x * 1000);
+  const row = (name, x) => [
+    name,
+    us(x.oneAtATime.p50Us),
+    us(x.oneAtATime.p99Us),
+    us(x.inFlight64.perCallUs),
+    us(x.inFlight64.workerCpuUs),
+    us(x.inFlight64.primaryCpuUs),
+  ];
+  const f = c.floors;
+  const r = c.ratios;
+  const native = nativeFigures['ipc.roundtrip.process-send'];
+  return [
+    `== Cluster: a worker process asking the primary's limiter over IPC (node:cluster, 1 worker, every call allowed)`,
+    `one at a time: each call awaited before the next, p50 / p99 per call. ${c.inFlight} in flight: ${c.inFlight} loops each`,
+    'awaiting its own calls; per call = wall ÷ calls, and the CPU time the worker and the primary',
+    `spent per call meanwhile. Each subject in cluster runs of its own (${c.runsPerSubject} per subject, samples pooled).`,
+    '',
+    table(
+      [
+        { title: 'subject', align: 'left' },
+        { title: 'p50', align: 'right' },
+        { title: 'p99', align: 'right' },
+        { title: `${c.inFlight} in flight`, align: 'right' },
+        { title: 'worker CPU', align: 'right' },
+        { title: 'primary CPU', align: 'right' },
+      ],
+      [
+        row('atomic-limiter/cluster tryAcquire (batched per tick)', c.ours.tryAcquire),
+        row('atomic-limiter/cluster consume (a Decision)', c.ours.consume),
+        row('rate-limiter-flexible RateLimiterCluster consume', c.rlf.consume),
+        row('floor: process.send echo, our runs', f.echoInOursRuns),
+        row('floor: process.send echo, rlf runs', f.echoInRlfRuns),
+        row('floor: batched echo (one message per tick)', f.batchedEcho),
+      ],
+    ),
+    '',
+    `rlf ÷ ours, tryAcquire: one at a time ${fmtRatio(r.oneAtATimeP50)}×, ${c.inFlight} in flight ${fmtRatio(r.inFlight64)}× (consume: ${fmtRatio(r.consumeOneAtATimeP50)}× / ${fmtRatio(r.consumeInFlight64)}×)`,
+    `goal: ${c.goal.text} (rlf ÷ ours ≥ 5): ${c.goal.met ? 'met' : 'NOT met'}`,
+    `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
+    `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
+    `permit blocks (a worker spending a block of permits locally): ${c.permitBlocks}`,
   ].join('\n');
 }

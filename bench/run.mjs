@@ -1,4 +1,5 @@
-// npm run bench [-- --quick] [-- --threads=N] [-- --parts=native,latency,peers,acquire,threads,effective]
+// npm run bench [-- --quick] [-- --threads=N]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -9,7 +10,9 @@
 // 3. acquire(): when a permit is free, and the wake-up of a queued waiter (acquire.mjs).
 //    Throughput over 1…N worker threads (threads.mjs) and the effective-limit demonstration
 //    (effective-limit.mjs).
-// 4. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
+// 4. The cluster bridge (cluster.mjs): a worker process asking the primary's limiter over IPC,
+//    one call at a time and 64 in flight, beside rate-limiter-flexible's RateLimiterCluster.
+// 5. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -17,6 +20,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { GROUPS, runNativeBench } from '../native-bench/run.mjs';
 import { runAcquire } from './acquire.mjs';
+import { runCluster } from './cluster.mjs';
 import { runEffective } from './effective-limit.mjs';
 import { parseOptions, progress } from './lib.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
@@ -102,7 +106,13 @@ if (opts.parts.has('effective')) {
   result.effective = await runEffective({ maxThreads: opts.threads });
 }
 
-// ---- 4. report ------------------------------------------------------------------------------
+// ---- 4. cluster ----------------------------------------------------------------------------
+if (opts.parts.has('cluster')) {
+  progress(`[${elapsed()}] cluster: ours and rate-limiter-flexible, each in a cluster of its own`);
+  result.cluster = await runCluster({ quick: opts.quick });
+}
+
+// ---- 5. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
 const dir = new URL('./results/', import.meta.url);

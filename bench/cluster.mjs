@@ -1,0 +1,331 @@
+// The cluster bridge: a worker process asking a limiter that lives in the cluster primary.
+//
+//   runCluster({ quick })                          from run.mjs (part "cluster")
+//   node bench/cluster.mjs --subject=ours|rlf [--quick]   one cluster run, prints one JSON line
+//
+// Each subject runs in a cluster of its own: a primary serving one limiter whose limits are
+// so large that every call is allowed, and one worker process measuring
+//   (i)  one call at a time: each call awaited before the next (p50 / p99 per call), and
+//   (ii) 64 calls in flight: 64 loops each awaiting its own calls; per-call cost = wall ÷ calls.
+// ours: atomic-limiter/cluster, serveCluster + connectCluster, TokenBucket (tryAcquire, and
+// consume which returns a Decision like rate-limiter-flexible's RateLimiterRes).
+// rlf: rate-limiter-flexible's RateLimiterClusterMaster + RateLimiterCluster (consume).
+// In both runs the primary also echoes raw `process.send` messages: the IPC floor, one at a
+// time and 64 in flight (one message each way per call, no batching). The ours run adds the
+// floor of a batching bridge: calls made in one tick echoed as one message of calls shaped
+// like ours ([id, name, op, key, permits, extra]), answered as one message, no limiter.
+// The full run does two cluster runs per subject, alternating (ours, rlf, ours, rlf), and
+// pools their samples: this VM's IPC round trip moves between runs (60–160 µs seen).
+import { spawn } from 'node:child_process';
+import cluster from 'node:cluster';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+
+const SELF = fileURLToPath(import.meta.url);
+const IN_FLIGHT = 64;
+const KEY = 'bench';
+/** How long one subject's cluster run may take before it is killed. */
+const RUN_TIMEOUT_MS = 120_000;
+
+function sizes(quick) {
+  return quick
+    ? { warm: 500, rounds: 3, oneAtATime: 600, inFlightCalls: IN_FLIGHT * 100 }
+    : { warm: 2000, rounds: 7, oneAtATime: 2000, inFlightCalls: IN_FLIGHT * 500 };
+}
+
+function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))];
+}
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? Number.NaN : (s[(s.length - 1) >> 1] + s[s.length >> 1]) / 2;
+}
+
+// ---- in the worker process --------------------------------------------------------------
+
+/** The raw IPC floor: a message to the primary and its echo back. */
+function echoCall() {
+  const pending = new Map();
+  let seq = 0;
+  process.on('message', (m) => {
+    if (m?.benchEcho === undefined) return;
+    const resolve = pending.get(m.benchEcho);
+    pending.delete(m.benchEcho);
+    resolve?.(true);
+  });
+  return () =>
+    new Promise((resolve) => {
+      const id = ++seq;
+      pending.set(id, resolve);
+      process.send({ benchEcho: id });
+    });
+}
+
+/** The floor of a batching bridge: the calls of one tick in one message, one answer. */
+function batchedEchoCall() {
+  const pending = new Map();
+  let seq = 0;
+  let out = [];
+  process.on('message', (m) => {
+    if (m?.benchBatch === undefined) return;
+    for (const [id, value] of m.benchBatch) {
+      const resolve = pending.get(id);
+      pending.delete(id);
+      resolve?.(value);
+    }
+  });
+  return () =>
+    new Promise((resolve) => {
+      const id = ++seq;
+      pending.set(id, resolve);
+      if (out.push([id, 'api', 'try', KEY, 1, null]) === 1) {
+        queueMicrotask(() => {
+          process.send({ benchCalls: out });
+          out = [];
+        });
+      }
+    });
+}
+
+/** A refusal would mean the bench measures the wrong path: every call must be allowed. */
+function check(v) {
+  if (v === false || v?.allowed === false) throw new Error('refused: the bench limit should allow');
+}
+
+async function oneAtATime(call, n, out) {
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const v = await call();
+    out.push((performance.now() - t) * 1000); // µs
+    check(v);
+  }
+}
+
+/** The primary's CPU time so far (µs), asked over IPC. */
+const primaryCpu = (() => {
+  let waiting;
+  process.on('message', (m) => m?.benchCpuUs !== undefined && waiting?.(m.benchCpuUs));
+  return () =>
+    new Promise((resolve) => {
+      waiting = resolve;
+      process.send({ benchCpu: true });
+    });
+})();
+const cpuUs = (u = process.cpuUsage()) => u.user + u.system;
+
+/**
+ * IN_FLIGHT loops, each awaiting its own calls, `total` calls in all. Per call: wall µs,
+ * and the CPU µs spent by this worker and by the primary while they ran.
+ */
+async function inFlight(call, total) {
+  const per = total / IN_FLIGHT;
+  const loop = async () => {
+    for (let i = 0; i < per; i++) check(await call());
+  };
+  const p0 = await primaryCpu();
+  const w0 = cpuUs();
+  const t = performance.now();
+  await Promise.all(Array.from({ length: IN_FLIGHT }, loop));
+  const wall = (performance.now() - t) * 1000;
+  const w1 = cpuUs();
+  const p1 = await primaryCpu();
+  return { wall: wall / total, worker: (w1 - w0) / total, primary: (p1 - p0) / total };
+}
+
+async function measureAll(calls, quick) {
+  const z = sizes(quick);
+  for (const call of Object.values(calls)) {
+    for (let i = 0; i < z.warm; i++) await call();
+    await inFlight(call, IN_FLIGHT * 20);
+  }
+  const samples = Object.fromEntries(Object.keys(calls).map((k) => [k, { one: [], many: [] }]));
+  // Rounds interleave the subjects' measurements, so a noisy moment hits all of them.
+  for (let r = 0; r < z.rounds; r++) {
+    for (const [name, call] of Object.entries(calls)) {
+      await oneAtATime(call, z.oneAtATime, samples[name].one);
+      samples[name].many.push(await inFlight(call, z.inFlightCalls));
+    }
+  }
+  // Raw samples (0.01 µs), so that runCluster can pool the runs of one subject.
+  const out = {};
+  for (const [name, s] of Object.entries(samples)) {
+    out[name] = {
+      oneUs: s.one.map((x) => Math.round(x * 100) / 100),
+      inFlight: s.many,
+      callsPerRound: z.inFlightCalls,
+    };
+  }
+  return out;
+}
+
+/** p50 / p99 / mean per call one at a time, and the median in-flight round. */
+function summarize(runs) {
+  const one = runs.flatMap((r) => r.oneUs).sort((a, b) => a - b);
+  const many = runs.flatMap((r) => r.inFlight);
+  return {
+    oneAtATime: {
+      p50Us: percentile(one, 0.5),
+      p99Us: percentile(one, 0.99),
+      meanUs: one.reduce((a, b) => a + b, 0) / one.length,
+      samples: one.length,
+    },
+    inFlight64: {
+      perCallUs: median(many.map((x) => x.wall)),
+      workerCpuUs: median(many.map((x) => x.worker)),
+      primaryCpuUs: median(many.map((x) => x.primary)),
+      roundsUs: many.map((x) => Math.round(x.wall * 1000) / 1000),
+      callsPerRound: runs[0].callsPerRound,
+    },
+  };
+}
+
+async function workerMain(subject, quick) {
+  const calls = { echo: echoCall() };
+  if (subject === 'ours') {
+    const { connectCluster } = await import('../dist/cluster.js');
+    const api = connectCluster('api', { timeoutMs: 30_000 });
+    calls.batchedEcho = batchedEchoCall();
+    calls.tryAcquire = () => api.tryAcquire(KEY);
+    calls.consume = () => api.consume(KEY);
+  } else {
+    const { RateLimiterCluster } = await import('rate-limiter-flexible');
+    const rlf = new RateLimiterCluster({
+      keyPrefix: 'bench',
+      points: 2 ** 30,
+      duration: 3600,
+      timeoutMs: 30_000,
+    });
+    calls.consume = () => rlf.consume(KEY); // rejects if refused (it never is here)
+  }
+  const results = await measureAll(calls, quick);
+  process.send({ benchDone: true, results });
+}
+
+// ---- in the primary -----------------------------------------------------------------------
+
+async function primaryMain(subject, quick) {
+  if (subject === 'ours') {
+    const { serveCluster } = await import('../dist/cluster.js');
+    const { TokenBucket } = await import('../dist/index.js');
+    serveCluster({ api: new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 16 }) });
+  } else {
+    const { RateLimiterClusterMaster } = await import('rate-limiter-flexible');
+    new RateLimiterClusterMaster();
+  }
+  cluster.on('message', (w, m) => {
+    if (m?.benchEcho !== undefined) w.send(m);
+    else if (m?.benchCalls) w.send({ benchBatch: m.benchCalls.map((c) => [c[0], true]) });
+    else if (m?.benchCpu) w.send({ benchCpuUs: cpuUs() });
+  });
+  cluster.setupPrimary({
+    exec: SELF,
+    args: [`--subject=${subject}`, ...(quick ? ['--quick'] : [])],
+  });
+  const started = performance.now();
+  const worker = cluster.fork();
+  const results = await new Promise((resolve, reject) => {
+    worker.on('message', (m) => m?.benchDone && resolve(m.results));
+    worker.once('exit', (code, signal) =>
+      reject(new Error(`bench worker exited early (${code ?? signal})`)),
+    );
+  });
+  await new Promise((resolve) => {
+    worker.once('exit', resolve);
+    worker.kill();
+  });
+  console.log(
+    JSON.stringify({
+      subject,
+      results,
+      wallMs: Math.round(performance.now() - started),
+    }),
+  );
+}
+
+// ---- from run.mjs -------------------------------------------------------------------------
+
+/** One subject's cluster run in a process of its own; its JSON line. */
+function runSubject(subject, quick) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      [SELF, `--subject=${subject}`, ...(quick ? ['--quick'] : [])],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout.on('data', (c) => (out += c));
+    // Killing the primary disconnects its worker, which then exits too (node:cluster).
+    const timer = setTimeout(() => child.kill('SIGKILL'), RUN_TIMEOUT_MS);
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code !== 0) {
+        reject(new Error(`cluster bench (${subject}) exited ${code ?? signal}`));
+        return;
+      }
+      resolve(JSON.parse(out.trim().split('\n').pop()));
+    });
+  });
+}
+
+/**
+ * Both subjects, each in a cluster of its own, and the ratios. Goal (from the issue): with
+ * 64 calls in flight our per-call cost is at most 1/5 of rate-limiter-flexible's.
+ */
+export async function runCluster({ quick }) {
+  const runs = { ours: [], rlf: [] };
+  for (let i = 0; i < (quick ? 1 : 2); i++) {
+    for (const subject of ['ours', 'rlf']) runs[subject].push(await runSubject(subject, quick));
+  }
+  const pooled = (subject, name) => summarize(runs[subject].map((r) => r.results[name]));
+  const o = { tryAcquire: pooled('ours', 'tryAcquire'), consume: pooled('ours', 'consume') };
+  const r = pooled('rlf', 'consume');
+  return {
+    inFlight: IN_FLIGHT,
+    runsPerSubject: runs.ours.length,
+    ours: o,
+    rlf: { consume: r },
+    floors: {
+      echoInOursRuns: pooled('ours', 'echo'),
+      echoInRlfRuns: pooled('rlf', 'echo'),
+      batchedEcho: pooled('ours', 'batchedEcho'),
+    },
+    wallMs: {
+      ours: runs.ours.map((x) => x.wallMs),
+      rlf: runs.rlf.map((x) => x.wallMs),
+    },
+    // rlf ÷ ours (above 1: ours is cheaper per call).
+    ratios: {
+      oneAtATimeP50: r.oneAtATime.p50Us / o.tryAcquire.oneAtATime.p50Us,
+      inFlight64: r.inFlight64.perCallUs / o.tryAcquire.inFlight64.perCallUs,
+      consumeOneAtATimeP50: r.oneAtATime.p50Us / o.consume.oneAtATime.p50Us,
+      consumeInFlight64: r.inFlight64.perCallUs / o.consume.inFlight64.perCallUs,
+    },
+    // ours ÷ the floors of our own runs (1 is the bare IPC).
+    overFloor: {
+      oneAtATimeP50: o.tryAcquire.oneAtATime.p50Us / pooled('ours', 'echo').oneAtATime.p50Us,
+      inFlight64:
+        o.tryAcquire.inFlight64.perCallUs / pooled('ours', 'batchedEcho').inFlight64.perCallUs,
+    },
+    goal: {
+      text: 'with 64 calls in flight, our per-call cost ≤ 1/5 of rate-limiter-flexible’s',
+      met: o.tryAcquire.inFlight64.perCallUs * 5 <= r.inFlight64.perCallUs,
+    },
+    issueFigures: { rlfOneAtATimeUs: 36, rlfInFlight64Us: 10.4 },
+    permitBlocks: 'not implemented, so not measured',
+  };
+}
+
+// ---- entry --------------------------------------------------------------------------------
+// `node bench/cluster.mjs [--quick]` runs both subjects and prints the summary as JSON.
+const isEntry = process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1];
+if (isEntry || cluster.isWorker) {
+  const arg = process.argv.find((a) => a.startsWith('--subject='))?.slice(10);
+  const quick = process.argv.includes('--quick');
+  if (arg === undefined && cluster.isPrimary) {
+    console.log(JSON.stringify(await runCluster({ quick }), null, 2));
+  } else if (arg !== 'ours' && arg !== 'rlf') {
+    throw new RangeError(`--subject must be "ours" or "rlf", got ${arg}`);
+  } else if (cluster.isPrimary) await primaryMain(arg, quick);
+  else await workerMain(arg, quick);
+}
