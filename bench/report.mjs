@@ -348,6 +348,10 @@ function clusterSection(c, nativeFigures = {}) {
       [
         row('atomic-limiter/cluster tryAcquire (batched per tick)', c.ours.tryAcquire),
         row('atomic-limiter/cluster consume (a Decision)', c.ours.consume),
+        row(
+          `atomic-limiter/cluster tryAcquire, blocks of ${c.permitBlocks.block}`,
+          c.ours.tryAcquireBlocks,
+        ),
         row('rate-limiter-flexible RateLimiterCluster consume', c.rlf.consume),
         row('floor: process.send echo, our runs', f.echoInOursRuns),
         row('floor: process.send echo, rlf runs', f.echoInRlfRuns),
@@ -359,6 +363,6 @@ function clusterSection(c, nativeFigures = {}) {
     `goal: ${c.goal.text} (rlf ÷ ours ≥ 5): ${c.goal.met ? 'met' : 'NOT met'}`,
     `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
     `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
-    `permit blocks (a worker spending a block of permits locally): ${c.permitBlocks}`,
+    `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: ${c.permitBlocks.met ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block - 1} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs unused, or on close()).`,
   ].join('\n');
 }

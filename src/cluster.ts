@@ -33,8 +33,9 @@ type Op =
   | 'stats'
   | 'reset'
   | 'abort'
-  | 'drop';
-/** [id, limiter name, op, key, permits, acquire timeoutMs or lease id] */
+  | 'drop'
+  | 'take';
+/** [id, limiter name, op, key, permits, acquire timeoutMs / lease id / block size] */
 type Call = [number, string, Op, Key | null, number, number | null];
 /**
  * [id, ok, value, held]: value is the result, or a serialized error when not ok; `held` is
@@ -220,6 +221,14 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
     const concurrency = 'release' in limiter;
     try {
       switch (op) {
+        case 'take': {
+          // A permit block: between `permits` and `extra` permits, as many as there are.
+          if (concurrency) throw new TypeError(`${name}: permit blocks are for rate limiters`);
+          const want = Math.min(extra ?? permits, limiter.limit);
+          const have = Math.min(want, limiter.stats(key).available);
+          const got = have >= permits && limiter.tryAcquire(key, have) ? have : 0;
+          return answer(s, [id, 1, got]);
+        }
         case 'try': {
           const ok = limiter.tryAcquire(key, permits);
           if (ok && concurrency) {
@@ -339,6 +348,16 @@ export interface ConnectOptions {
   timeoutMs?: number;
   /** Calls in flight at most (default 10 000); past it calls reject at once. */
   maxPending?: number;
+  /**
+   * Permit blocks (rate limiters only; default off): `tryAcquire` takes up to `block`
+   * permits per trip to the primary and spends them locally, so most calls cost no IPC
+   * (a round trip shared by `block` decisions). The trade: up to `block` − 1 permits per
+   * worker and key sit in its block, unavailable to other workers until spent, or given
+   * back after `blockTtlMs` unused or on `close()`. Integer ≥ 2.
+   */
+  block?: number;
+  /** How long an unspent block is kept before its permits go back (ms, default 1000). */
+  blockTtlMs?: number;
 }
 
 /** The primary's limiter, seen from a worker process: the same methods, each a promise. */
@@ -549,9 +568,22 @@ class Channel {
 
 let channel: Channel | undefined;
 
+interface Block {
+  left: number;
+  expires: number;
+}
+
+const TRUE = Promise.resolve(true);
+
 class Client implements ClusterLimiter {
   readonly timeoutMs: number;
   readonly maxPending: number;
+  private readonly block: number;
+  private readonly blockTtlMs: number;
+  private readonly blocks = new Map<Key | undefined, Block>();
+  /** A block request in flight per key: later calls wait for it instead of asking too. */
+  private readonly fetching = new Map<Key | undefined, Promise<unknown>>();
+  private sweeper: ReturnType<typeof setInterval> | undefined;
   private closed = false;
 
   constructor(
@@ -572,6 +604,74 @@ class Client implements ClusterLimiter {
     }
     this.timeoutMs = timeoutMs;
     this.maxPending = maxPending;
+    const block = options.block ?? 1;
+    if (!Number.isInteger(block) || block < 1) {
+      throw new RangeError(
+        `connectCluster: option "block" must be an integer ≥ 2, got ${show(block)}`,
+      );
+    }
+    const blockTtlMs = options.blockTtlMs ?? 1000;
+    if (typeof blockTtlMs !== 'number' || !(blockTtlMs > 0)) {
+      throw new RangeError(
+        `connectCluster: option "blockTtlMs" must be a positive number, got ${show(blockTtlMs)}`,
+      );
+    }
+    this.block = block;
+    this.blockTtlMs = blockTtlMs;
+  }
+
+  /** tryAcquire from a permit block: local when the block has enough. */
+  private fromBlock(key: Key | undefined, permits: number): Promise<boolean> {
+    const b = this.blocks.get(key);
+    if (b && b.left >= permits && b.expires > performance.now()) {
+      b.left -= permits;
+      return TRUE;
+    }
+    const inFlight = this.fetching.get(key);
+    if (inFlight) return inFlight.then(() => this.fromBlock(key, permits));
+    if (b) this.giveBack(key, b); // too few left, or expired
+    const fetch = (
+      this.call('take', key, permits, Math.max(this.block, permits)) as Promise<number>
+    ).then(
+      (got) => {
+        this.fetching.delete(key);
+        if (got < permits) return false;
+        if (got > permits) {
+          this.blocks.set(key, {
+            left: got - permits,
+            expires: performance.now() + this.blockTtlMs,
+          });
+          this.sweep();
+        }
+        return true;
+      },
+      (error) => {
+        this.fetching.delete(key);
+        throw error;
+      },
+    );
+    this.fetching.set(key, fetch);
+    return fetch;
+  }
+
+  private giveBack(key: Key | undefined, b: Block): void {
+    this.blocks.delete(key);
+    if (b.left > 0) this.refund(key, b.left).catch(() => {});
+    b.left = 0;
+  }
+
+  /** Gives unspent blocks back once they expire (one unref'd timer per client). */
+  private sweep(): void {
+    if (this.sweeper) return;
+    this.sweeper = setInterval(() => {
+      const now = performance.now();
+      for (const [key, b] of this.blocks) if (b.expires <= now) this.giveBack(key, b);
+      if (this.blocks.size === 0 && this.sweeper) {
+        clearInterval(this.sweeper);
+        this.sweeper = undefined;
+      }
+    }, this.blockTtlMs);
+    this.sweeper.unref();
   }
 
   private call(op: Op, key: Key | undefined, permits: number, extra: number | null = null) {
@@ -585,6 +685,7 @@ class Client implements ClusterLimiter {
   }
 
   tryAcquire(key?: Key, permits = 1): Promise<boolean> {
+    if (this.block > 1 && !this.closed) return this.fromBlock(key, permits);
     return this.call('try', key, permits) as Promise<boolean>;
   }
 
@@ -651,7 +752,10 @@ class Client implements ClusterLimiter {
     );
   }
 
+  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
   close(): void {
+    for (const [key, b] of this.blocks) this.giveBack(key, b);
+    if (this.sweeper) clearInterval(this.sweeper);
     this.closed = true;
     channel?.closeClient(this);
   }

@@ -41,6 +41,15 @@ describe('atomic-limiter/cluster', () => {
     expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_TIMEOUT', timeout: true });
   });
 
+  it('spends permit blocks locally and gives the unspent rest back: exact in total', async () => {
+    const r = await run('blocks');
+    expect(r.r1).toEqual({ done: true, admitted: 3, available: 47 });
+    expect(r.r2).toEqual({ done: true, admitted: 47, available: 0 });
+    // The primary counts permits granted into blocks: 8 to the first worker (5 came
+    // back), 5 blocks of 8 and a last one of 7 to the second.
+    expect(r.stats).toMatchObject({ available: 0, admitted: 8 + 47 });
+  });
+
   it('keeps the leases of two servers in one primary apart', async () => {
     const r = await run('leases');
     expect(r.held).toEqual([0, 0]);

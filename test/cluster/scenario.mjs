@@ -50,6 +50,19 @@ if (cluster.isPrimary) {
     const r = await new Promise((resolve) => w.on('message', (m) => m?.done && resolve(m)));
     console.log(JSON.stringify(r));
     w.kill();
+  } else if (scenario === 'blocks') {
+    // Permit blocks: spent locally, the unspent rest given back on close(); exact in total.
+    const clock = new ManualClock();
+    const api = new TokenBucket({ capacity: 50, refillPerSecond: 1, clock });
+    serveCluster({ api });
+    const first = cluster.fork({ ROLE: 'first' });
+    const r1 = await new Promise((r) => first.on('message', (m) => m?.done && r(m)));
+    const afterFirst = api.stats('k');
+    const second = cluster.fork({ ROLE: 'second' });
+    const r2 = await new Promise((r) => second.on('message', (m) => m?.done && r(m)));
+    console.log(JSON.stringify({ r1, afterFirst, r2, stats: api.stats('k') }));
+    first.kill();
+    second.kill();
   } else if (scenario === 'leases') {
     // Two servers in one primary: a lease given back to one never frees the other's.
     const a = new Concurrency({ limit: 1 });
@@ -153,6 +166,15 @@ if (cluster.isPrimary) {
     out.closed = await connectCluster('closed').tryAcquire().catch(describe);
     out.unknown = await connectCluster('nobody', { timeoutMs: 100 }).tryAcquire().catch(describe);
     process.send(out);
+  } else if (scenario === 'blocks') {
+    const api = connectCluster('api', { block: 8 });
+    let admitted = 0;
+    const tries = process.env.ROLE === 'first' ? 3 : 100;
+    for (let i = 0; i < tries; i++) if (await api.tryAcquire('k')) admitted++;
+    api.close(); // gives the unspent rest of the block back
+    const check = connectCluster('api');
+    const stats = await check.stats('k'); // after the refund, in channel order
+    process.send({ done: true, admitted, available: stats.available });
   } else if (scenario === 'leases') {
     const a = connectCluster('a');
     const b = connectCluster('b');
