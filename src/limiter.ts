@@ -36,7 +36,6 @@ import {
   S_STATE,
   STAMP_MASK,
   STAMP_PER_US,
-  STAMP_US,
   slotOfHotWord,
   W_CLOSED,
   W_EVICTED,
@@ -197,8 +196,6 @@ export abstract class Limiter implements SlotPolicy {
   protected lastWord = 0;
   protected lastState = 0;
   protected lastStamp = 0;
-  /** attempt() refused because waiters were queued ahead (oldest-first). */
-  protected lastQueued = false;
   /** The time of the last attempt() (SlidingLog reads it while probing future times). */
   protected decisionUs = 0;
   /** True while retryAfterUs() evaluates step() at future times. */
@@ -391,15 +388,15 @@ export abstract class Limiter implements SlotPolicy {
       // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
       // decode tolerates a stamp minutes old.
       const raw = i32[w + S_STAMP]!;
-      const stamp = stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
+      const stamp = unwrapStamp(raw, stampNow);
       this.lastWord = w;
       this.lastState = s;
       this.lastStamp = stamp;
       // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody
       // takes permits ahead of them but the head waiter itself.
-      this.lastQueued = raw < 0 && this.fifo && mode !== HEAD;
-      if (this.lastQueued && this.queues.sweep(w)) continue; // only dead threads waited
-      const next = this.lastQueued ? REJECT : this.step(s, stamp, nowUs, permits);
+      const queued = raw < 0 && this.fifo && mode !== HEAD;
+      if (queued && this.queues.sweep(w)) continue; // only dead threads waited
+      const next = queued ? REJECT : this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
         // A caller about to wait (or waiting) is not refused: only count real refusals.
         if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
@@ -796,8 +793,8 @@ export abstract class Limiter implements SlotPolicy {
 
   /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
   protected stampOf(w: number, nowUs: number): number {
-    const stampNow = Math.floor((nowUs - this.epochUs) / STAMP_US);
-    return stampNow + ((((this.i32[w + S_STAMP]! & STAMP_MASK) - stampNow) << 1) >> 1);
+    const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
+    return unwrapStamp(this.i32[w + S_STAMP]!, stampNow);
   }
 
   /** Slot number of a packed reference (for algorithms with per-slot memory). */
@@ -828,6 +825,14 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
     throw new TypeError('attach: the buffer size does not match its header');
   }
   return Atomics.load(i32, H_ALGO);
+}
+
+/**
+ * A stamp word's stamp (its low 31 bits, a count of 2^20 µs modulo 2^31) as the nearest
+ * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
+ */
+function unwrapStamp(raw: number, stampNow: number): number {
+  return stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
 }
 
 /** How attempt() was called: a plain try, acquire()'s first try, or the head waiter. */
