@@ -1,7 +1,12 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: { index: 'src/index.ts', cluster: 'src/cluster.ts' },
+  entry: {
+    index: 'src/index.ts',
+    cluster: 'src/cluster.ts',
+    redis: 'src/redis/index.ts',
+    http: 'src/http/index.ts',
+  },
   format: ['esm', 'cjs'],
   dts: true,
   clean: true,

@@ -25,7 +25,7 @@ export function floorTasks({ keys, order }) {
         for (let i = 0; i < BATCH; i++) {
           const now = Math.floor(performance.now() * 1000 + offsetUs) | 0;
           const tat = words[0];
-          // biome-ignore lint/complexity/useMathMinMax: the ternary is faster (Math.max handles NaN/-0)
+          // the ternary is faster (Math.max handles NaN/-0)
           const base = tat > now ? tat : now;
           const next = (base + 1) | 0;
           if (next - now <= 1 << 30) sink += Atomics.compareExchange(words, 0, tat, next) === tat;
@@ -40,7 +40,7 @@ export function floorTasks({ keys, order }) {
           const now = Math.floor(performance.now() * 1000 + offsetUs) | 0;
           const w = slotOf.get(keys[order[cursor++ & 0xfffff]]) * 4;
           const tat = keyed[w];
-          // biome-ignore lint/complexity/useMathMinMax: the ternary is faster (Math.max handles NaN/-0)
+          // the ternary is faster (Math.max handles NaN/-0)
           const base = tat > now ? tat : now;
           sink += Atomics.compareExchange(keyed, w, tat, (base + 1) | 0) === tat;
         }

@@ -117,7 +117,7 @@ export async function run({ quick = false, reporter }) {
         if (k === 0) Atomics.store(i32, 2, 0);
         const now = nows32[k];
         const tat = Atomics.load(i32, 2);
-        // biome-ignore lint/complexity/useMathMinMax: the ternary is faster here (Math.max handles NaN/-0)
+        // the ternary is faster here (Math.max handles NaN/-0)
         const tat2 = (tat > now ? tat : now) + T;
         if (tat2 - now <= TAU && Atomics.compareExchange(i32, 2, tat, tat2) === tat) acc++;
       }
@@ -135,7 +135,7 @@ export async function run({ quick = false, reporter }) {
         if (k === 0) Atomics.store(i32, 3, 0);
         const now = nows32[k];
         const tat = i32[3];
-        // biome-ignore lint/complexity/useMathMinMax: the ternary is faster here (Math.max handles NaN/-0)
+        // the ternary is faster here (Math.max handles NaN/-0)
         const tat2 = (tat > now ? tat : now) + T;
         if (tat2 - now <= TAU && Atomics.compareExchange(i32, 3, tat, tat2) === tat) acc++;
       }
@@ -156,7 +156,7 @@ export async function run({ quick = false, reporter }) {
         if (k === 0) Atomics.store(b64, 1, 0n);
         const now = nows64[k];
         const tat = Atomics.load(b64, 1);
-        // biome-ignore lint/complexity/useMathMinMax: Math.max does not take BigInt
+        // Math.max does not take BigInt
         const tat2 = (tat > now ? tat : now) + T64;
         if (tat2 - now <= TAU64 && Atomics.compareExchange(b64, 1, tat, tat2) === tat) acc++;
       }
@@ -177,7 +177,7 @@ export async function run({ quick = false, reporter }) {
         const now = nowsNum[k];
         const raw = Atomics.load(b64, 2);
         const tat = Number(raw);
-        // biome-ignore lint/complexity/useMathMinMax: the ternary is faster here (Math.max handles NaN/-0)
+        // the ternary is faster here (Math.max handles NaN/-0)
         const tat2 = (tat > now ? tat : now) + T;
         if (tat2 - now <= TAU && Atomics.compareExchange(b64, 2, raw, BigInt(tat2)) === raw) acc++;
       }

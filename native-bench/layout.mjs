@@ -123,7 +123,7 @@ function slotLoopBigInt({ keys, map, idx }, sab, byteOffset = 0) {
       const s = map.get(keys[idx[j]]);
       j = (j + 1) & mask;
       const tat = st[s << 1];
-      // biome-ignore lint/complexity/useMathMinMax: Math.max does not take BigInt
+      // Math.max does not take BigInt
       const tat2 = (tat > now ? tat : now) + TB;
       if (tat2 - now <= TAUB && Atomics.compareExchange(st, s << 1, tat, tat2) === tat) {
         Atomics.add(i32, (s << 2) + 2, 1);
