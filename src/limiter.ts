@@ -42,9 +42,17 @@ import {
   W_FREE,
   W_WAITING,
 } from './layout.js';
-import { HEARTBEAT_MS, WaitQueues } from './queue.js';
-import { type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
-import { checkOptionsObject, enumOption, integerOption, permitsError, show } from './validate.js';
+import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
+import {
+  checkOptionsObject,
+  enumOption,
+  integerOption,
+  permitsError,
+  rangeError,
+  show,
+  typeError,
+} from './validate.js';
 
 export type { Key } from './table.js';
 
@@ -79,6 +87,15 @@ export interface Stats {
 }
 
 export type QueueOrder = 'oldest-first' | 'newest-first';
+
+/** The six algorithms, by class name. */
+export type AlgorithmName =
+  | 'TokenBucket'
+  | 'LeakyBucket'
+  | 'FixedWindow'
+  | 'SlidingWindow'
+  | 'SlidingLog'
+  | 'Concurrency';
 
 /** Options every limiter takes. */
 export interface CommonOptions {
@@ -154,7 +171,7 @@ export function readCommon(
     typeof (clock as Clock).nowUs !== 'function' ||
     !(clock === monotonicClock || clock instanceof ManualClock)
   ) {
-    throw new TypeError(
+    throw typeError(
       `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
@@ -175,6 +192,8 @@ export abstract class Limiter implements SlotPolicy {
   readonly clock: Clock;
   /** Largest permits one call may ask for. */
   abstract readonly limit: number;
+  /** The algorithm, as the class's name: what other parts (HTTP headers, Redis) key on. */
+  abstract readonly algorithm: AlgorithmName;
   readonly keys: number;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
@@ -214,12 +233,12 @@ export abstract class Limiter implements SlotPolicy {
       const i32 = this.i32;
       this.layout = computeLayout(i32[H_KEYS]!, i32[H_LOG_RING]!, i32[H_MAX_WAITERS]!);
       if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
-        throw new TypeError(`${owner}: the buffer does not belong to a ${owner}`);
+        throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
       const layout = computeLayout(source.keys, source.logRing, source.maxWaiters);
       if (layout.bytes > MAX_BUFFER_BYTES) {
-        throw new RangeError(
+        throw rangeError(
           `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
         );
       }
@@ -287,8 +306,18 @@ export abstract class Limiter implements SlotPolicy {
    * Must keep the generation bits of `state`.
    */
   protected abstract step(state: number, stamp: number, nowUs: number, permits: number): number;
-  /** The state after giving `permits` back (never above the limit), or `state` itself. */
-  protected abstract giveBack(state: number, stamp: number, nowUs: number, permits: number): number;
+  /**
+   * The state after giving back `permits` that were taken at `takenUs` (never above the
+   * limit), or `state` itself. Windows credit the window the permits were taken in and drop
+   * a give-back whose window has passed: crediting a newer window would over-admit.
+   */
+  protected abstract giveBack(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    permits: number,
+    takenUs: number,
+  ): number;
   /** Permits grantable now from `state`. */
   protected abstract available(state: number, stamp: number, nowUs: number): number;
   /** Microseconds until `state` is equivalent to a fresh one (0 if it is). */
@@ -379,8 +408,14 @@ export abstract class Limiter implements SlotPolicy {
       const w = ref >>> 4;
       // A plain read is enough: the CAS below validates it.
       const s = i32[w + S_STATE]!;
-      if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) {
-        // The slot went to another key (or is being rebuilt): look the key up again.
+      if (
+        s >>> GEN_SHIFT !== (ref & 15) ||
+        (s & PAYLOAD_MASK) === RESERVED ||
+        (key !== undefined && i32[H_CONTROL]! - this.table.epoch >= GEN_SAFE_SPAN)
+      ) {
+        // The slot went to another key (or is being rebuilt), or so many slots were
+        // reassigned since `ref` was derived that a matching generation proves nothing (a
+        // thread descheduled for a while): look the key up again.
         ref = this.table.refresh(key, nowUs, this);
         continue;
       }
@@ -478,27 +513,39 @@ export abstract class Limiter implements SlotPolicy {
     try {
       const { signal, timeoutMs } = checkAcquireOptions(this.owner, options);
       if (signal?.aborted) return Promise.reject(signal.reason);
-      if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
-        return Promise.resolve(this.leaseFor(key, permits));
-      }
-      if (this.lastWord === NO_SLOT) {
-        throw new QueueFullError(
-          `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
-        );
-      }
-      const w = this.lastWord;
-      let r: number;
-      try {
-        const queueLimit = this.effectiveQueueLimit();
-        if (queueLimit === 0) {
+      let w = NO_SLOT;
+      let r = MOVED;
+      while (r === MOVED) {
+        if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
+          return Promise.resolve(this.leaseFor(key, permits));
+        }
+        if (this.lastWord === NO_SLOT) {
           throw new QueueFullError(
-            `${this.owner}: option "queueLimit" is 0, so acquire() never waits`,
+            `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
           );
         }
-        r = this.queues.enqueue(w, permits, queueLimit, !this.fifo);
-      } catch (error) {
-        Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
-        throw error;
+        w = this.lastWord;
+        try {
+          const queueLimit = this.effectiveQueueLimit();
+          if (queueLimit === 0) {
+            throw new QueueFullError(
+              `${this.owner}: option "queueLimit" is 0, so acquire() never waits`,
+            );
+          }
+          // MOVED: the slot went to another key between the attempt and the queue; the
+          // waiter must queue where the key is now, so try again from the lookup.
+          r = this.queues.enqueue(
+            w,
+            permits,
+            queueLimit,
+            !this.fifo,
+            key === undefined ? -1 : this.lastState >>> GEN_SHIFT,
+            this.table.epoch,
+          );
+        } catch (error) {
+          Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
+          throw error;
+        }
       }
       return new Promise<Lease>((resolve, reject) => {
         const x: Waiter = {
@@ -595,7 +642,7 @@ export abstract class Limiter implements SlotPolicy {
           }
           // Evicted, closed or swept while taking them: exactly one outcome, so give them
           // back.
-          this.giveBackUnchecked(x.key, x.permits);
+          this.giveBackUnchecked(x.key, x.permits, nowUs);
           this.settle(
             x,
             was === W_EVICTED
@@ -695,19 +742,37 @@ export abstract class Limiter implements SlotPolicy {
 
   // ---- the rest of the API ------------------------------------------------------------
 
-  /** Gives `permits` back to `key` (never above its limit). Unknown keys are a no-op. */
+  /**
+   * Gives `permits` back to `key` (never above its limit), as permits taken just now: a
+   * window credits its current window. Unknown keys are a no-op.
+   */
   refund(key?: Key, permits = 1): void {
+    this.refundTaken(key, permits, Number.NaN);
+  }
+
+  /**
+   * @internal refund() of permits taken at `takenUs` on this limiter's clock (NaN: now).
+   * The chain's rollback, acquire()'s give-back and the cluster's blocks use it, so that a
+   * give-back reaching a window after the one the permits came from is dropped.
+   */
+  refundTaken(key: Key | undefined, permits: number, takenUs: number): void {
     this.checkOpen();
     if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
       throw permitsError(`${this.owner}.refund`, permits, this.limit);
     }
-    this.giveBackUnchecked(key, permits);
+    this.giveBackUnchecked(key, permits, takenUs);
+  }
+
+  /** @internal The clock time of this thread's last decision (the chain's rollback reads it). */
+  get lastDecisionUs(): number {
+    return this.decisionUs;
   }
 
   /** refund() without the closed check: a waiter settling during close() still returns what it took. */
-  private giveBackUnchecked(key: Key | undefined, permits: number): void {
+  private giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
-    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits));
+    const at = Number.isNaN(takenUs) ? nowUs : takenUs;
+    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
   }
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
@@ -777,7 +842,11 @@ export abstract class Limiter implements SlotPolicy {
       if (ref === NO_SLOT) return NO_SLOT;
       const w = ref >>> 4;
       const s = Atomics.load(this.i32, w + S_STATE);
-      if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) {
+      if (
+        s >>> GEN_SHIFT !== (ref & 15) ||
+        (s & PAYLOAD_MASK) === RESERVED ||
+        (key !== undefined && Atomics.load(this.i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN)
+      ) {
         ref = this.table.find(key);
         continue;
       }
@@ -813,16 +882,16 @@ export abstract class Limiter implements SlotPolicy {
 export function headerAlgo(buffer: SharedArrayBuffer): number {
   const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
   if (buffer.byteLength < 256 || Atomics.load(i32, H_MAGIC) !== MAGIC) {
-    throw new TypeError('attach: the buffer is not an atomic-limiter buffer (wrong magic)');
+    throw typeError('attach: the buffer is not an atomic-limiter buffer (wrong magic)');
   }
   const version = Atomics.load(i32, H_VERSION);
   if (version !== LAYOUT_VERSION) {
-    throw new TypeError(
+    throw typeError(
       `attach: the buffer has layout version ${version}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
     );
   }
   if (Atomics.load(i32, H_BYTES_DIV64) * 64 !== buffer.byteLength) {
-    throw new TypeError('attach: the buffer size does not match its header');
+    throw typeError('attach: the buffer size does not match its header');
   }
   return Atomics.load(i32, H_ALGO);
 }
@@ -899,19 +968,19 @@ function checkAcquireOptions(
   const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
   const signal = opts.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw new TypeError(
+    throw typeError(
       `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
     );
   }
   const timeoutMs = opts.timeoutMs;
   if (timeoutMs !== undefined) {
     if (typeof timeoutMs !== 'number') {
-      throw new TypeError(
+      throw typeError(
         `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
       );
     }
     if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
-      throw new RangeError(
+      throw rangeError(
         `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
       );
     }

@@ -24,6 +24,7 @@ export interface ConcurrencyOptions extends CommonOptions {
  * part, so a refusal's `retryAfterMs` is `Infinity`: only a release can help.
  */
 export class Concurrency extends Limiter {
+  readonly algorithm = 'Concurrency';
   readonly limit: number;
 
   constructor(options: ConcurrencyOptions) {
