@@ -10,6 +10,7 @@ import {
   H_ALGO,
   H_BYTES_DIV64,
   H_CONTROL,
+  H_HOLDERS,
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
@@ -146,6 +147,8 @@ export interface Fresh {
   readonly queueOrder: QueueOrder;
   readonly maxWaiters: number;
   readonly clock: Clock;
+  /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
+  readonly holdersPerSlot?: number;
 }
 
 export function readCommon(
@@ -219,6 +222,8 @@ export abstract class Limiter implements SlotPolicy {
   protected decisionUs = 0;
   /** True while retryAfterUs() evaluates step() at future times. */
   protected probing = false;
+  /** For stepQueued(): when the head waiter being served was refused and queued. */
+  protected queuedSinceUs = 0;
 
   protected constructor(
     protected readonly owner: string,
@@ -231,12 +236,23 @@ export abstract class Limiter implements SlotPolicy {
       this.i32 = new Int32Array(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
-      this.layout = computeLayout(i32[H_KEYS]!, i32[H_LOG_RING]!, i32[H_MAX_WAITERS]!);
+      this.layout = computeLayout(
+        i32[H_KEYS]!,
+        i32[H_LOG_RING]!,
+        i32[H_MAX_WAITERS]!,
+        i32[H_HOLDERS]!,
+      );
       if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
         throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
-      const layout = computeLayout(source.keys, source.logRing, source.maxWaiters);
+      const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
+      const layout = computeLayout(
+        source.keys,
+        source.logRing,
+        source.maxWaiters,
+        slots * (source.holdersPerSlot ?? 0),
+      );
       if (layout.bytes > MAX_BUFFER_BYTES) {
         throw rangeError(
           `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
@@ -259,6 +275,7 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
       i32[H_LOG_RING] = source.logRing;
       i32[H_MAX_WAITERS] = source.maxWaiters;
+      i32[H_HOLDERS] = layout.holders;
       i32[H_BYTES_DIV64] = layout.bytes / 64;
       source.params.forEach((p, k) => {
         this.f64[F64_PARAMS + k] = p;
@@ -340,6 +357,16 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   initSlot(_s: number): void {}
+
+  /**
+   * step() for the head of the wait queue. The head wakes when its permits are due, but
+   * always a little late (timers, the event loop); algorithms whose schedule is a time line
+   * (GCRA) override this to grant at the due time, so the lateness is made up rather than
+   * carried into every later waiter's turn.
+   */
+  protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
+    return this.step(state, stamp, nowUs, permits);
+  }
 
   /** Hook after a successful CAS (SlidingLog writes its entries here). */
   protected admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
@@ -431,7 +458,11 @@ export abstract class Limiter implements SlotPolicy {
       // takes permits ahead of them but the head waiter itself.
       const queued = raw < 0 && this.fifo && mode !== HEAD;
       if (queued && this.queues.sweep(w)) continue; // only dead threads waited
-      const next = queued ? REJECT : this.step(s, stamp, nowUs, permits);
+      const next = queued
+        ? REJECT
+        : mode === HEAD
+          ? this.stepQueued(s, stamp, nowUs, permits)
+          : this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
         // A caller about to wait (or waiting) is not refused: only count real refusals.
         if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
@@ -551,6 +582,7 @@ export abstract class Limiter implements SlotPolicy {
         const x: Waiter = {
           key,
           permits,
+          sinceUs: this.decisionUs,
           w,
           r,
           id: this.queues.id(r),
@@ -634,6 +666,7 @@ export abstract class Limiter implements SlotPolicy {
       if (this.queues.isHead(x.w, x.r)) {
         head = true;
         const nowUs = this.clock.nowUs();
+        this.queuedSinceUs = x.sinceUs;
         if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
           const was = this.queues.leave(x.w, x.r, x.id);
           if (was === W_WAITING) {
@@ -715,6 +748,7 @@ export abstract class Limiter implements SlotPolicy {
     if (this.heartbeatTimer) return;
     this.heartbeatTimer = setInterval(() => {
       this.queues.heartbeat();
+      this.onHeartbeat();
       const seen = new Set<number>();
       for (const y of this.waiting) {
         if (!seen.has(y.w)) {
@@ -769,11 +803,22 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /** refund() without the closed check: a waiter settling during close() still returns what it took. */
-  private giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
+  protected giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
     const at = Number.isNaN(takenUs) ? nowUs : takenUs;
-    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
+    let before = 0;
+    const next = this.update(key, nowUs, (s, stamp) => {
+      before = s;
+      return this.giveBack(s, stamp, nowUs, permits, at);
+    });
+    if (next !== NO_SLOT && next !== before) this.gaveBack(this.lastWord, before, next);
   }
+
+  /** Hook after permits went back to slot word `w` (Concurrency updates its holder records). */
+  protected gaveBack(_w: number, _before: number, _after: number): void {}
+
+  /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
+  protected onHeartbeat(): void {}
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
   stats(key?: Key): Stats {
@@ -928,6 +973,8 @@ export interface Lease {
 interface Waiter {
   key: Key | undefined;
   permits: number;
+  /** The time of the refused attempt that queued it. */
+  sinceUs: number;
   w: number;
   r: number;
   id: number;
