@@ -36,6 +36,7 @@ export const H_LOG_RING = 10;
 export const H_BYTES_DIV64 = 11;
 export const H_MAX_WAITERS = 12;
 export const H_HOLDERS = 13; // holder records (Concurrency), 0 for the rate limiters
+export const H_WHEN_FULL = 14; // 1: a new key with no slot is allowed (whenFull: 'allow')
 // Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
 export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
 export const F64_EPOCH_US = 15;
@@ -84,7 +85,10 @@ export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
-export const MAX_BUFFER_BYTES = 2 ** 30;
+/** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
+export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
+/** Default budget of shared memory per limiter (option `maxBytes`). */
+export const DEFAULT_MAX_BYTES = 256 * 2 ** 20;
 
 // Queue fields, at queueBase + 4 × slot.
 export const Q_LOCK = 0;

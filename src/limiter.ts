@@ -1,7 +1,9 @@
+import diagnosticsChannel from 'node:diagnostics_channel';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
+  DEFAULT_MAX_BYTES,
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
@@ -11,17 +13,21 @@ import {
   H_BYTES_DIV64,
   H_CONTROL,
   H_HOLDERS,
+  H_INSERTS,
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
   H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
+  H_RECLAIMS,
   H_SEED0,
   H_SEED1,
   H_SLOTS,
   H_STRIPES,
+  H_TABLE_FULL,
   H_VERSION,
+  H_WHEN_FULL,
   hotWord,
   LAYOUT_VERSION,
   type Layout,
@@ -73,7 +79,10 @@ export interface Decision {
   readonly retryAfterMs: number;
   /** Time until the key is back to its initial state (full bucket, empty windows). */
   readonly resetAfterMs: number;
-  /** Why a refusal happened: the limit, or no slot for a new key (`'table-full'`). */
+  /**
+   * Why: on a refusal, the limit (`'limited'`) or no slot for a new key (`'table-full'`);
+   * `'table-full'` also on a new key allowed without state by `whenFull: 'allow'`.
+   */
   readonly reason?: 'limited' | 'table-full';
 }
 
@@ -103,9 +112,21 @@ export interface CommonOptions {
   /**
    * Distinct keys the shared table holds at once (minimum 1, default 10 000). Keys idle
    * in their initial state are reclaimed when space is needed; when every candidate slot
-   * of a new key is busy, decisions for it are refused with `reason: 'table-full'`.
+   * of a new key is busy, `whenFull` decides for it, with `reason: 'table-full'`.
    */
   keys?: number;
+  /**
+   * What a new key gets when no slot can be had for it: `'deny'` (default: a refusal with
+   * `reason: 'table-full'` and the time until the soonest candidate slot can be reclaimed)
+   * or `'allow'` (granted without any state: no limit applies to it until a slot frees —
+   * the choice of an HTTP API that would rather serve a new client than refuse it).
+   */
+  whenFull?: WhenFull;
+  /**
+   * Largest shared buffer this limiter may reserve, in bytes (default 256 MiB, at most
+   * 2^31 − 2^16). A configuration needing more is refused with a RangeError saying how much.
+   */
+  maxBytes?: number;
   /** Permits that may wait per key in `acquire()`; 0 (default) means never wait. */
   queueLimit?: number;
   /** `'oldest-first'` (default, FIFO) or `'newest-first'` (evicts the oldest waiter). */
@@ -127,7 +148,26 @@ export interface LimiterHandle {
   readonly clock: ClockHandle;
 }
 
-export const COMMON_OPTIONS = ['keys', 'queueLimit', 'queueOrder', 'maxWaiters', 'clock'] as const;
+export type WhenFull = 'deny' | 'allow';
+
+export const COMMON_OPTIONS = [
+  'keys',
+  'queueLimit',
+  'queueOrder',
+  'maxWaiters',
+  'clock',
+  'whenFull',
+  'maxBytes',
+] as const;
+
+/**
+ * Published (only when someone subscribes) each time a new key finds no slot:
+ * `{ limiter, key, whenFull }`. Subscribe with `diagnostics_channel.subscribe(name, f)`.
+ */
+export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
+const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
+/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
+const TABLE_FULL_RETRY_MS = 1000;
 const MAX_KEYS = 1 << 22;
 
 /** A buffer and clock to attach to (from `attach()`); never built by users. */
@@ -147,6 +187,8 @@ export interface Fresh {
   readonly queueOrder: QueueOrder;
   readonly maxWaiters: number;
   readonly clock: Clock;
+  readonly whenFull: WhenFull;
+  readonly maxBytes: number;
   /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
   readonly holdersPerSlot?: number;
 }
@@ -167,6 +209,21 @@ export function readCommon(
     ['oldest-first', 'newest-first'],
     'oldest-first',
   );
+  const whenFull = enumOption<WhenFull>(
+    owner,
+    'whenFull',
+    opts.whenFull,
+    ['deny', 'allow'],
+    'deny',
+  );
+  const maxBytes = integerOption(
+    owner,
+    'maxBytes',
+    opts.maxBytes,
+    2 ** 16,
+    MAX_BUFFER_BYTES,
+    DEFAULT_MAX_BYTES,
+  );
   const clock = opts.clock ?? monotonicClock;
   if (
     typeof clock !== 'object' ||
@@ -178,7 +235,10 @@ export function readCommon(
       `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
-  return { opts, common: { keys, queueLimit, queueOrder, maxWaiters, clock: clock as Clock } };
+  return {
+    opts,
+    common: { keys, queueLimit, queueOrder, maxWaiters, whenFull, maxBytes, clock: clock as Clock },
+  };
 }
 
 function randomSeed(): number {
@@ -198,6 +258,8 @@ export abstract class Limiter implements SlotPolicy {
   /** The algorithm, as the class's name: what other parts (HTTP headers, Redis) key on. */
   abstract readonly algorithm: AlgorithmName;
   readonly keys: number;
+  /** What a new key gets when the table has no slot for it. */
+  readonly whenFull: WhenFull;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
   protected readonly i32: Int32Array;
@@ -253,9 +315,9 @@ export abstract class Limiter implements SlotPolicy {
         source.maxWaiters,
         slots * (source.holdersPerSlot ?? 0),
       );
-      if (layout.bytes > MAX_BUFFER_BYTES) {
+      if (layout.bytes > source.maxBytes) {
         throw rangeError(
-          `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
+          `${owner}: ${show(source.keys)} keys need ${mib(layout.bytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
       this.layout = layout;
@@ -276,6 +338,7 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_LOG_RING] = source.logRing;
       i32[H_MAX_WAITERS] = source.maxWaiters;
       i32[H_HOLDERS] = layout.holders;
+      i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
       i32[H_BYTES_DIV64] = layout.bytes / 64;
       source.params.forEach((p, k) => {
         this.f64[F64_PARAMS + k] = p;
@@ -286,6 +349,7 @@ export abstract class Limiter implements SlotPolicy {
       Atomics.store(i32, H_MAGIC, MAGIC);
     }
     this.keys = this.i32[H_KEYS]!;
+    this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
     this.queueLimit = this.i32[H_QUEUE_LIMIT]!;
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
@@ -307,6 +371,25 @@ export abstract class Limiter implements SlotPolicy {
       version: LAYOUT_VERSION,
       buffer: this.buffer,
       clock: this.clock.handle,
+    };
+  }
+
+  /** Bytes of shared memory this limiter's buffer holds (every thread shares them). */
+  get byteLength(): number {
+    return this.buffer.byteLength;
+  }
+
+  /**
+   * The key table's counters, shared by every thread: slots, keys inserted, idle slots
+   * reclaimed for new keys, and new keys that found no slot (`tableFull`).
+   */
+  tableStats(): { slots: number; inserts: number; reclaims: number; tableFull: number } {
+    const i32 = this.i32;
+    return {
+      slots: this.layout.slots,
+      inserts: Atomics.load(i32, H_INSERTS) >>> 0,
+      reclaims: Atomics.load(i32, H_RECLAIMS) >>> 0,
+      tableFull: Atomics.load(i32, H_TABLE_FULL) >>> 0,
     };
   }
 
@@ -387,10 +470,10 @@ export abstract class Limiter implements SlotPolicy {
     const allowed = this.attempt(key, permits, nowUs);
     if (this.lastWord === NO_SLOT) {
       return {
-        allowed: false,
+        allowed,
         remaining: 0,
         limit: this.limit,
-        retryAfterMs: Number.POSITIVE_INFINITY,
+        retryAfterMs: allowed ? 0 : this.tableFullRetryUs(key!, nowUs) / 1000,
         resetAfterMs: 0,
         reason: 'table-full',
       };
@@ -430,7 +513,7 @@ export abstract class Limiter implements SlotPolicy {
     for (;;) {
       if (ref === NO_SLOT) {
         this.lastWord = NO_SLOT;
-        return false;
+        return this.tableFull(key!);
       }
       const w = ref >>> 4;
       // A plain read is enough: the CAS below validates it.
@@ -476,6 +559,27 @@ export abstract class Limiter implements SlotPolicy {
         return true;
       }
     }
+  }
+
+  /** A new key found no slot: report it, and decide by `whenFull`. */
+  private tableFull(key: Key): boolean {
+    if (tableFullChannel.hasSubscribers) {
+      tableFullChannel.publish({ limiter: this, key, whenFull: this.whenFull });
+    }
+    return this.whenFull === 'allow';
+  }
+
+  /**
+   * When a slot for `key` may be free: the soonest time one of its candidate slots
+   * returns to its initial state (and so can be reclaimed). Whole µs, finite.
+   */
+  private tableFullRetryUs(key: Key, nowUs: number): number {
+    const us = this.table.soonestIdleUs(key, (state, w) => {
+      this.lastWord = w;
+      return this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs);
+    });
+    this.lastWord = NO_SLOT;
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
   }
 
   /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
@@ -921,6 +1025,10 @@ export abstract class Limiter implements SlotPolicy {
     const shift = 32 - bits;
     return ref + (((field - ref) << shift) >> shift);
   }
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
 
 /** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
