@@ -38,7 +38,8 @@ export class Holders {
   private lastReapMs = 0;
 
   constructor(
-    private readonly i32: Int32Array,
+    /** Replaced by the limiter's remap() when the buffer grew. */
+    public i32: Int32Array,
     private readonly layout: Layout,
     private readonly queues: WaitQueues,
     /** Gives `permits` back to the slot `ref` (if it still has that generation). */

@@ -17,12 +17,14 @@ import {
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
+  H_MAX_KEYS,
   H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
   H_RECLAIMS,
   H_SEED0,
   H_SEED1,
+  H_SEGMENTS,
   H_SLOTS,
   H_STRIPES,
   H_TABLE_FULL,
@@ -110,11 +112,17 @@ export type AlgorithmName =
 /** Options every limiter takes. */
 export interface CommonOptions {
   /**
-   * Distinct keys the shared table holds at once (minimum 1, default 10 000). Keys idle
-   * in their initial state are reclaimed when space is needed; when every candidate slot
-   * of a new key is busy, `whenFull` decides for it, with `reason: 'table-full'`.
+   * Distinct keys the shared table has room for when created (minimum 1, default 1024).
+   * Keys idle in their initial state are reclaimed when space is needed; when none is, the
+   * table grows (by segments of 1.5 slots per key, doubling) up to `maxKeys`.
    */
   keys?: number;
+  /**
+   * The most keys the table may grow to (default 1 048 576, or as many as `maxBytes`
+   * holds). Beyond it, when every candidate slot of a new key holds an active key,
+   * `whenFull` decides for it, with `reason: 'table-full'`. At least `keys`.
+   */
+  maxKeys?: number;
   /**
    * What a new key gets when no slot can be had for it: `'deny'` (default: a refusal with
    * `reason: 'table-full'` and the time until the soonest candidate slot can be reclaimed)
@@ -152,6 +160,7 @@ export type WhenFull = 'deny' | 'allow';
 
 export const COMMON_OPTIONS = [
   'keys',
+  'maxKeys',
   'queueLimit',
   'queueOrder',
   'maxWaiters',
@@ -169,6 +178,8 @@ const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
 /** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
 const TABLE_FULL_RETRY_MS = 1000;
 const MAX_KEYS = 1 << 22;
+const DEFAULT_KEYS = 1024;
+const DEFAULT_MAX_KEYS = 1 << 20;
 
 /** A buffer and clock to attach to (from `attach()`); never built by users. */
 export class Attached {
@@ -183,6 +194,9 @@ export interface Fresh {
   readonly params: readonly number[];
   readonly logRing: number;
   readonly keys: number;
+  readonly maxKeys: number;
+  /** Whether the user chose maxKeys (else it shrinks to fit maxBytes). */
+  readonly maxKeysGiven: boolean;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
   readonly maxWaiters: number;
@@ -199,7 +213,21 @@ export function readCommon(
   own: readonly string[],
 ): { opts: Record<string, unknown>; common: Omit<Fresh, 'params' | 'logRing'> } {
   const opts = checkOptionsObject(owner, options, [...own, ...COMMON_OPTIONS]);
-  const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, 10_000);
+  const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, DEFAULT_KEYS);
+  const maxKeysGiven = opts.maxKeys !== undefined;
+  const maxKeys = integerOption(
+    owner,
+    'maxKeys',
+    opts.maxKeys,
+    1,
+    MAX_KEYS,
+    Math.max(keys, DEFAULT_MAX_KEYS),
+  );
+  if (maxKeys < keys) {
+    throw rangeError(
+      `${owner}: option "maxKeys" (${maxKeys}) must be at least "keys" (${keys}): the table starts at "keys" and grows up to "maxKeys"`,
+    );
+  }
   const queueLimit = integerOption(owner, 'queueLimit', opts.queueLimit, 0, 2 ** 31 - 1, 0);
   const maxWaiters = integerOption(owner, 'maxWaiters', opts.maxWaiters, 1, 1 << 20, 4096);
   const queueOrder = enumOption<QueueOrder>(
@@ -237,7 +265,17 @@ export function readCommon(
   }
   return {
     opts,
-    common: { keys, queueLimit, queueOrder, maxWaiters, whenFull, maxBytes, clock: clock as Clock },
+    common: {
+      keys,
+      maxKeys,
+      maxKeysGiven,
+      queueLimit,
+      queueOrder,
+      maxWaiters,
+      whenFull,
+      maxBytes,
+      clock: clock as Clock,
+    },
   };
 }
 
@@ -257,12 +295,20 @@ export abstract class Limiter implements SlotPolicy {
   abstract readonly limit: number;
   /** The algorithm, as the class's name: what other parts (HTTP headers, Redis) key on. */
   abstract readonly algorithm: AlgorithmName;
+  /** Keys the table held room for when created; it grows from there up to `maxKeys`. */
   readonly keys: number;
+  /** Keys the table may hold once grown to its ceiling. */
+  readonly maxKeys: number;
   /** What a new key gets when the table has no slot for it. */
   readonly whenFull: WhenFull;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
-  protected readonly i32: Int32Array;
+  /**
+   * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
+   * length-tracking view of a growable buffer cost twice as much, so a thread maps the
+   * buffer again (remap) when its table finds a segment beyond its view.
+   */
+  protected i32: Int32Array;
   protected readonly f64: Float64Array;
   protected readonly layout: Layout;
   protected readonly table: SlotTable;
@@ -295,7 +341,7 @@ export abstract class Limiter implements SlotPolicy {
     if (source instanceof Attached) {
       this.buffer = source.buffer;
       this.clock = source.clock;
-      this.i32 = new Int32Array(this.buffer);
+      this.i32 = fixedView(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
       this.layout = computeLayout(
@@ -303,27 +349,45 @@ export abstract class Limiter implements SlotPolicy {
         i32[H_LOG_RING]!,
         i32[H_MAX_WAITERS]!,
         i32[H_HOLDERS]!,
+        i32[H_MAX_KEYS]!,
       );
-      if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
+      const length = this.buffer.byteLength;
+      if (i32[H_ALGO] !== algo || length < this.layout.bytes || length > this.layout.maxBytes) {
         throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
       const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
-      const layout = computeLayout(
-        source.keys,
-        source.logRing,
-        source.maxWaiters,
-        slots * (source.holdersPerSlot ?? 0),
-      );
+      const layoutFor = (maxKeys: number) =>
+        computeLayout(
+          source.keys,
+          source.logRing,
+          source.maxWaiters,
+          slots * (source.holdersPerSlot ?? 0),
+          maxKeys,
+        );
+      let layout = layoutFor(source.maxKeys);
       if (layout.bytes > source.maxBytes) {
         throw rangeError(
           `${owner}: ${show(source.keys)} keys need ${mib(layout.bytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
+      if (layout.maxBytes > source.maxBytes && source.maxKeysGiven) {
+        throw rangeError(
+          `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.maxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
+        );
+      }
+      // Without an explicit maxKeys, the ceiling is as many segments as maxBytes holds.
+      while (layout.maxBytes > source.maxBytes) {
+        layout = layoutFor(source.keys * 2 ** (layout.segments.length - 2));
+      }
       this.layout = layout;
-      this.buffer = new SharedArrayBuffer(layout.bytes);
+      // A growable buffer reserves its maximum (address space) and commits what exists.
+      this.buffer =
+        layout.maxBytes > layout.bytes
+          ? new SharedArrayBuffer(layout.bytes, { maxByteLength: layout.maxBytes })
+          : new SharedArrayBuffer(layout.bytes);
       this.clock = source.clock;
-      this.i32 = new Int32Array(this.buffer);
+      this.i32 = fixedView(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
       i32[H_VERSION] = LAYOUT_VERSION;
@@ -333,6 +397,8 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_SEED0] = randomSeed();
       i32[H_SEED1] = randomSeed();
       i32[H_KEYS] = source.keys;
+      i32[H_MAX_KEYS] = layout.maxKeys;
+      i32[H_SEGMENTS] = 1;
       i32[H_QUEUE_LIMIT] = source.queueLimit;
       i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
       i32[H_LOG_RING] = source.logRing;
@@ -349,15 +415,30 @@ export abstract class Limiter implements SlotPolicy {
       Atomics.store(i32, H_MAGIC, MAGIC);
     }
     this.keys = this.i32[H_KEYS]!;
+    this.maxKeys = this.layout.maxKeys;
     this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
     this.queueLimit = this.i32[H_QUEUE_LIMIT]!;
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
-    this.table = new SlotTable(this.i32, this.layout, owner);
+    this.table = new SlotTable(this.i32, this.layout, owner, () => this.remap());
     this.defaultRef = this.table.defaultSlot;
     this.queues = new WaitQueues(this.i32, this.layout, this.table);
     this.fifo = this.queueOrder === 'oldest-first';
   }
+
+  /**
+   * Maps the buffer again as far as it has grown (the table grew, here or in another
+   * thread): every view this thread's objects hold is replaced by one over the new length.
+   */
+  protected remap(): void {
+    this.i32 = fixedView(this.buffer);
+    this.table.i32 = this.i32;
+    this.queues.i32 = this.i32;
+    this.remapped();
+  }
+
+  /** Hook after remap() (views an algorithm keeps of its own). */
+  protected remapped(): void {}
 
   /** The algorithm's stored options, in the order the subclass wrote them. */
   protected param(k: number): number {
@@ -374,19 +455,31 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** Bytes of shared memory this limiter's buffer holds (every thread shares them). */
+  /** Bytes of shared memory this limiter's buffer holds now (every thread shares them). */
   get byteLength(): number {
     return this.buffer.byteLength;
+  }
+
+  /** Bytes the buffer may grow to (address space reserved; committed as the table grows). */
+  get maxByteLength(): number {
+    return this.layout.maxBytes;
   }
 
   /**
    * The key table's counters, shared by every thread: slots, keys inserted, idle slots
    * reclaimed for new keys, and new keys that found no slot (`tableFull`).
    */
-  tableStats(): { slots: number; inserts: number; reclaims: number; tableFull: number } {
+  tableStats(): {
+    slots: number;
+    segments: number;
+    inserts: number;
+    reclaims: number;
+    tableFull: number;
+  } {
     const i32 = this.i32;
     return {
-      slots: this.layout.slots,
+      slots: this.table.slotCount(),
+      segments: Atomics.load(i32, H_SEGMENTS),
       inserts: Atomics.load(i32, H_INSERTS) >>> 0,
       reclaims: Atomics.load(i32, H_RECLAIMS) >>> 0,
       tableFull: Atomics.load(i32, H_TABLE_FULL) >>> 0,
@@ -496,9 +589,8 @@ export abstract class Limiter implements SlotPolicy {
     nowUs: number,
     mode: AttemptMode = TRY,
   ): boolean {
-    const i32 = this.i32;
     // One read of the control word serves the closed check and the cache's epoch check.
-    const control = i32[H_CONTROL]!;
+    const control = this.i32[H_CONTROL]!;
     if (
       (control & 1) !== 0 ||
       !(permits >= 1 && permits <= this.limit) ||
@@ -508,6 +600,8 @@ export abstract class Limiter implements SlotPolicy {
     }
     this.decisionUs = nowUs;
     let ref = key === undefined ? this.defaultRef : this.table.slotOf(key, control, nowUs, this);
+    // Read after the lookup: a lookup that met a newer segment has mapped the buffer again.
+    let i32 = this.i32;
     // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
     const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
     for (;;) {
@@ -527,6 +621,7 @@ export abstract class Limiter implements SlotPolicy {
         // reassigned since `ref` was derived that a matching generation proves nothing (a
         // thread descheduled for a while): look the key up again.
         ref = this.table.refresh(key, nowUs, this);
+        i32 = this.i32;
         continue;
       }
       // Read after the state: a stamp is stored before its state's CAS, so this stamp is
@@ -1031,6 +1126,11 @@ function mib(bytes: number): string {
   return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
 
+/** A fixed-length Int32 view of the whole buffer as long as it is now. */
+function fixedView(buffer: SharedArrayBuffer): Int32Array {
+  return new Int32Array(buffer, 0, buffer.byteLength >> 2);
+}
+
 /** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
 export function headerAlgo(buffer: SharedArrayBuffer): number {
   const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
@@ -1043,7 +1143,7 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
       `attach: the buffer has layout version ${version}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
     );
   }
-  if (Atomics.load(i32, H_BYTES_DIV64) * 64 !== buffer.byteLength) {
+  if (Atomics.load(i32, H_BYTES_DIV64) * 64 > buffer.byteLength) {
     throw typeError('attach: the buffer size does not match its header');
   }
   return Atomics.load(i32, H_ALGO);

@@ -22,7 +22,7 @@ describe('a full table', () => {
   it("whenFull 'deny' (default): a refusal whose retryAfterMs is when a slot frees, exactly", () => {
     const clock = new ManualClock();
     // Each key's bucket is back to full 1000 ms after its one token was taken.
-    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, clock });
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1, clock });
     expect(fill(bucket)).toBe(32);
     clock.advance(250);
     const refused = bucket.consume('new');
@@ -41,6 +41,7 @@ describe('a full table', () => {
       capacity: 1,
       refillPerSecond: 1,
       keys: 1,
+      maxKeys: 1,
       whenFull: 'allow',
       clock,
     });
@@ -58,7 +59,7 @@ describe('a full table', () => {
   });
 
   it('a held Concurrency table refuses with a finite retryAfterMs (no slot frees by time)', () => {
-    const c = new Concurrency({ limit: 1, keys: 1 });
+    const c = new Concurrency({ limit: 1, keys: 1, maxKeys: 1 });
     expect(fill(c)).toBe(32);
     const refused = c.consume('new');
     expect(refused).toMatchObject({ allowed: false, reason: 'table-full' });
@@ -67,7 +68,7 @@ describe('a full table', () => {
   });
 
   it('counts new keys that found no slot, and publishes them on a diagnostics channel', () => {
-    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1 });
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1 });
     const seen: unknown[] = [];
     const onMessage = (message: unknown) => seen.push(message);
     fill(bucket);
@@ -102,11 +103,19 @@ describe('memory a user can predict', () => {
 
   it('refuses a configuration over maxBytes (256 MiB by default), saying how much it needs', () => {
     // 10 000 keys of a 1 000-permit log: 2 048 entries of 16 bytes per slot.
-    expect(() => new SlidingLog({ limit: 1000, windowMs: 60_000 })).toThrow(
+    expect(() => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 10_000 })).toThrow(
       /need 469\.\d MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "keys" or "limit", or raise "maxBytes"/,
     );
-    const raised = new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 100 });
-    expect(raised.byteLength).toBeLessThan(8 * 2 ** 20);
+    expect(
+      () => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 1000, maxKeys: 100_000 }),
+    ).toThrow(
+      /a table growing to 100000 keys reserves .* MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "maxKeys" or "limit"/,
+    );
+    // Without maxKeys the ceiling is what the budget holds: the defaults always construct.
+    const log = new SlidingLog({ limit: 1000, windowMs: 60_000 });
+    expect(log.maxByteLength).toBeLessThanOrEqual(256 * 2 ** 20);
+    expect(log.maxKeys).toBeGreaterThanOrEqual(log.keys);
+    expect(log.byteLength).toBeLessThan(64 * 2 ** 20);
     expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, maxBytes: 1000 })).toThrow(
       RangeError,
     );

@@ -115,9 +115,15 @@ export class Concurrency extends Limiter {
     this.holders.reap();
   }
 
+  protected override remapped(): void {
+    this.holders.i32 = this.i32;
+  }
+
   /** A dead holder's permits, back to the slot they were taken from. */
   private giveBackRef(ref: number, permits: number): void {
     const w = ref >>> 4;
+    // Another thread's record may name a slot of a segment this thread has not mapped yet.
+    if (w >= this.i32.length) this.remap();
     for (;;) {
       const s = Atomics.load(this.i32, w + S_STATE);
       // Another generation: the key was reset and its slot reused; nothing to give back.
