@@ -22,6 +22,7 @@ import { GROUPS, runNativeBench } from '../native-bench/run.mjs';
 import { runAcquire } from './acquire.mjs';
 import { runCluster } from './cluster.mjs';
 import { runEffective } from './effective-limit.mjs';
+import { formatGrowth, runGrowth } from './growth.mjs';
 import { parseOptions, progress } from './lib.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
 import { SUBJECTS } from './subjects.mjs';
@@ -106,6 +107,11 @@ if (opts.parts.has('effective')) {
   result.effective = await runEffective({ maxThreads: opts.threads });
 }
 
+if (opts.parts.has('growth')) {
+  progress(`[${elapsed()}] the growing key table: created at N keys against grown to N`);
+  result.growth = await runGrowth({ quick: opts.quick });
+}
+
 // ---- 4. cluster ----------------------------------------------------------------------------
 if (opts.parts.has('cluster')) {
   progress(`[${elapsed()}] cluster: ours and rate-limiter-flexible, each in a cluster of its own`);
@@ -115,6 +121,7 @@ if (opts.parts.has('cluster')) {
 // ---- 5. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
+if (result.growth) console.log(`\n${formatGrowth(result.growth)}`);
 const dir = new URL('./results/', import.meta.url);
 mkdirSync(dir, { recursive: true });
 const jsonFile = opts.jsonFile ?? fileURLToPath(new URL('latest.json', dir));

@@ -240,6 +240,9 @@ export class SlotTable {
     const first = seg.first + stripe * STRIPE_SLOTS;
     for (let s = first; s < first + STRIPE_SLOTS; s++) {
       const c = this.coldOf(seg, s);
+      // Plain reads to skip the other keys' slots (an Atomics.load is a call here, not a
+      // move); a match is confirmed by the ordered reads below.
+      if (i32[c] !== fp0 || i32[c + 1] !== fp1) continue;
       if (Atomics.load(i32, c) !== fp0 || Atomics.load(i32, c + 1) !== fp1) continue;
       const w = this.hotOf(seg, s);
       const st = Atomics.load(i32, w + S_STATE);
@@ -431,7 +434,8 @@ export class SlotTable {
     const first = seg.first + stripe * STRIPE_SLOTS;
     for (let s = first; s < first + STRIPE_SLOTS; s++) {
       const w = this.hotOf(seg, s);
-      const st = Atomics.load(i32, w + S_STATE);
+      // A plain read finds the candidates; the CAS below acts only on what it validates.
+      const st = i32[w + S_STATE]!;
       if ((st & PAYLOAD_MASK) !== RESERVED) continue;
       Atomics.add(i32, H_CONTROL, 2);
       const gen = ((st >>> GEN_SHIFT) + 1) & 15;
