@@ -1,0 +1,458 @@
+/**
+ * A worker process's view of one limiter served by the primary: the limiter's methods,
+ * each returning a promise, its description (algorithm, limit, …) once the primary told
+ * it, and optional permit blocks spent locally.
+ */
+import { performance } from 'node:perf_hooks';
+import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
+import type { Decision, Key, Lease, Stats } from '../limiter.js';
+import {
+  checkOptionsObject,
+  integerOption,
+  keyError,
+  permitsError,
+  positiveNumberOption,
+  show,
+} from '../validate.js';
+import type { Caller, Channel, Check, Grant } from './channel.js';
+import { CONSUME, type Description, REFUND, RELEASE, RESET, STATS, TAKE, TRY } from './protocol.js';
+
+/** Options of `connectCluster`. */
+export interface ConnectOptions {
+  /** Longest wait for the primary's answer, in ms (default 5000); then ClusterTimeoutError. */
+  timeoutMs?: number;
+  /** Calls in flight at most in this process (default 10 000); past it calls reject at once. */
+  maxPending?: number;
+  /**
+   * Permit blocks (rate limiters only; default off): `tryAcquire`, `consume` and
+   * `acquire` take up to `block` permits per trip to the primary and spend them locally,
+   * so most calls cost no IPC. When half a block is spent, the next one is asked for in
+   * the background. The trade: up to `block` permits per worker and key sit in its block,
+   * unavailable to other workers until spent, or given back after `blockTtlMs` or on
+   * `close()`. Integer ≥ 2.
+   */
+  block?: number;
+  /** How long a block's permits may be spent before they go back (ms, default 1000). */
+  blockTtlMs?: number;
+}
+
+/** The primary's limiter, seen from a worker process: the same methods, each a promise. */
+export interface ClusterLimiter {
+  readonly name: string;
+  /** The served limiter's algorithm ('TokenBucket', …); undefined until the primary told it. */
+  readonly algorithm: string | undefined;
+  /** The served limiter's limit; undefined until known. */
+  readonly limit: number | undefined;
+  /** FixedWindow, SlidingWindow, SlidingLog: the window; undefined otherwise or until known. */
+  readonly windowMs: number | undefined;
+  /** TokenBucket, LeakyBucket: the capacity; undefined otherwise or until known. */
+  readonly capacity: number | undefined;
+  /** TokenBucket: the refill rate; undefined otherwise or until known. */
+  readonly refillPerSecond: number | undefined;
+  /** LeakyBucket: the leak rate; undefined otherwise or until known. */
+  readonly ratePerSecond: number | undefined;
+  /**
+   * Resolves once the primary has described this limiter (the properties above are set).
+   * Rejects with ClusterUnavailableError when the primary does not serve this name, and
+   * ClusterTimeoutError when no primary answers within `timeoutMs`.
+   */
+  ready(): Promise<void>;
+  tryAcquire(key?: Key, permits?: number): Promise<boolean>;
+  consume(key?: Key, permits?: number): Promise<Decision>;
+  acquire(
+    key?: Key,
+    permits?: number,
+    options?: { signal?: AbortSignal; timeoutMs?: number },
+  ): Promise<Lease>;
+  /** Concurrency: gives held permits back. */
+  release(key?: Key, permits?: number): Promise<void>;
+  refund(key?: Key, permits?: number): Promise<void>;
+  stats(key?: Key): Promise<Stats>;
+  reset(key?: Key): Promise<void>;
+  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
+  close(): void;
+}
+
+interface Block {
+  left: number;
+  /** performance.now() after which the block is given back instead of spent. */
+  expires: number;
+  /** When the key would be fresh again, as the primary said at the last grant (ms). */
+  resetAt: number;
+  /** False after a background top-up was refused: no more until a call needs one. */
+  topUp: boolean;
+}
+
+const TRUE = Promise.resolve(true);
+const MAX_MS = 2 ** 31 - 1;
+const NO_OP_LEASE: Lease = Object.freeze({
+  release(): void {},
+  [Symbol.dispose](): void {},
+});
+
+// The same refusal the in-memory limiter gives (src/table.ts): a key is a string or a
+// finite number; anything else would cross JSON as null (the default key) or fail there.
+function checkKey(owner: string, key: unknown): void {
+  if (key === undefined || typeof key === 'string') return;
+  if (typeof key === 'number' && Number.isFinite(key)) return;
+  throw keyError(owner, key);
+}
+
+function checkPermits(owner: string, permits: unknown, limit: number): void {
+  if (!((permits as number) >= 1 && (permits as number) <= limit)) {
+    throw permitsError(owner, permits, limit);
+  }
+  if (((permits as number) | 0) !== permits) throw permitsError(owner, permits, limit);
+}
+
+function checkAcquireOptions(owner: string, options: unknown): void {
+  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw new TypeError(
+      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(opts.signal)}`,
+    );
+  }
+  const timeoutMs = opts.timeoutMs;
+  if (timeoutMs === undefined) return;
+  if (typeof timeoutMs !== 'number') {
+    throw new TypeError(
+      `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
+    );
+  }
+  if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+    throw new RangeError(
+      `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
+    );
+  }
+}
+
+export class Client implements ClusterLimiter, Caller {
+  readonly timeoutMs: number;
+  readonly maxPending: number;
+  private readonly block: number;
+  private readonly blockTtlMs: number;
+  private readonly blocks = new Map<Key | undefined, Block>();
+  /** A block request in flight per key: later calls wait for it instead of asking too. */
+  private readonly fetching = new Map<Key | undefined, Promise<Grant>>();
+  private sweeper: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
+
+  // Checks run before a call is sent, once the description is known: the same errors,
+  // with the same messages, as the in-memory limiter's.
+  private readonly checkCall: Check = (d, key, permits) => {
+    this.checkBlock(d);
+    checkPermits(d.algorithm, permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkRelease: Check = (d, key, permits) => {
+    if (d.algorithm !== 'Concurrency') {
+      throw new TypeError(
+        `${d.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
+      );
+    }
+    checkPermits('Concurrency.release', permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkRefund: Check = (d, key, permits) => {
+    checkPermits(`${d.algorithm}.refund`, permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkKeyOnly: Check = (d, key) => checkKey(d.algorithm, key);
+
+  constructor(
+    readonly name: string,
+    private readonly channel: Channel,
+    options: ConnectOptions,
+  ) {
+    const opts = checkOptionsObject('connectCluster', options, [
+      'timeoutMs',
+      'maxPending',
+      'block',
+      'blockTtlMs',
+    ]);
+    const owner = 'connectCluster';
+    const ms = (name: string, fallback: number) =>
+      opts[name] === undefined
+        ? fallback
+        : positiveNumberOption(owner, name, opts[name], 1, MAX_MS);
+    this.timeoutMs = ms('timeoutMs', 5000);
+    this.maxPending = integerOption(owner, 'maxPending', opts.maxPending, 1, MAX_MS, 10_000);
+    this.block =
+      opts.block === undefined ? 1 : integerOption(owner, 'block', opts.block, 2, 2 ** 31 - 1);
+    this.blockTtlMs = ms('blockTtlMs', 1000);
+  }
+
+  private get description(): Description | undefined {
+    return this.channel.describe(this.name);
+  }
+  get algorithm(): string | undefined {
+    return this.description?.algorithm;
+  }
+  get limit(): number | undefined {
+    return this.description?.limit;
+  }
+  get windowMs(): number | undefined {
+    return this.description?.windowMs;
+  }
+  get capacity(): number | undefined {
+    return this.description?.capacity;
+  }
+  get refillPerSecond(): number | undefined {
+    return this.description?.refillPerSecond;
+  }
+  get ratePerSecond(): number | undefined {
+    return this.description?.ratePerSecond;
+  }
+  get concurrency(): boolean {
+    return this.description?.algorithm === 'Concurrency';
+  }
+
+  async ready(): Promise<void> {
+    if (this.description) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new ClusterTimeoutError(
+              `${this.name}: no answer from the cluster primary within ${this.timeoutMs} ms`,
+            ),
+          ),
+        this.timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.channel.whenReady(), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+    // The primary has answered; its list decides (stats() asks it, in case a server was
+    // added since: a name it does not serve rejects with ClusterUnavailableError).
+    if (!this.description) await this.stats();
+  }
+
+  private checkBlock(d: Description): void {
+    if (this.block > 1 && d.algorithm === 'Concurrency') {
+      throw new TypeError(
+        `connectCluster(${JSON.stringify(this.name)}): option "block" is for rate limiters; this name serves a Concurrency limiter`,
+      );
+    }
+  }
+
+  private refusedWhenClosed(): Promise<never> {
+    return Promise.reject(new ClusterUnavailableError(`${this.name}: the client was closed`));
+  }
+
+  // ---- permit blocks ----------------------------------------------------------------
+
+  /** Spends `permits` from the key's block, if it has them and is fresh. */
+  private spend(key: Key | undefined, permits: number): Block | undefined {
+    const b = this.blocks.get(key);
+    if (b === undefined || b.left < permits) return undefined;
+    const now = performance.now();
+    if (b.expires <= now) {
+      this.giveBack(key, b);
+      return undefined;
+    }
+    b.left -= permits;
+    // Half spent: ask for the rest in the background, so the next calls need not wait.
+    if (b.topUp && b.left * 2 < this.block && !this.fetching.has(key)) {
+      this.fetch(key, 1, this.block - b.left, 0).catch(() => {});
+    }
+    return b;
+  }
+
+  /**
+   * Asks the primary for between `min` and `max` permits; `reserve` of them go to the
+   * caller, the rest into the key's block.
+   */
+  private fetch(key: Key | undefined, min: number, max: number, reserve: number): Promise<Grant> {
+    const fetch: Promise<Grant> = (
+      this.channel.call(this, TAKE, key, min, max, this.checkCall) as Promise<Grant>
+    ).then(
+      (grant) => {
+        if (this.fetching.get(key) === fetch) this.fetching.delete(key);
+        const now = performance.now();
+        let b = this.blocks.get(key);
+        if (grant.granted === 0) {
+          if (b) b.topUp = false;
+          return grant;
+        }
+        const extra = grant.granted - reserve;
+        if (this.closed) {
+          if (extra > 0) this.channel.giveBack(this, REFUND, key, extra);
+          return grant;
+        }
+        if (!b) {
+          b = { left: 0, expires: 0, resetAt: 0, topUp: true };
+          this.blocks.set(key, b);
+          this.sweep();
+        }
+        b.left += extra;
+        b.expires = now + this.blockTtlMs;
+        b.resetAt = now + grant.decision.resetAfterMs;
+        b.topUp = true;
+        return grant;
+      },
+      (error) => {
+        if (this.fetching.get(key) === fetch) this.fetching.delete(key);
+        throw error;
+      },
+    );
+    this.fetching.set(key, fetch);
+    return fetch;
+  }
+
+  /** A decision through the block: local when it has the permits, else one trip. */
+  private async fromBlock(key: Key | undefined, permits: number): Promise<Decision> {
+    // A request in flight (a top-up, or another call's) may bring enough: wait for it
+    // rather than ask too, so that a worker never holds more than a block per key.
+    for (let inFlight = this.fetching.get(key); inFlight; inFlight = this.fetching.get(key)) {
+      const grant = await inFlight.catch(() => undefined);
+      const b = this.spend(key, permits);
+      if (b) return this.localDecision(b);
+      if (grant === undefined || grant.granted === 0) break;
+    }
+    const b = this.blocks.get(key);
+    const left = b ? b.left : 0;
+    const max = Math.max(this.block, permits) - left;
+    const grant = await this.fetch(key, permits, Math.max(max, permits), permits);
+    if (grant.granted > 0) {
+      const now = this.blocks.get(key);
+      return now ? this.localDecision(now) : grant.decision;
+    }
+    // Refused: what this worker could still spend is the primary's and its own block's.
+    const own = this.blocks.get(key)?.left ?? 0;
+    return { ...grant.decision, remaining: grant.decision.remaining + own };
+  }
+
+  /** A grant from the block: `remaining` is what this worker may still spend locally. */
+  private localDecision(b: Block): Decision {
+    return {
+      allowed: true,
+      remaining: b.left,
+      limit: this.limit as number,
+      retryAfterMs: 0,
+      resetAfterMs: Math.max(0, b.resetAt - performance.now()),
+    };
+  }
+
+  private giveBack(key: Key | undefined, b: Block): void {
+    if (this.blocks.get(key) === b) this.blocks.delete(key);
+    if (b.left > 0) this.channel.giveBack(this, REFUND, key, b.left);
+    b.left = 0;
+  }
+
+  /** Gives unspent blocks back once they expire (one unref'd timer per client). */
+  private sweep(): void {
+    if (this.sweeper) return;
+    this.sweeper = setInterval(
+      () => {
+        const now = performance.now();
+        for (const [key, b] of this.blocks) if (b.expires <= now) this.giveBack(key, b);
+        if (this.blocks.size === 0 && this.sweeper) {
+          clearInterval(this.sweeper);
+          this.sweeper = undefined;
+        }
+      },
+      Math.max(1, this.blockTtlMs / 2),
+    );
+    this.sweeper.unref();
+  }
+
+  // ---- the limiter's methods ----------------------------------------------------------
+
+  tryAcquire(key?: Key, permits = 1): Promise<boolean> {
+    if (this.closed) return this.refusedWhenClosed();
+    if (this.block > 1) {
+      if (this.spend(key, permits)) return TRUE;
+      return this.fromBlock(key, permits).then((d) => d.allowed);
+    }
+    return this.channel.call(this, TRY, key, permits, 0, this.checkCall) as Promise<boolean>;
+  }
+
+  consume(key?: Key, permits = 1): Promise<Decision> {
+    if (this.closed) return this.refusedWhenClosed();
+    if (this.block > 1) {
+      const b = this.spend(key, permits);
+      if (b) return Promise.resolve(this.localDecision(b));
+      return this.fromBlock(key, permits);
+    }
+    return this.channel.call(this, CONSUME, key, permits, 0, this.checkCall) as Promise<Decision>;
+  }
+
+  release(key?: Key, permits = 1): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, RELEASE, key, permits, 0, this.checkRelease) as Promise<void>;
+  }
+
+  refund(key?: Key, permits = 1): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, REFUND, key, permits, 0, this.checkRefund) as Promise<void>;
+  }
+
+  stats(key?: Key): Promise<Stats> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, STATS, key, 1, 0, this.checkKeyOnly) as Promise<Stats>;
+  }
+
+  reset(key?: Key): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, RESET, key, 1, 0, this.checkKeyOnly) as Promise<void>;
+  }
+
+  async acquire(
+    key?: Key,
+    permits = 1,
+    options: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<Lease> {
+    if (this.closed) return this.refusedWhenClosed();
+    const check: Check = (d) => {
+      checkAcquireOptions(d.algorithm, options);
+      this.checkCall(d, key, permits);
+    };
+    const d = this.description;
+    if (d) check(d, key, permits); // throws into the returned promise (an async function)
+    const { signal, timeoutMs } = options;
+    if (signal?.aborted) throw signal.reason;
+    if (this.block > 1) {
+      // Through the block first; wait at the primary only when it has nothing now.
+      if (this.spend(key, permits)) return NO_OP_LEASE;
+      if ((await this.fromBlock(key, permits)).allowed) return NO_OP_LEASE;
+      if (signal?.aborted) throw signal.reason;
+    }
+    const ch = this.channel;
+    const made = ch.acquire(this, key, permits, timeoutMs, check);
+    const onAbort = () => {
+      ch.abort(this.name, made.id);
+      ch.settleAcquire(made.id, signal?.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const leaseId = (await made.promise) as number;
+      if (!this.concurrency) return NO_OP_LEASE;
+      let held = true;
+      const release = () => {
+        if (!held) return;
+        held = false;
+        ch.drop(this.name, leaseId);
+      };
+      return { release, [Symbol.dispose]: release };
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
+  close(): void {
+    if (this.closed) return;
+    for (const [key, b] of this.blocks) this.giveBack(key, b);
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    this.closed = true;
+    this.channel.closeCaller(
+      this,
+      new ClusterUnavailableError(`${this.name}: the client was closed`),
+    );
+  }
+}
