@@ -39,7 +39,9 @@ describe('atomic-limiter/cluster', () => {
     expect(r.decision).toEqual({ allowed: false, retryIsInfinity: true });
     expect(r.closed).toMatchObject({ code: 'ERR_LIMITER_CLOSED', closed: true });
     expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_UNAVAILABLE', timeout: false });
-    expect(r.unknown.message).toMatch(/does not serve this name.*"sem", "closed"/);
+    expect((r.unknown as { message: string }).message).toMatch(
+      /does not serve this name.*"sem", "closed"/,
+    );
   });
 
   it('spends permit blocks locally and gives the unspent rest back: exact in total', async () => {

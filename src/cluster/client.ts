@@ -126,6 +126,26 @@ function checkAcquireOptions(owner: string, options: unknown): void {
   }
 }
 
+/** Checks connectCluster's options (before anything else: they are the caller's bug). */
+export function connectOptions(options: unknown): Required<ConnectOptions> {
+  const owner = 'connectCluster';
+  const opts = checkOptionsObject(owner, options, [
+    'timeoutMs',
+    'maxPending',
+    'block',
+    'blockTtlMs',
+  ]);
+  const ms = (name: string, fallback: number) =>
+    opts[name] === undefined ? fallback : positiveNumberOption(owner, name, opts[name], 1, MAX_MS);
+  return {
+    timeoutMs: ms('timeoutMs', 5000),
+    maxPending: integerOption(owner, 'maxPending', opts.maxPending, 1, MAX_MS, 10_000),
+    // 1 would be a block that is one call: say so rather than pay for it silently.
+    block: opts.block === undefined ? 1 : integerOption(owner, 'block', opts.block, 2, MAX_MS),
+    blockTtlMs: ms('blockTtlMs', 1000),
+  };
+}
+
 export class Client implements ClusterLimiter, Caller {
   readonly timeoutMs: number;
   readonly maxPending: number;
@@ -162,24 +182,12 @@ export class Client implements ClusterLimiter, Caller {
   constructor(
     readonly name: string,
     private readonly channel: Channel,
-    options: ConnectOptions,
+    options: Required<ConnectOptions>,
   ) {
-    const opts = checkOptionsObject('connectCluster', options, [
-      'timeoutMs',
-      'maxPending',
-      'block',
-      'blockTtlMs',
-    ]);
-    const owner = 'connectCluster';
-    const ms = (name: string, fallback: number) =>
-      opts[name] === undefined
-        ? fallback
-        : positiveNumberOption(owner, name, opts[name], 1, MAX_MS);
-    this.timeoutMs = ms('timeoutMs', 5000);
-    this.maxPending = integerOption(owner, 'maxPending', opts.maxPending, 1, MAX_MS, 10_000);
-    this.block =
-      opts.block === undefined ? 1 : integerOption(owner, 'block', opts.block, 2, 2 ** 31 - 1);
-    this.blockTtlMs = ms('blockTtlMs', 1000);
+    this.timeoutMs = options.timeoutMs;
+    this.maxPending = options.maxPending;
+    this.block = options.block;
+    this.blockTtlMs = options.blockTtlMs;
   }
 
   private get description(): Description | undefined {

@@ -14,7 +14,7 @@ import cluster from 'node:cluster';
 import { ClusterUnavailableError } from '../errors.js';
 import { show } from '../validate.js';
 import { Channel } from './channel.js';
-import { Client, type ClusterLimiter, type ConnectOptions } from './client.js';
+import { Client, type ClusterLimiter, type ConnectOptions, connectOptions } from './client.js';
 
 export type { ClusterLimiter, ConnectOptions } from './client.js';
 export { type ClusterServer, serveCluster } from './primary.js';
@@ -25,19 +25,20 @@ let channel: Channel | undefined;
  * In a cluster worker: the primary's limiter called `name` (see `serveCluster`). Calls
  * made before the primary serves wait for it (no polling) within their timeout; a name
  * the primary does not serve rejects at once with `ClusterUnavailableError`. Outside a
- * connected cluster worker it throws `ClusterUnavailableError`.
+ * connected cluster worker it throws `ClusterUnavailableError` (bad options throw first).
  */
 export function connectCluster(name: string, options: ConnectOptions = {}): ClusterLimiter {
   if (typeof name !== 'string' || name === '') {
     throw new TypeError(`connectCluster: name must be a non-empty string, got ${show(name)}`);
   }
+  const parsed = connectOptions(options);
   if (!cluster.isWorker || !process.send || !process.connected) {
     throw new ClusterUnavailableError(
       'connectCluster: call it in a connected cluster worker (cluster.isWorker); in the primary, use the limiter itself',
     );
   }
   channel ??= new Channel();
-  const client = new Client(name, channel, options);
+  const client = new Client(name, channel, parsed);
   channel.hello();
   return client;
 }
