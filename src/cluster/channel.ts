@@ -445,7 +445,6 @@ export class Channel {
         p.resolve(value);
       } else this.late(p, value);
     }
-    this.idle();
   }
 
   /** An answer after its caller stopped waiting: permits it granted go back. */
@@ -474,10 +473,13 @@ export class Channel {
         } else if (p.caller.concurrency) this.drop(p.caller.name, leaseId);
       } else if (!p.settled) this.settle(p, fromWire(v[i + 2] as WireError));
     }
-    this.idle();
   }
 
-  /** One coarse sweep for every deadline; unref'd: pending IPC keeps the process up. */
+  /**
+   * One coarse sweep for every deadline; unref'd: pending IPC keeps the process up. It
+   * stops at a sweep that finds nothing in flight (not at every answer: one call at a
+   * time would otherwise make and clear a timer per call).
+   */
   private sweepSoon(): void {
     if (this.timer) return;
     this.timer = setInterval(() => this.expire(), 25);
