@@ -101,6 +101,15 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(r.semDefault.available).toBe(3);
   }, 60_000);
 
+  it('aborts an acquire() waiting at the primary when its signal aborts, and releases a lease once', async () => {
+    const r = await run('abort');
+    expect(r.outcome).toMatchObject({ name: 'AbortError' });
+    expect(r.queuedAfterAbort).toBe(0);
+    expect(r.availableAfterRelease).toBe(1);
+    expect(r.timedOut).toBe('granted');
+    expect(r.after).toMatchObject({ available: 1, queued: 0, admitted: 2 });
+  }, 60_000);
+
   it('spends permit blocks in consume() and acquire() too, exact in total, and says remaining as the local block', async () => {
     const r = await run('blocks');
     expect(r.allowed).toBe(25);

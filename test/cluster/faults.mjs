@@ -72,6 +72,14 @@ if (cluster.isPrimary) {
     const report = await messageOf(w, (m) => m?.done);
     console.log(JSON.stringify({ ...report, defaultKey: api.stats(), semDefault: sem.stats() }));
     w.kill();
+  } else if (scenario === 'abort') {
+    // An acquire() waiting at the primary, aborted by its signal in the worker.
+    const sem = new Concurrency({ limit: 1, queueLimit: 5 });
+    serveCluster({ sem });
+    const w = cluster.fork();
+    const report = await messageOf(w, (m) => m?.done);
+    console.log(JSON.stringify({ ...report, after: sem.stats('k') }));
+    w.kill();
   } else if (scenario === 'blocks') {
     // consume() and acquire() through permit blocks: exact in total.
     const clock = new ManualClock();
@@ -298,6 +306,29 @@ if (cluster.isPrimary) {
   const mismatches = compare.filter((c) => JSON.stringify(c.expected) !== JSON.stringify(c.got));
   const refusals = compare.filter((c) => c.got !== 'no error').length;
   process.send({ done: true, before, described, mismatches, compared: compare.length, refusals });
+} else if (scenario === 'abort') {
+  const sem = connectCluster('sem');
+  const lease = await sem.acquire('k');
+  const controller = new AbortController();
+  const waiting = sem.acquire('k', 1, { signal: controller.signal });
+  while ((await sem.stats('k')).queued !== 1);
+  controller.abort();
+  const outcome = await waiting.then(() => 'granted', describeError);
+  const queuedAfterAbort = (await sem.stats('k')).queued;
+  lease.release();
+  lease.release(); // twice: one release only
+  const heldAfterRelease = await sem.stats('k');
+  const timedOut = await sem
+    .acquire('k', 1, { timeoutMs: 0 })
+    .then((l) => (l.release(), 'granted'), describeError);
+  await sem.stats('k'); // the lease's drop travels before this answer
+  process.send({
+    done: true,
+    outcome,
+    queuedAfterAbort,
+    availableAfterRelease: heldAfterRelease.available,
+    timedOut,
+  });
 } else if (scenario === 'blocks') {
   const api = connectCluster('api', { block: 10 });
   // consume() through blocks: 25 permits in all, then refusals that say why.
