@@ -63,7 +63,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
       109: ['TypeError'],
       110: ['RangeError'],
       111: ['TypeError'],
-      112: [],
+      // 112 (an acquire() with a string id) cannot be answered, and holds no other call.
       113: ['RangeError'], // RELEASE of 7 on sem (limit 2)
       114: 'batch-error',
       115: 'batch-error',

@@ -198,6 +198,8 @@ class Dispatcher {
     }
     const answers: unknown[] = [];
     const broken = this.run(s, records as Value[], answers);
+    // A batch of only DROP/ABORT records (a lease given back) expects no answer.
+    if (answers.length === 0 && !broken) return;
     send(worker, {
       mark: MARK,
       t: 'r',
