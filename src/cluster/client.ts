@@ -256,7 +256,10 @@ export class Client implements ClusterLimiter, Caller {
   /** Spends `permits` from the key's block, if it has them and is fresh. */
   private spend(key: Key | undefined, permits: number): Block | undefined {
     const b = this.blocks.get(key);
-    if (b === undefined || b.left < permits) return undefined;
+    // Bad permits (0, 1.5, NaN, '1') go the slow way, whose check refuses them.
+    if (b === undefined || !(b.left >= permits && permits >= 1) || (permits | 0) !== permits) {
+      return undefined;
+    }
     const now = performance.now();
     if (b.expires <= now) {
       this.giveBack(key, b);

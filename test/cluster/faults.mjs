@@ -297,6 +297,28 @@ if (cluster.isPrimary) {
       () => sem.release('k', p),
     );
   }
+  // Through permit blocks too: the local path must not spend bad permits.
+  const blocked = connectCluster('api', { block: 4 });
+  await blocked.tryAcquire('k'); // a block for 'k' is there now
+  for (const [i, p] of permits.entries()) {
+    await same(
+      `blocked.tryAcquire(permits ${i})`,
+      () => local.api.tryAcquire('k', p),
+      () => blocked.tryAcquire('k', p),
+    );
+    await same(
+      `blocked.consume(permits ${i})`,
+      () => local.api.consume('k', p),
+      () => blocked.consume('k', p),
+    );
+  }
+  for (const [i, k] of keys.entries()) {
+    await same(
+      `blocked.consume(key ${i})`,
+      () => local.api.consume(k),
+      () => blocked.consume(k),
+    );
+  }
   // acquire() rejects (never throws) in memory: compare the rejections.
   for (const [i, k] of keys.entries()) {
     const expected = await local.api.acquire(k).then(() => 'no error', describeError);
