@@ -4,15 +4,16 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
-import type { Decision, Key, Stats } from '../limiter.js';
+import type { Decision, Key } from '../limiter.js';
 import {
   ABORT,
   ACQUIRE,
+  answerWidth,
   CONSUME,
-  DECISION_SIZE,
   type Description,
   DROP,
   fromWire,
+  type Grant,
   isOurs,
   MARK,
   MAX_CALLS_PER_BATCH,
@@ -21,7 +22,7 @@ import {
   REFUND,
   RELEASE,
   RESET,
-  readDecision,
+  readAnswer,
   STATS,
   TAKE,
   TRY,
@@ -36,12 +37,6 @@ export interface Caller {
   readonly maxPending: number;
   /** Whether the served limiter holds permits (Concurrency): late grants are released. */
   readonly concurrency: boolean;
-}
-
-/** What a TAKE answers: the permits granted (0 on a refusal) and the Decision. */
-export interface Grant {
-  granted: number;
-  decision: Decision;
 }
 
 /** One call waiting for its answer. */
@@ -412,33 +407,8 @@ export class Channel {
         if (!p.settled) this.settle(p, fromWire(x as WireError));
         continue;
       }
-      let value: unknown;
-      switch (p.op) {
-        case TRY:
-          value = x === 1;
-          i += 1;
-          break;
-        case CONSUME:
-          value = readDecision(v, i);
-          i += DECISION_SIZE;
-          break;
-        case TAKE:
-          value = { granted: x as number, decision: readDecision(v, i + 1) } satisfies Grant;
-          i += 1 + DECISION_SIZE;
-          break;
-        case STATS:
-          value = {
-            available: x as number,
-            queued: v[i + 1] as number,
-            admitted: v[i + 2] as number,
-            rejected: v[i + 3] as number,
-          } satisfies Stats;
-          i += 4;
-          break;
-        default:
-          value = undefined;
-          i += 1;
-      }
+      const value = readAnswer(p.op, v, i);
+      i += answerWidth(p.op);
       if (!p.settled) {
         p.settled = true;
         this.inFlight--;

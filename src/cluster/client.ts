@@ -14,8 +14,18 @@ import {
   positiveNumberOption,
   show,
 } from '../validate.js';
-import type { Caller, Channel, Check, Grant } from './channel.js';
-import { CONSUME, type Description, REFUND, RELEASE, RESET, STATS, TAKE, TRY } from './protocol.js';
+import type { Caller, Channel, Check } from './channel.js';
+import {
+  CONSUME,
+  type Description,
+  type Grant,
+  REFUND,
+  RELEASE,
+  RESET,
+  STATS,
+  TAKE,
+  TRY,
+} from './protocol.js';
 
 /** Options of `connectCluster`. */
 export interface ConnectOptions {

@@ -17,7 +17,7 @@ import { Channel } from './channel.js';
 import { Client, type ClusterLimiter, type ConnectOptions, connectOptions } from './client.js';
 
 export type { ClusterLimiter, ConnectOptions } from './client.js';
-export { type ClusterServer, serveCluster } from './primary.js';
+export { type ClusterServer, serveCluster } from './serve.js';
 
 let channel: Channel | undefined;
 

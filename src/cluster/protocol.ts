@@ -35,7 +35,7 @@ import {
   LimiterClosedError,
   QueueFullError,
 } from '../errors.js';
-import type { Decision, Key } from '../limiter.js';
+import type { Decision, Key, Stats } from '../limiter.js';
 
 // Every message carries MARK, so the user's own IPC messages pass through untouched; the
 // version changes with the protocol.
@@ -157,4 +157,39 @@ export function readDecision(v: readonly unknown[], i: number): Decision {
 /** The wire form of a key: null is the default key. */
 export function keyFromWire(k: Value): Key | undefined {
   return k === null ? undefined : k;
+}
+
+/** What a TAKE answers: the permits granted (0 on a refusal) and the Decision. */
+export interface Grant {
+  granted: number;
+  decision: Decision;
+}
+
+/** Values in the answer to a call of `op` (an error is always one value). */
+export function answerWidth(op: number): number {
+  if (op === CONSUME) return DECISION_SIZE;
+  if (op === TAKE) return 1 + DECISION_SIZE;
+  if (op === STATS) return 4;
+  return 1;
+}
+
+/** The value of the answer at `v[i]` to a call of `op`. */
+export function readAnswer(op: number, v: readonly unknown[], i: number): unknown {
+  switch (op) {
+    case TRY:
+      return v[i] === 1;
+    case CONSUME:
+      return readDecision(v, i);
+    case TAKE:
+      return { granted: v[i] as number, decision: readDecision(v, i + 1) } satisfies Grant;
+    case STATS:
+      return {
+        available: v[i] as number,
+        queued: v[i + 1] as number,
+        admitted: v[i + 2] as number,
+        rejected: v[i + 3] as number,
+      } satisfies Stats;
+    default:
+      return undefined;
+  }
 }
