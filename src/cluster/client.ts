@@ -93,6 +93,19 @@ interface Block {
   topUp: boolean;
 }
 
+/** A call waiting for a block request in flight. */
+interface Waiter {
+  permits: number;
+  done: (d: Decision) => void;
+  fail: (e: unknown) => void;
+}
+
+/** A block request in flight: at least `min` permits were asked for. */
+interface Fetch {
+  min: number;
+  waiters: Waiter[];
+}
+
 const TRUE = Promise.resolve(true);
 const MAX_MS = 2 ** 31 - 1;
 const NO_OP_LEASE: Lease = Object.freeze({
@@ -163,7 +176,7 @@ export class Client implements ClusterLimiter, Caller {
   private readonly blockTtlMs: number;
   private readonly blocks = new Map<Key | undefined, Block>();
   /** A block request in flight per key: later calls wait for it instead of asking too. */
-  private readonly fetching = new Map<Key | undefined, Promise<Grant>>();
+  private readonly fetching = new Map<Key | undefined, Fetch>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
   private closed = false;
 
@@ -277,74 +290,108 @@ export class Client implements ClusterLimiter, Caller {
     }
     b.left -= permits;
     // Half spent: ask for the rest in the background, so the next calls need not wait.
-    if (b.topUp && b.left * 2 < this.block && !this.fetching.has(key)) {
-      this.fetch(key, 1, this.block - b.left, 0).catch(() => {});
-    }
+    if (b.topUp && b.left * 2 < this.block && !this.fetching.has(key)) this.topUp(key);
     return b;
   }
 
   /**
-   * Asks the primary for between `min` and `max` permits; `reserve` of them go to the
-   * caller, the rest into the key's block.
+   * Tops the key's block up to `block` permits. The size is taken when the request leaves
+   * (after the calls already queued in this tick): calls that spend in a burst get a
+   * full block per round trip, and the block never holds more than `block`.
    */
-  private fetch(key: Key | undefined, min: number, max: number, reserve: number): Promise<Grant> {
-    const fetch: Promise<Grant> = (
-      this.channel.call(this, TAKE, key, min, max, this.checkCall) as Promise<Grant>
-    ).then(
-      (grant) => {
-        if (this.fetching.get(key) === fetch) this.fetching.delete(key);
-        const now = performance.now();
-        let b = this.blocks.get(key);
-        if (grant.granted === 0) {
-          if (b) b.topUp = false;
-          return grant;
-        }
-        const extra = grant.granted - reserve;
-        if (this.closed) {
-          if (extra > 0) this.channel.giveBack(this, REFUND, key, extra);
-          return grant;
-        }
-        if (!b) {
-          b = { left: 0, expires: 0, resetAt: 0, topUp: true };
-          this.blocks.set(key, b);
-          this.sweep();
-        }
-        b.left += extra;
-        b.expires = now + this.blockTtlMs;
-        b.resetAt = now + grant.decision.resetAfterMs;
-        b.topUp = true;
-        return grant;
-      },
-      (error) => {
-        if (this.fetching.get(key) === fetch) this.fetching.delete(key);
-        throw error;
-      },
-    );
-    this.fetching.set(key, fetch);
-    return fetch;
+  private topUp(key: Key | undefined): void {
+    const f: Fetch = { min: 1, waiters: [] };
+    this.fetching.set(key, f);
+    queueMicrotask(() => {
+      const max = this.block - (this.blocks.get(key)?.left ?? 0);
+      if (this.closed || max < 1) {
+        if (this.fetching.get(key) === f) this.fetching.delete(key);
+        return;
+      }
+      this.request(key, f, max);
+    });
   }
 
-  /** A decision through the block: local when it has the permits, else one trip. */
-  private async fromBlock(key: Key | undefined, permits: number): Promise<Decision> {
-    // A request in flight (a top-up, or another call's) may bring enough: wait for it
-    // rather than ask too, so that a worker never holds more than a block per key.
-    for (let inFlight = this.fetching.get(key); inFlight; inFlight = this.fetching.get(key)) {
-      const grant = await inFlight.catch(() => undefined);
-      const b = this.spend(key, permits);
-      if (b) return this.localDecision(b);
-      if (grant === undefined || grant.granted === 0) break;
+  /**
+   * A decision the block could not make at once: joins the key's request in flight (the
+   * permits it brings are handed out in arrival order), or asks the primary itself.
+   */
+  private wait(
+    key: Key | undefined,
+    permits: number,
+    done: (d: Decision) => void,
+    fail: (e: unknown) => void,
+  ): void {
+    const d = this.description;
+    if (d) {
+      // Checked before joining: a bad call must not fail the calls it would wait with.
+      try {
+        this.checkCall(d, key, permits);
+      } catch (error) {
+        fail(error);
+        return;
+      }
     }
-    const b = this.blocks.get(key);
-    const left = b ? b.left : 0;
-    const max = Math.max(this.block, permits) - left;
-    const grant = await this.fetch(key, permits, Math.max(max, permits), permits);
+    const waiter: Waiter = { permits, done, fail };
+    const inFlight = this.fetching.get(key);
+    if (inFlight && d) {
+      inFlight.waiters.push(waiter);
+      return;
+    }
+    const left = this.blocks.get(key)?.left ?? 0;
+    this.fetch(key, permits, Math.max(Math.max(this.block, permits) - left, permits), waiter);
+  }
+
+  /**
+   * Asks the primary for between `min` and `max` permits for the key's block; `first` is
+   * the call that asked (it is served first), others may join while it is in flight.
+   */
+  private fetch(key: Key | undefined, min: number, max: number, first: Waiter): void {
+    const f: Fetch = { min, waiters: [first] };
+    this.fetching.set(key, f);
+    this.request(key, f, max);
+  }
+
+  private request(key: Key | undefined, f: Fetch, max: number): void {
+    (this.channel.call(this, TAKE, key, f.min, max, this.checkCall) as Promise<Grant>).then(
+      (grant) => this.fetched(key, f, grant),
+      (error) => {
+        if (this.fetching.get(key) === f) this.fetching.delete(key);
+        for (const w of f.waiters) w.fail(error);
+      },
+    );
+  }
+
+  private fetched(key: Key | undefined, f: Fetch, grant: Grant): void {
+    if (this.fetching.get(key) === f) this.fetching.delete(key);
+    let b = this.blocks.get(key);
+    if (this.closed) {
+      // The waiters were rejected by close(); what came goes back.
+      if (grant.granted > 0) this.channel.giveBack(this, REFUND, key, grant.granted);
+      return;
+    }
     if (grant.granted > 0) {
-      const now = this.blocks.get(key);
-      return now ? this.localDecision(now) : grant.decision;
+      const now = performance.now();
+      if (!b) {
+        b = { left: 0, expires: 0, resetAt: 0, topUp: true };
+        this.blocks.set(key, b);
+        this.sweep();
+      }
+      b.left += grant.granted;
+      b.expires = now + this.blockTtlMs;
+      b.resetAt = now + grant.decision.resetAfterMs;
+      b.topUp = true;
+    } else if (b) b.topUp = false;
+    for (const w of f.waiters) {
+      const spent = this.spend(key, w.permits);
+      if (spent) w.done(this.localDecision(spent));
+      else if (grant.granted === 0 && w.permits >= f.min) {
+        // The primary could not give f.min permits just now: nor these. What this worker
+        // could still spend is the primary's remaining and its own block's.
+        const own = this.blocks.get(key)?.left ?? 0;
+        w.done({ ...grant.decision, remaining: grant.decision.remaining + own });
+      } else this.wait(key, w.permits, w.done, w.fail); // others took the grant: ask again
     }
-    // Refused: what this worker could still spend is the primary's and its own block's.
-    const own = this.blocks.get(key)?.left ?? 0;
-    return { ...grant.decision, remaining: grant.decision.remaining + own };
   }
 
   /** A grant from the block: `remaining` is what this worker may still spend locally. */
@@ -387,7 +434,9 @@ export class Client implements ClusterLimiter, Caller {
     if (this.closed) return this.refusedWhenClosed();
     if (this.block > 1) {
       if (this.spend(key, permits)) return TRUE;
-      return this.fromBlock(key, permits).then((d) => d.allowed);
+      return new Promise((resolve, reject) =>
+        this.wait(key, permits, (d) => resolve(d.allowed), reject),
+      );
     }
     return this.channel.call(this, TRY, key, permits, 0, this.checkCall) as Promise<boolean>;
   }
@@ -397,7 +446,7 @@ export class Client implements ClusterLimiter, Caller {
     if (this.block > 1) {
       const b = this.spend(key, permits);
       if (b) return Promise.resolve(this.localDecision(b));
-      return this.fromBlock(key, permits);
+      return new Promise((resolve, reject) => this.wait(key, permits, resolve, reject));
     }
     return this.channel.call(this, CONSUME, key, permits, 0, this.checkCall) as Promise<Decision>;
   }
@@ -439,7 +488,10 @@ export class Client implements ClusterLimiter, Caller {
     if (this.block > 1) {
       // Through the block first; wait at the primary only when it has nothing now.
       if (this.spend(key, permits)) return NO_OP_LEASE;
-      if ((await this.fromBlock(key, permits)).allowed) return NO_OP_LEASE;
+      const decision = await new Promise<Decision>((resolve, reject) =>
+        this.wait(key, permits, resolve, reject),
+      );
+      if (decision.allowed) return NO_OP_LEASE;
       if (signal?.aborted) throw signal.reason;
     }
     const ch = this.channel;
@@ -471,6 +523,8 @@ export class Client implements ClusterLimiter, Caller {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = undefined;
     this.closed = true;
+    const closed = new ClusterUnavailableError(`${this.name}: the client was closed`);
+    for (const f of this.fetching.values()) for (const w of f.waiters) w.fail(closed);
     this.channel.closeCaller(
       this,
       new ClusterUnavailableError(`${this.name}: the client was closed`),
