@@ -110,6 +110,20 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(r.after).toMatchObject({ available: 1, queued: 0, admitted: 2 });
   }, 60_000);
 
+  it('hands a block request in flight to the calls waiting for it: exact in total across three workers', async () => {
+    const r = (await run('blockrace')) as {
+      allowed: number[];
+      stats: { available: number; admitted: number };
+    };
+    const allowed = r.allowed.reduce((a, b) => a + b, 0);
+    // Granted into blocks = spent + given back: nothing lost, nothing minted.
+    expect(r.stats.available).toBe(50 - allowed);
+    // Blocks can leave permits with a worker that no longer needs them, at most one block
+    // each; with 120 calls for 50 permits, at least 50 − 3 × 8 are granted.
+    expect(allowed).toBeGreaterThanOrEqual(50 - 3 * 8);
+    expect(allowed).toBeLessThanOrEqual(50);
+  }, 60_000);
+
   it('spends permit blocks in consume() and acquire() too, exact in total, and says remaining as the local block', async () => {
     const r = await run('blocks');
     expect(r.allowed).toBe(25);

@@ -80,6 +80,16 @@ if (cluster.isPrimary) {
     const report = await messageOf(w, (m) => m?.done);
     console.log(JSON.stringify({ ...report, after: sem.stats('k') }));
     w.kill();
+  } else if (scenario === 'blockrace') {
+    // Three workers, 40 calls each in flight at once through blocks of 8, on a limit of 50
+    // that never refills: what they were granted and what came back add up exactly.
+    const clock = new ManualClock();
+    const api = new TokenBucket({ capacity: 50, refillPerSecond: 1, clock });
+    serveCluster({ api });
+    const workers = [1, 2, 3].map(() => cluster.fork());
+    const reports = await Promise.all(workers.map((w) => messageOf(w, (m) => m?.done)));
+    console.log(JSON.stringify({ allowed: reports.map((r) => r.allowed), stats: api.stats('k') }));
+    for (const w of workers) w.kill();
   } else if (scenario === 'blocks') {
     // consume() and acquire() through permit blocks: exact in total.
     const clock = new ManualClock();
@@ -351,6 +361,16 @@ if (cluster.isPrimary) {
     availableAfterRelease: heldAfterRelease.available,
     timedOut,
   });
+} else if (scenario === 'blockrace') {
+  const api = connectCluster('api', { block: 8 });
+  await api.ready();
+  const results = await Promise.all(
+    Array.from({ length: 40 }, (_, i) => (i % 2 ? api.tryAcquire('k') : api.consume('k'))),
+  );
+  const allowed = results.filter((r) => r === true || r?.allowed === true).length;
+  api.close(); // gives back what its block still holds
+  await connectCluster('api').stats('k'); // the give-back travels before this answer
+  process.send({ done: true, allowed });
 } else if (scenario === 'blocks') {
   const api = connectCluster('api', { block: 10 });
   // consume() through blocks: 25 permits in all, then refusals that say why.
