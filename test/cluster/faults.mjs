@@ -350,9 +350,10 @@ if (cluster.isPrimary) {
   lease.release();
   lease.release(); // twice: one release only
   const heldAfterRelease = await sem.stats('k');
-  const timedOut = await sem
-    .acquire('k', 1, { timeoutMs: 0 })
-    .then((l) => (l.release(), 'granted'), describeError);
+  const timedOut = await sem.acquire('k', 1, { timeoutMs: 0 }).then((l) => {
+    l.release();
+    return 'granted';
+  }, describeError);
   await sem.stats('k'); // the lease's drop travels before this answer
   process.send({
     done: true,
