@@ -1,20 +1,63 @@
-import type { Decision, Key, Limiter } from './limiter.js';
-import { permitsError } from './validate.js';
+import type { AcquireOptions, Decision, Key, Lease } from './limiter.js';
+import { Limiter } from './limiter.js';
+import { permitsError, show, typeError } from './validate.js';
+
+/**
+ * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
+ * chain — anything with `consume`, `refund` and a numeric `limit`. Methods may answer
+ * synchronously or with a promise.
+ */
+export interface ChainMember {
+  readonly limit: number;
+  readonly algorithm?: string;
+  consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
+  refund(key?: Key, permits?: number): void | PromiseLike<void>;
+  tryAcquire?(key?: Key, permits?: number): boolean | PromiseLike<boolean>;
+  acquire?(key?: Key, permits?: number, options?: AcquireOptions): Lease | PromiseLike<Lease>;
+  release?(key?: Key, permits?: number): void | PromiseLike<void>;
+}
+
+/** A chain's Decision: the overall one, and each asked member's own. */
+export interface ChainDecision extends Decision {
+  /**
+   * Member i's Decision, for each member asked in order: all of them when allowed; on a
+   * refusal, up to and including the member that refused.
+   */
+  readonly decisions: readonly Decision[];
+}
+
+type Maybe<T> = T | Promise<T>;
+
+/** Synchronous answers when every member is an in-memory limiter (or such a chain). */
+type Answer<M, T> = [M] extends [Limiter | Chain<Limiter>] ? T : Maybe<T>;
+
+function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
+}
 
 /**
  * Several limiters acting as one: a request is granted by all of them or by none. Each is
- * asked in order; when one refuses, the permits already taken from the earlier ones are
- * refunded. Between the take and the refund other callers may briefly see those permits
- * as used (they come back; they are never lost).
+ * asked in order; when one refuses (or throws), the permits already taken from the earlier
+ * ones are given back — to the window they were taken in, so a rollback that crosses a
+ * window boundary never credits the new window. Between the take and the give-back other
+ * callers may briefly see those permits as used (they come back; they are never lost).
+ *
+ * Members may be asynchronous (cluster clients, Redis limiters): the chain answers
+ * synchronously while every member asked answered synchronously, and with a promise as soon
+ * as one returned one.
  */
-export class Chain {
-  readonly limiters: readonly Limiter[];
+export class Chain<M extends ChainMember = ChainMember> {
+  readonly algorithm = 'chain';
+  readonly limiters: readonly M[];
   /** Largest permits one call may ask for: the smallest limit of the chain. */
   readonly limit: number;
+  // When each in-memory member took its permits (its clock), for the rollback.
+  private readonly takenUs: Float64Array;
 
-  constructor(limiters: readonly Limiter[]) {
+  constructor(limiters: readonly M[]) {
     this.limiters = [...limiters];
     this.limit = Math.min(...this.limiters.map((l) => l.limit));
+    this.takenUs = new Float64Array(this.limiters.length);
   }
 
   private check(permits: number): void {
@@ -23,58 +66,254 @@ export class Chain {
     }
   }
 
-  private undo(upTo: number, key: Key | undefined, permits: number): void {
-    for (let j = upTo - 1; j >= 0; j--) this.limiters[j]!.refund(key, permits);
+  /**
+   * Gives back what members 0…upTo−1 granted. Every give-back is attempted even if one
+   * fails; the first failure is reported (thrown, or the promise rejects).
+   */
+  private undo(
+    upTo: number,
+    key: Key | undefined,
+    permits: number,
+    times: Float64Array,
+  ): Maybe<void> {
+    let failure: { error: unknown } | undefined;
+    const pending: PromiseLike<void>[] = [];
+    for (let j = upTo - 1; j >= 0; j--) {
+      const l = this.limiters[j]!;
+      try {
+        const r =
+          l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits);
+        if (isThenable(r)) pending.push(r);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (pending.length === 0) {
+      if (failure) throw failure.error;
+      return;
+    }
+    return Promise.allSettled(pending).then((results) => {
+      if (failure) throw failure.error;
+      for (const r of results) if (r.status === 'rejected') throw r.reason;
+    });
   }
 
   /** Takes `permits` from every limiter, or from none. */
-  tryAcquire(key?: Key, permits = 1): boolean {
-    this.check(permits);
-    const ls = this.limiters;
-    for (let i = 0; i < ls.length; i++) {
-      let ok = false;
-      try {
-        ok = ls[i]!.tryAcquire(key, permits);
-      } finally {
-        if (!ok) this.undo(i, key, permits);
-      }
-      if (!ok) return false;
-    }
-    return true;
+  tryAcquire(key?: Key, permits = 1): Answer<M, boolean> {
+    const d = this.consume(key, permits) as Maybe<ChainDecision>;
+    return (isThenable(d) ? d.then((x) => x.allowed) : d.allowed) as Answer<M, boolean>;
   }
 
   /**
    * Like `tryAcquire`, with a Decision: on refusal, the refusing limiter's decision; when
-   * granted, the tightest figures (fewest remaining, longest reset) of the chain.
+   * granted, the tightest figures (fewest remaining, longest reset) of the chain. Each
+   * member's own Decision is in `decisions`.
    */
-  consume(key?: Key, permits = 1): Decision {
+  consume(key?: Key, permits = 1): Answer<M, ChainDecision> {
     this.check(permits);
+    return this.consumeFrom(0, key, permits, [], this.takenUs) as Answer<M, ChainDecision>;
+  }
+
+  // `times` is this.takenUs while everything runs synchronously; once a member answers with
+  // a promise, other calls may run meanwhile, so the rest of the call keeps its own copy.
+  private consumeFrom(
+    start: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
     const ls = this.limiters;
+    for (let i = start; i < ls.length; i++) {
+      const l = ls[i]!;
+      let d: Decision | PromiseLike<Decision>;
+      try {
+        d = l.consume(key, permits);
+      } catch (error) {
+        return this.fail(i, key, permits, error, times);
+      }
+      if (isThenable(d)) {
+        const own = times === this.takenUs ? times.slice() : times;
+        return Promise.resolve(d).then(
+          (x) => this.next(i, key, permits, decisions, x, own),
+          (error) => this.fail(i, key, permits, error, own),
+        );
+      }
+      if (l instanceof Limiter) times[i] = l.lastDecisionUs;
+      decisions.push(d);
+      if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
+    }
+    return this.granted(decisions);
+  }
+
+  private next(
+    i: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    d: Decision,
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
+    decisions.push(d);
+    if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
+    return this.consumeFrom(i + 1, key, permits, decisions, times);
+  }
+
+  private refused(
+    i: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    d: Decision,
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
+    const result: ChainDecision = { ...d, decisions };
+    const undone = this.undo(i, key, permits, times);
+    return isThenable(undone) ? undone.then(() => result) : result;
+  }
+
+  private fail(
+    i: number,
+    key: Key | undefined,
+    permits: number,
+    error: unknown,
+    times: Float64Array,
+  ): never | Promise<never> {
+    const undone = this.undo(i, key, permits, times);
+    if (isThenable(undone)) {
+      return undone.then(
+        () => Promise.reject(error),
+        () => Promise.reject(error),
+      );
+    }
+    throw error;
+  }
+
+  private granted(decisions: Decision[]): ChainDecision {
     let remaining = Number.POSITIVE_INFINITY;
     let resetAfterMs = 0;
-    for (let i = 0; i < ls.length; i++) {
-      let d: Decision | undefined;
-      try {
-        d = ls[i]!.consume(key, permits);
-      } finally {
-        if (!d?.allowed) this.undo(i, key, permits);
-      }
-      if (!d.allowed) return d;
+    for (const d of decisions) {
       remaining = Math.min(remaining, d.remaining);
       resetAfterMs = Math.max(resetAfterMs, d.resetAfterMs);
     }
-    return { allowed: true, remaining, limit: this.limit, retryAfterMs: 0, resetAfterMs };
+    return {
+      allowed: true,
+      remaining,
+      limit: this.limit,
+      retryAfterMs: 0,
+      resetAfterMs,
+      decisions,
+    };
   }
 
   /** Gives `permits` back to every limiter of the chain. */
-  refund(key?: Key, permits = 1): void {
+  refund(key?: Key, permits = 1): Answer<M, void> {
     this.check(permits);
-    for (const l of this.limiters) l.refund(key, permits);
+    return this.all((l) => l.refund(key, permits)) as Answer<M, void>;
+  }
+
+  /** Gives held permits back to the chain's `Concurrency` members; rate limiters keep theirs. */
+  release(key?: Key, permits = 1): Answer<M, void> {
+    this.check(permits);
+    return this.all((l) =>
+      l.algorithm === 'Concurrency' || l.algorithm === 'chain'
+        ? l.release?.(key, permits)
+        : undefined,
+    ) as Answer<M, void>;
+  }
+
+  /** Calls `f` on every member (all of them, even after a failure); reports the first failure. */
+  private all(f: (l: ChainMember) => void | PromiseLike<void>): Maybe<void> {
+    let failure: { error: unknown } | undefined;
+    const pending: PromiseLike<void>[] = [];
+    for (const l of this.limiters) {
+      try {
+        const r = f(l);
+        if (isThenable(r)) pending.push(r);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (pending.length === 0) {
+      if (failure) throw failure.error;
+      return;
+    }
+    return Promise.allSettled(pending).then((results) => {
+      if (failure) throw failure.error;
+      for (const r of results) if (r.status === 'rejected') throw r.reason;
+    });
+  }
+
+  /**
+   * Takes `permits` from every limiter, waiting at each in turn (in its FIFO queue) while
+   * holding what the earlier ones granted. If one fails (queue full, abort, timeout, close),
+   * the earlier ones' leases are released and their permits refunded, and the promise
+   * rejects with that failure. The Lease releases every member's lease once.
+   */
+  async acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<Lease> {
+    this.check(permits);
+    const leases: Lease[] = [];
+    const times = new Float64Array(this.limiters.length);
+    for (let i = 0; i < this.limiters.length; i++) {
+      const l = this.limiters[i]!;
+      if (typeof l.acquire !== 'function') {
+        throw typeError(`chain.acquire: limiter ${i} has no acquire() method`);
+      }
+      try {
+        const lease = await l.acquire(key, permits, options);
+        if (l instanceof Limiter) times[i] = l.lastDecisionUs;
+        leases.push(lease);
+      } catch (error) {
+        for (const lease of leases) lease.release();
+        try {
+          await this.undo(i, key, permits, times);
+        } catch {
+          // The acquire failure is what the caller needs to see; the undo was attempted.
+        }
+        throw error;
+      }
+    }
+    return new ChainLease(leases);
   }
 }
 
-/** Composes limiters all-or-nothing: `chain(perSecond, perMinute).tryAcquire(ip)`. */
-export function chain(...limiters: Limiter[]): Chain {
-  if (limiters.length === 0) throw new TypeError('chain: give at least one limiter');
+class ChainLease implements Lease {
+  private held = true;
+  constructor(private readonly leases: readonly Lease[]) {}
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    for (const lease of this.leases) lease.release();
+  }
+  [Symbol.dispose](): void {
+    this.release();
+  }
+}
+
+function isMember(value: unknown): value is ChainMember {
+  const v = value as Partial<ChainMember> | null;
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.consume === 'function' &&
+    typeof v.refund === 'function' &&
+    typeof v.limit === 'number' &&
+    v.limit >= 1
+  );
+}
+
+/**
+ * Composes limiters all-or-nothing: `chain(perSecond, perDay).tryAcquire(ip)`. Accepts
+ * in-memory limiters, cluster clients, Redis limiters and chains.
+ */
+export function chain<L extends ChainMember[]>(...limiters: L): Chain<L[number]> {
+  if (limiters.length === 0) throw typeError('chain: give at least one limiter');
+  limiters.forEach((l, i) => {
+    if (!isMember(l)) {
+      throw typeError(
+        `chain: argument ${i} must be a limiter (with consume, refund and a limit), got ${show(l)}`,
+      );
+    }
+  });
   return new Chain(limiters);
 }

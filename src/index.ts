@@ -5,7 +5,7 @@ export { SlidingLog, type SlidingLogOptions } from './algorithms/sliding-log.js'
 export { SlidingWindow, type SlidingWindowOptions } from './algorithms/sliding-window.js';
 export { TokenBucket, type TokenBucketOptions } from './algorithms/token-bucket.js';
 export { type AnyLimiter, attach } from './attach.js';
-export { Chain, chain } from './chain.js';
+export { Chain, type ChainDecision, type ChainMember, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
 export {
   ClusterTimeoutError,
@@ -16,6 +16,7 @@ export {
 } from './errors.js';
 export type {
   AcquireOptions,
+  AlgorithmName,
   CommonOptions,
   Decision,
   Key,
@@ -24,4 +25,6 @@ export type {
   LimiterHandle,
   QueueOrder,
   Stats,
+  WhenFull,
 } from './limiter.js';
+export { TABLE_FULL_CHANNEL } from './limiter.js';

@@ -1,7 +1,10 @@
 import { monotonicClock } from './clock.js';
 import { QueueFullError } from './errors.js';
 import {
+  GEN_SHIFT,
+  H_CONTROL,
   type Layout,
+  PAYLOAD_MASK,
   Q_HEAD,
   Q_LOCK,
   Q_PERMITS,
@@ -17,7 +20,9 @@ import {
   R_THREAD,
   R_TOKEN,
   RECORD_WORDS,
+  RESERVED,
   S_STAMP,
+  S_STATE,
   T_HEARTBEAT,
   T_TOKEN,
   THREAD_ENTRIES,
@@ -27,11 +32,15 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
-import type { SlotTable } from './table.js';
+import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */
 export const HEARTBEAT_MS = 250;
 export const DEAD_AFTER_MS = 2000;
+/** enqueue()'s answer when the slot no longer holds the caller's key. */
+export const MOVED = -1;
+/** A thread silent this long (terminated, or its event loop blocked) loses held permits. */
+export const HOLDER_DEAD_MS = 10_000;
 
 function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
@@ -48,8 +57,9 @@ function nowMs(): number {
  * given back or the head changes, an evicted waiter, every waiter on close().
  */
 export class WaitQueues {
-  private threadEntry = -1;
-  private threadToken = 0;
+  /** This thread's entry in the thread table (−1 before its first heartbeat) and token. */
+  threadEntry = -1;
+  threadToken = 0;
   private cursor = 0;
 
   constructor(
@@ -88,7 +98,10 @@ export class WaitQueues {
       for (let t = 0; t < THREAD_ENTRIES; t++) {
         const e = base + t * 2;
         const cur = Atomics.load(i32, e + T_TOKEN);
-        const stale = cur !== 0 && this.isStale(Atomics.load(i32, e + T_HEARTBEAT), now);
+        // Entries are taken over only after the longest silence anyone tolerates (holders'),
+        // so that a slow thread's records still match its entry.
+        const stale =
+          cur !== 0 && this.isStale(Atomics.load(i32, e + T_HEARTBEAT), now, HOLDER_DEAD_MS);
         if ((pass === 0 && cur !== 0) || (pass === 1 && !stale)) continue;
         Atomics.store(i32, e + T_HEARTBEAT, now);
         if (Atomics.compareExchange(i32, e + T_TOKEN, cur, token) === cur) {
@@ -102,8 +115,15 @@ export class WaitQueues {
     throw new QueueFullError(`more than ${THREAD_ENTRIES} threads are waiting on this limiter`);
   }
 
-  private isStale(heartbeat: number, now: number): boolean {
-    return ((now - heartbeat) & 0x7fffffff) > DEAD_AFTER_MS;
+  private isStale(heartbeat: number, now: number, deadAfterMs = DEAD_AFTER_MS): boolean {
+    return ((now - heartbeat) & 0x7fffffff) > deadAfterMs;
+  }
+
+  /** Whether thread entry `entry`, as the owner of `token`, is gone or silent too long. */
+  entryDead(entry: number, token: number, deadAfterMs: number): boolean {
+    const e = this.layout.threadBase + entry * 2;
+    if (Atomics.load(this.i32, e + T_TOKEN) !== token) return true;
+    return this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs);
   }
 
   /** Whether the thread that made record `r` is gone (terminated, or silent too long). */
@@ -182,7 +202,14 @@ export class WaitQueues {
    * 'oldest-first' refuses the newcomer and 'newest-first' evicts the oldest waiters.
    * Returns the new record.
    */
-  enqueue(w: number, permits: number, queueLimit: number, newestFirst: boolean): number {
+  enqueue(
+    w: number,
+    permits: number,
+    queueLimit: number,
+    newestFirst: boolean,
+    generation: number,
+    epoch: number,
+  ): number {
     this.heartbeat();
     const i32 = this.i32;
     const q = this.q(w);
@@ -221,6 +248,22 @@ export class WaitQueues {
       Atomics.store(i32, q + Q_TAIL, r + 1);
       Atomics.add(i32, q + Q_PERMITS, permits);
       this.setFlag(w, true);
+      // The slot may have been given to another key since the caller's attempt: the table
+      // reclaims only slots whose queue flag is clear, and re-reads the flag after
+      // reserving one (rolling back if it is set). Flag first, state second here: one of
+      // the two sides sees the other's write, so a waiter never stays on a foreign slot.
+      // (generation −1: the default key, which never moves.)
+      const st = Atomics.load(i32, w + S_STATE);
+      if (
+        generation >= 0 &&
+        (st >>> GEN_SHIFT !== generation ||
+          (st & PAYLOAD_MASK) === RESERVED ||
+          Atomics.load(i32, H_CONTROL) - epoch >= GEN_SAFE_SPAN)
+      ) {
+        this.unlinkLocked(w, r);
+        this.free(r);
+        return MOVED;
+      }
       return r;
     } finally {
       this.table.unlock(q + Q_LOCK, token);

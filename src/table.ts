@@ -23,7 +23,7 @@ import {
   STRIPE_SLOTS,
   slotOfHotWord,
 } from './layout.js';
-import { keyError } from './validate.js';
+import { isKey, keyError } from './validate.js';
 
 export type Key = string | number;
 
@@ -42,9 +42,14 @@ export const NO_SLOT = -1;
 // holding it delays inserts into that stripe by at most LOCK_LEASE_MS; the next inserter
 // then takes the lock over and voids the slot the dead thread had reserved.
 const LOCK_LEASE_MS = 500;
-// Clear the per-thread key cache once this many generation bumps happened anywhere
-// since it was last cleared: fewer than 16 bumps cannot wrap one slot's 4-bit generation.
-const CACHE_EPOCH_SPAN = 2 * 12;
+/**
+ * A slot reference (index + 4-bit generation) proves that the slot still holds its key only
+ * while fewer than 16 generation bumps happened since it was derived; the control word counts
+ * bumps (in steps of 2) anywhere in the table. So references — cached ones and the one a
+ * decision is using — are trusted while the control word is within this span of the epoch
+ * they were derived after, and looked up again otherwise.
+ */
+export const GEN_SAFE_SPAN = 2 * 12;
 const CACHE_MAX_ENTRIES = 1 << 20;
 
 function nowMsLow(): number {
@@ -58,7 +63,8 @@ function nowMsLow(): number {
  */
 export class SlotTable {
   private readonly cache = new Map<Key, number>();
-  private cacheEpoch: number;
+  /** The control word when the cache was last cleared: every reference is derived after it. */
+  epoch: number;
   private readonly hash = new Int32Array(2);
   private readonly seed0: number;
   private readonly seed1: number;
@@ -70,7 +76,7 @@ export class SlotTable {
   ) {
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
-    this.cacheEpoch = i32[H_CONTROL]! & ~1;
+    this.epoch = i32[H_CONTROL]! & ~1;
   }
 
   /** Default key's packed reference (generation 0; it is never reassigned). */
@@ -83,21 +89,57 @@ export class SlotTable {
    * just read. Returns NO_SLOT when the key's stripes are full of active keys.
    */
   slotOf(key: Key, control: number, nowUs: number, policy: SlotPolicy): number {
-    if (control - this.cacheEpoch >= CACHE_EPOCH_SPAN) {
-      this.cache.clear();
-      this.cacheEpoch = control & ~1;
-    }
+    if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
     const hit = this.cache.get(key);
     if (hit !== undefined) return hit;
     return this.lookup(key, nowUs, policy, true);
   }
 
-  /** Forgets the cached slot of `key` and looks it up again (its generation changed). */
+  /**
+   * Forgets every cached slot: enough generation bumps happened since the cache was filled
+   * that a slot's 4-bit generation may have wrapped, so a matching generation no longer
+   * proves that a cached slot still holds its key.
+   */
+  private clearCache(control: number): void {
+    this.cache.clear();
+    this.epoch = control & ~1;
+  }
+
+  /**
+   * The least of `untilIdleUs` over the slots `key` could use (its two stripes) that have
+   * no waiters: how long until one of them can be reclaimed. Infinity if none ever frees
+   * by time alone. For a table-full refusal's retryAfterMs; reads, never locks.
+   */
+  soonestIdleUs(key: Key, untilIdleUs: (state: number, w: number) => number): number {
+    hashKey(key, this.seed0, this.seed1, this.hash);
+    const stripes = this.layout.stripes;
+    const a = (this.hash[0]! >>> 0) % stripes;
+    let b = (this.hash[1]! >>> 0) % stripes;
+    if (b === a) b = (a + 1) % stripes;
+    let best = Number.POSITIVE_INFINITY;
+    for (const stripe of [a, b]) {
+      const first = 1 + stripe * STRIPE_SLOTS;
+      for (let s = first; s < first + STRIPE_SLOTS; s++) {
+        const w = hotWord(this.layout, s);
+        const st = Atomics.load(this.i32, w + S_STATE);
+        if ((st & PAYLOAD_MASK) === RESERVED || Atomics.load(this.i32, w + S_STAMP) < 0) continue;
+        best = Math.min(best, untilIdleUs(st, w));
+      }
+    }
+    return best;
+  }
+
+  /**
+   * Forgets the cached slot of `key` and looks it up again (its generation changed, or too
+   * many bumps happened for the generation to prove anything).
+   */
   refresh(key: Key | undefined, nowUs: number, policy: SlotPolicy): number {
     if (key === undefined) {
       this.waitWhileReserved(policy);
       return this.defaultSlot;
     }
+    const control = Atomics.load(this.i32, H_CONTROL);
+    if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
     this.cache.delete(key);
     return this.lookup(key, nowUs, policy, true);
   }
@@ -105,6 +147,10 @@ export class SlotTable {
   /** The slot of `key` if present, without inserting it. */
   find(key: Key | undefined): number {
     if (key === undefined) return this.defaultSlot;
+    // The same epoch rule as slotOf(): without it, a slot reused 16 times would match a
+    // stale cache entry's generation and this thread would act on another key's state.
+    const control = Atomics.load(this.i32, H_CONTROL);
+    if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
     const hit = this.cache.get(key);
     if (hit !== undefined) {
       const st = Atomics.load(this.i32, hit >>> 4);
@@ -114,7 +160,7 @@ export class SlotTable {
   }
 
   private lookup(key: Key, nowUs: number, policy: SlotPolicy | null, insert: boolean): number {
-    if (typeof key !== 'string' && !(typeof key === 'number' && Number.isFinite(key))) {
+    if (!isKey(key)) {
       throw keyError(this.owner, key);
     }
     hashKey(key, this.seed0, this.seed1, this.hash);
@@ -265,6 +311,12 @@ export class SlotTable {
     }
     const reserved = (gen << GEN_SHIFT) | RESERVED;
     if (Atomics.compareExchange(i32, w + S_STATE, st, reserved) !== st) return NO_SLOT;
+    if (reuse && Atomics.load(i32, w + S_STAMP) < 0) {
+      // A waiter queued after policy.isIdle() looked: the slot is not idle. Give it back
+      // (the waiter re-reads the state after raising its flag; see WaitQueues.enqueue).
+      Atomics.store(i32, w + S_STATE, st);
+      return NO_SLOT;
+    }
     const c = this.coldWord(s);
     Atomics.store(i32, c, fp0);
     Atomics.store(i32, c + 1, fp1);

@@ -1,4 +1,27 @@
-/** Argument and option checks. Messages name the option and show the value given. */
+/**
+ * Argument and option checks. Messages name the option and show the value given; the errors
+ * carry Node's codes (`ERR_INVALID_ARG_TYPE` for a TypeError, `ERR_OUT_OF_RANGE` for a
+ * RangeError) so that callers can tell them apart without parsing messages.
+ */
+
+/** A TypeError with `code: 'ERR_INVALID_ARG_TYPE'`, as Node reports a bad argument. */
+export function typeError(message: string): TypeError {
+  const error = new TypeError(message);
+  Object.defineProperty(error, 'code', { value: 'ERR_INVALID_ARG_TYPE', enumerable: true });
+  Error.captureStackTrace?.(error, typeError);
+  return error;
+}
+
+/** A RangeError with `code: 'ERR_OUT_OF_RANGE'`, as Node reports a value out of range. */
+export function rangeError(message: string): RangeError {
+  const error = new RangeError(message);
+  Object.defineProperty(error, 'code', { value: 'ERR_OUT_OF_RANGE', enumerable: true });
+  Error.captureStackTrace?.(error, rangeError);
+  return error;
+}
+
+/** Longest key, in bytes of UTF-8: longer keys are a RangeError (hashing them is not free). */
+export const MAX_KEY_BYTES = 4096;
 
 export function show(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value);
@@ -16,11 +39,11 @@ export function checkOptionsObject(
   known: readonly string[],
 ): Record<string, unknown> {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    throw new TypeError(`${name}: options must be an object, got ${show(options)}`);
+    throw typeError(`${name}: options must be an object, got ${show(options)}`);
   }
   for (const key of Object.keys(options)) {
     if (!known.includes(key)) {
-      throw new TypeError(
+      throw typeError(
         `${name}: unknown option "${key}"; expected one of ${known.map((k) => `"${k}"`).join(', ')}`,
       );
     }
@@ -38,10 +61,10 @@ export function integerOption(
 ): number {
   if (value === undefined && fallback !== undefined) return fallback;
   if (typeof value !== 'number') {
-    throw new TypeError(`${owner}: option "${name}" must be an integer, got ${show(value)}`);
+    throw typeError(`${owner}: option "${name}" must be an integer, got ${show(value)}`);
   }
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new RangeError(
+    throw rangeError(
       `${owner}: option "${name}" must be an integer from ${min} to ${max}, got ${show(value)}`,
     );
   }
@@ -56,10 +79,10 @@ export function positiveNumberOption(
   max: number,
 ): number {
   if (typeof value !== 'number') {
-    throw new TypeError(`${owner}: option "${name}" must be a number, got ${show(value)}`);
+    throw typeError(`${owner}: option "${name}" must be a number, got ${show(value)}`);
   }
   if (!Number.isFinite(value) || value < min || value > max) {
-    throw new RangeError(
+    throw rangeError(
       `${owner}: option "${name}" must be a finite number from ${min} to ${max}, got ${show(value)}`,
     );
   }
@@ -75,7 +98,7 @@ export function enumOption<T extends string>(
 ): T {
   if (value === undefined) return fallback;
   if (typeof value !== 'string' || !allowed.includes(value as T)) {
-    throw new TypeError(
+    throw typeError(
       `${owner}: option "${name}" must be one of ${allowed.map((a) => `"${a}"`).join(', ')}, got ${show(value)}`,
     );
   }
@@ -85,21 +108,49 @@ export function enumOption<T extends string>(
 /** Slow-path explanation of a bad `permits` argument; the hot path only calls this on failure. */
 export function permitsError(owner: string, permits: unknown, limit: number): Error {
   if (typeof permits !== 'number') {
-    return new TypeError(`${owner}: permits must be an integer, got ${show(permits)}`);
+    return typeError(`${owner}: permits must be an integer, got ${show(permits)}`);
   }
   if (permits > limit && Number.isInteger(permits)) {
-    return new RangeError(
+    return rangeError(
       `${owner}: permits (${permits}) exceed the limit (${limit}); such a request can never succeed`,
     );
   }
-  return new RangeError(
+  return rangeError(
     `${owner}: permits must be an integer from 1 to ${limit}, got ${show(permits)}`,
   );
 }
 
 export function keyError(owner: string, key: unknown): Error {
   if (typeof key === 'number') {
-    return new RangeError(`${owner}: a numeric key must be finite, got ${show(key)}`);
+    return rangeError(`${owner}: a numeric key must be finite, got ${show(key)}`);
   }
-  return new TypeError(`${owner}: key must be a string or a finite number, got ${show(key)}`);
+  if (typeof key === 'string') {
+    return rangeError(
+      `${owner}: a key may be at most ${MAX_KEY_BYTES} bytes of UTF-8, got ${Buffer.byteLength(key, 'utf8')} bytes`,
+    );
+  }
+  return typeError(`${owner}: key must be a string or a finite number, got ${show(key)}`);
+}
+
+/**
+ * Whether `key` is a key every limiter accepts: a string of at most MAX_KEY_BYTES bytes of
+ * UTF-8, or a finite number. (A string of n UTF-16 units has n to 3n bytes of UTF-8, so only
+ * lengths in between are measured.)
+ */
+export function isKey(key: unknown): key is string | number {
+  if (typeof key === 'string') {
+    return (
+      key.length <= MAX_KEY_BYTES / 3 ||
+      (key.length <= MAX_KEY_BYTES && Buffer.byteLength(key, 'utf8') <= MAX_KEY_BYTES)
+    );
+  }
+  return typeof key === 'number' && Number.isFinite(key);
+}
+
+/**
+ * Throws what every limiter throws for a bad key (`undefined`, the default key, passes).
+ * For clients of other backends, so that they refuse exactly what memory refuses.
+ */
+export function checkKey(owner: string, key: unknown): void {
+  if (key !== undefined && !isKey(key)) throw keyError(owner, key);
 }

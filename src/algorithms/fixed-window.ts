@@ -17,6 +17,7 @@ export interface FixedWindowOptions extends CommonOptions {
  * window and the start of the next). Use SlidingWindow or SlidingLog to smooth that.
  */
 export class FixedWindow extends Limiter {
+  readonly algorithm = 'FixedWindow';
   readonly limit: number;
   readonly windowMs: number;
   private readonly windowUs: number;
@@ -80,9 +81,16 @@ export class FixedWindow extends Limiter {
     return (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | (count + permits);
   }
 
-  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+  protected giveBack(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    permits: number,
+    takenUs: number,
+  ): number {
     const { window, count } = this.read(state, stamp, nowUs);
-    if (count === 0) return state;
+    // Permits from a window that has passed are not this window's to give back.
+    if (count === 0 || Math.floor(takenUs / this.windowUs) !== window) return state;
     return (
       (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | Math.max(0, count - permits)
     );

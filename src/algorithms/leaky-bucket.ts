@@ -22,6 +22,7 @@ export interface LeakyBucketOptions extends CommonOptions {
  * a full bucket rejects with QueueFullError.
  */
 export class LeakyBucket extends Gcra {
+  readonly algorithm = 'LeakyBucket';
   readonly capacity: number;
   readonly ratePerSecond: number;
 

@@ -36,6 +36,7 @@ export interface SlidingLogOptions extends CommonOptions {
  * earlier than the truth, so a lost write can only make the log stricter for a window.
  */
 export class SlidingLog extends Limiter {
+  readonly algorithm = 'SlidingLog';
   readonly limit: number;
   readonly windowMs: number;
   private readonly windowUs: number;
@@ -139,11 +140,16 @@ export class SlidingLog extends Limiter {
     for (let k = 0; k < permits; k++) {
       const pos = (h + k) & POS_MASK;
       const byte = this.entry(s, pos);
-      // A reader already recorded a (later) time for it, or — after a stall of a whole
-      // ring — a later position owns the entry: leave it be.
+      const timeIndex = (byte >> 3) + 1;
+      // After a stall of a whole ring a later position owns the entry: leave it be.
       const seq = Atomics.load(this.i32, byte >> 2);
-      if (seq === pos || isLater(seq, pos)) continue;
-      this.log[(byte >> 3) + 1] = relNow;
+      if (isLater(seq, pos)) continue;
+      // A time already recorded for this position is a reader's (it found the entry
+      // unwritten and put its own, later, time) or that of an admission at this position
+      // that was refunded while its writer lagged. Keep the later of the two: an earlier
+      // time than the admission's would let the entry expire too soon.
+      if (seq === pos && this.log[timeIndex]! >= relNow) continue;
+      this.log[timeIndex] = relNow;
       Atomics.store(this.i32, byte >> 2, pos);
     }
   }
@@ -156,7 +162,18 @@ export class SlidingLog extends Limiter {
     let k = 0;
     // Only entries still inside the window count against the limit; give those back.
     while (k < permits && this.grantedAt(s, h - 1 - k, relNow) > relNow - this.windowUs) k++;
-    return k === 0 ? state : (state & GEN_MASK) | ((h - k) & POS_MASK);
+    if (k === 0) return state;
+    // The head moves back over k positions, which the next admissions take again. Mark
+    // their entries unwritten (a sequence number "before" the position), so that a new
+    // admission writes its own time instead of inheriting the refunded one — the refunded
+    // time is earlier and would expire the new permit too soon. Done before the CAS: if
+    // the CAS fails, the marked entries read as unwritten and readers record a later time
+    // for them, which is only stricter.
+    for (let j = 1; j <= k; j++) {
+      const pos = (h - j) & POS_MASK;
+      Atomics.store(this.i32, this.entry(s, pos) >> 2, (pos - this.ring) & POS_MASK);
+    }
+    return (state & GEN_MASK) | ((h - k) & POS_MASK);
   }
 
   protected available(state: number, _stamp: number, nowUs: number): number {

@@ -21,6 +21,7 @@ export interface SlidingWindowOptions extends CommonOptions {
  * permits as evenly spread. Both counters and the window number share one 28-bit word.
  */
 export class SlidingWindow extends Limiter {
+  readonly algorithm = 'SlidingWindow';
   readonly limit: number;
   readonly windowMs: number;
   private readonly windowUs: number;
@@ -105,12 +106,24 @@ export class SlidingWindow extends Limiter {
     return this.encode(state);
   }
 
-  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+  protected giveBack(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    permits: number,
+    takenUs: number,
+  ): number {
     this.read(state, stamp, nowUs);
-    if (this.prev === 0 && this.curr === 0) return state;
-    const fromCurr = Math.min(this.curr, permits);
-    this.curr -= fromCurr;
-    this.prev = Math.max(0, this.prev - (permits - fromCurr));
+    // Credit the counter of the window the permits were taken in: the current one, or the
+    // previous one (whose weight still counts). Older permits no longer count at all.
+    const taken = Math.floor(takenUs / this.windowUs);
+    if (taken === this.window && this.curr > 0) {
+      this.curr = Math.max(0, this.curr - permits);
+    } else if (taken === this.window - 1 && this.prev > 0) {
+      this.prev = Math.max(0, this.prev - permits);
+    } else {
+      return state;
+    }
     return this.encode(state);
   }
 

@@ -18,6 +18,7 @@ export interface TokenBucketOptions extends CommonOptions {
  * Safe to use from any number of threads at once through `handle` / `attach()`.
  */
 export class TokenBucket extends Gcra {
+  readonly algorithm = 'TokenBucket';
   readonly capacity: number;
   readonly refillPerSecond: number;
 
