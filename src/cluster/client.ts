@@ -7,12 +7,14 @@ import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { Decision, Key, Lease, Stats } from '../limiter.js';
 import {
+  checkKey,
   checkOptionsObject,
   integerOption,
-  keyError,
   permitsError,
   positiveNumberOption,
+  rangeError,
   show,
+  typeError,
 } from '../validate.js';
 import type { Caller, Channel, Check } from './channel.js';
 import {
@@ -113,14 +115,6 @@ const NO_OP_LEASE: Lease = Object.freeze({
   [Symbol.dispose](): void {},
 });
 
-// The same refusal the in-memory limiter gives (src/table.ts): a key is a string or a
-// finite number; anything else would cross JSON as null (the default key) or fail there.
-function checkKey(owner: string, key: unknown): void {
-  if (key === undefined || typeof key === 'string') return;
-  if (typeof key === 'number' && Number.isFinite(key)) return;
-  throw keyError(owner, key);
-}
-
 function checkPermits(owner: string, permits: unknown, limit: number): void {
   if (!((permits as number) >= 1 && (permits as number) <= limit)) {
     throw permitsError(owner, permits, limit);
@@ -131,19 +125,19 @@ function checkPermits(owner: string, permits: unknown, limit: number): void {
 function checkAcquireOptions(owner: string, options: unknown): void {
   const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
   if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
-    throw new TypeError(
+    throw typeError(
       `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(opts.signal)}`,
     );
   }
   const timeoutMs = opts.timeoutMs;
   if (timeoutMs === undefined) return;
   if (typeof timeoutMs !== 'number') {
-    throw new TypeError(
+    throw typeError(
       `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
     );
   }
   if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
-    throw new RangeError(
+    throw rangeError(
       `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
     );
   }
@@ -189,7 +183,7 @@ export class Client implements ClusterLimiter, Caller {
   };
   private readonly checkRelease: Check = (d, key, permits) => {
     if (d.algorithm !== 'Concurrency') {
-      throw new TypeError(
+      throw typeError(
         `${d.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
       );
     }
@@ -264,7 +258,7 @@ export class Client implements ClusterLimiter, Caller {
 
   private checkBlock(d: Description): void {
     if (this.block > 1 && d.algorithm === 'Concurrency') {
-      throw new TypeError(
+      throw typeError(
         `connectCluster(${JSON.stringify(this.name)}): option "block" is for rate limiters; this name serves a Concurrency limiter`,
       );
     }

@@ -12,7 +12,7 @@
  */
 import cluster from 'node:cluster';
 import { ClusterUnavailableError } from '../errors.js';
-import { show } from '../validate.js';
+import { show, typeError } from '../validate.js';
 import { Channel } from './channel.js';
 import { Client, type ClusterLimiter, type ConnectOptions, connectOptions } from './client.js';
 
@@ -29,7 +29,7 @@ let channel: Channel | undefined;
  */
 export function connectCluster(name: string, options: ConnectOptions = {}): ClusterLimiter {
   if (typeof name !== 'string' || name === '') {
-    throw new TypeError(`connectCluster: name must be a non-empty string, got ${show(name)}`);
+    throw typeError(`connectCluster: name must be a non-empty string, got ${show(name)}`);
   }
   const parsed = connectOptions(options);
   if (!cluster.isWorker || !process.send || !process.connected) {

@@ -11,7 +11,7 @@ import cluster, { type Worker } from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
 import { ClusterUnavailableError } from '../errors.js';
 import type { Key, Lease } from '../limiter.js';
-import { show } from '../validate.js';
+import { show, typeError } from '../validate.js';
 import {
   ABORT,
   ACQUIRE,
@@ -156,7 +156,7 @@ export class Dispatcher {
         s: seq,
         v: [],
         e: toWire(
-          new TypeError(
+          typeError(
             `cluster primary: a batch must be an array of at most ${MAX_RECORD_VALUES} values, got ${got}`,
           ),
         ),
@@ -278,7 +278,7 @@ export class Dispatcher {
         return;
       case RELEASE:
         if (!served.concurrency) {
-          throw new TypeError(
+          throw typeError(
             `${served.description.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
           );
         }
@@ -307,10 +307,10 @@ export class Dispatcher {
   private take(served: Served, key: Key | undefined, min: number, max: unknown, v: unknown[]) {
     const limiter = served.limiter;
     if (served.concurrency) {
-      throw new TypeError('Concurrency: permit blocks (option "block") are for rate limiters');
+      throw typeError('Concurrency: permit blocks (option "block") are for rate limiters');
     }
     if (typeof max !== 'number' || !Number.isInteger(max) || !(max >= min)) {
-      throw new TypeError(`cluster primary: a block's size must be an integer, got ${show(max)}`);
+      throw typeError(`cluster primary: a block's size must be an integer, got ${show(max)}`);
     }
     const want = Math.min(max, limiter.limit);
     let n = Math.max(min, Math.min(want, limiter.stats(key).available));
@@ -404,7 +404,7 @@ export class Dispatcher {
 }
 
 function malformed(at: number, expected: string, got: unknown): TypeError {
-  return new TypeError(
+  return typeError(
     `cluster primary: malformed batch: expected ${expected} at value ${at}, got ${show(got)}`,
   );
 }

@@ -116,15 +116,23 @@ export function fromWire(e: WireError): Error {
     case 'ClusterTimeoutError':
       return new ClusterTimeoutError(e.message);
     case 'TypeError':
-      return new TypeError(e.message);
+      return withCode(new TypeError(e.message), e.code);
     case 'RangeError':
-      return new RangeError(e.message);
+      return withCode(new RangeError(e.message), e.code);
     case 'AbortError':
     case 'TimeoutError':
       return new DOMException(e.message, e.name);
     default:
       return Object.assign(new Error(e.message), { name: e.name, code: e.code });
   }
+}
+
+// Node's ERR_INVALID_ARG_TYPE / ERR_OUT_OF_RANGE (validate.ts) travel with the error.
+function withCode(error: Error, code: string | undefined): Error {
+  if (code !== undefined) {
+    Object.defineProperty(error, 'code', { value: code, enumerable: true });
+  }
+  return error;
 }
 
 /** Appends a Decision's values. JSON has no Infinity: −1 stands for it (times are ≥ 0). */

@@ -5,7 +5,7 @@
 import cluster from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
 import { headerAlgo } from '../limiter.js';
-import { show } from '../validate.js';
+import { show, typeError } from '../validate.js';
 import { dispatcher, type Served } from './primary.js';
 import type { Description } from './protocol.js';
 
@@ -42,13 +42,13 @@ function describe(name: string, limiter: unknown): Served {
     typeof l.tryAcquire !== 'function' ||
     typeof l.limit !== 'number'
   ) {
-    throw new TypeError(
+    throw typeError(
       `serveCluster: "${name}" must be a limiter of this package (new TokenBucket(…), attach(handle), …), got ${show(limiter)}`,
     );
   }
   const algorithm =
     typeof l.algorithm === 'string' ? l.algorithm : ALGORITHMS[headerAlgo(handle.buffer)];
-  if (!algorithm) throw new TypeError(`serveCluster: "${name}" holds an unknown algorithm`);
+  if (!algorithm) throw typeError(`serveCluster: "${name}" holds an unknown algorithm`);
   const description: Description = { algorithm, limit: l.limit };
   for (const option of OPTION_NAMES) {
     const value = l[option];
@@ -69,10 +69,10 @@ function describe(name: string, limiter: unknown): Served {
  */
 export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServer {
   if (!cluster.isPrimary) {
-    throw new TypeError('serveCluster: call it in the cluster primary (cluster.isPrimary)');
+    throw typeError('serveCluster: call it in the cluster primary (cluster.isPrimary)');
   }
   if (typeof limiters !== 'object' || limiters === null || Array.isArray(limiters)) {
-    throw new TypeError(
+    throw typeError(
       `serveCluster: expected an object of named limiters ({ api: limiter }), got ${show(limiters)}`,
     );
   }
@@ -81,10 +81,10 @@ export function serveCluster(limiters: Record<string, AnyLimiter>): ClusterServe
     ([name, limiter]) => [name, describe(name, limiter)] as [string, Served],
   );
   if (entries.length === 0) {
-    throw new TypeError('serveCluster: expected at least one named limiter, got an empty object');
+    throw typeError('serveCluster: expected at least one named limiter, got an empty object');
   }
   for (const [name] of entries) {
-    if (d.named.has(name)) throw new TypeError(`serveCluster: "${name}" is already served`);
+    if (d.named.has(name)) throw typeError(`serveCluster: "${name}" is already served`);
   }
   d.add(entries);
   let open = true;

@@ -244,6 +244,8 @@ if (cluster.isPrimary) {
     10n,
     Symbol('k'),
     () => 1,
+    'x'.repeat(5000), // past the 4096-byte key limit
+    'é'.repeat(2100), // 4200 bytes of UTF-8 in 2100 characters
   ];
   const permits = [0, -1, 1.5, Number.NaN, '1', null, 101, Number.POSITIVE_INFINITY];
   const compare = [];
