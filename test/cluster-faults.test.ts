@@ -84,6 +84,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
       mismatches: unknown[];
       compared: number;
       refusals: number;
+      chainResult: unknown;
       defaultKey: { admitted: number; rejected: number };
       semDefault: { available: number };
     };
@@ -94,6 +95,14 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
       { algorithm: 'FixedWindow', limit: 7, windowMs: 60_000 },
     ]);
     expect(r.mismatches).toEqual([]);
+    expect(r.chainResult).toEqual({
+      allowed: true,
+      limit: 7,
+      members: [
+        [true, 100],
+        [true, 7],
+      ],
+    });
     expect(r.compared).toBe(12 * 6 + 8 * 3 + 8 * 2 + 12 + 12);
     expect(r.refusals).toBe(r.compared); // every one of them is a refusal
     // NaN, ±Infinity and null used to reach the primary as the default key.

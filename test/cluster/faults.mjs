@@ -6,7 +6,9 @@ import cluster from 'node:cluster';
 
 const DIST = process.env.DIST ?? new URL('../../dist/', import.meta.url).pathname;
 const { connectCluster, serveCluster } = await import(`${DIST}/cluster.js`);
-const { Concurrency, FixedWindow, ManualClock, TokenBucket } = await import(`${DIST}/index.js`);
+const { Concurrency, FixedWindow, ManualClock, TokenBucket, chain } = await import(
+  `${DIST}/index.js`
+);
 
 const scenario = process.argv[2] ?? process.env.SCENARIO;
 const messageOf = (w, test) => new Promise((r) => w.on('message', (m) => test(m) && r(m)));
@@ -337,9 +339,24 @@ if (cluster.isPrimary) {
     const got = await api.acquire(k).then(() => 'no error', describeError);
     compare.push({ label: `api.acquire(key ${i})`, expected, got });
   }
+  // chain() takes cluster clients once described (it reads their limit).
+  const chained = await chain(api, win).consume('chained', 2);
+  const chainResult = {
+    allowed: chained.allowed,
+    limit: chained.limit,
+    members: chained.decisions.map((d) => [d.allowed, d.limit]),
+  };
   const mismatches = compare.filter((c) => JSON.stringify(c.expected) !== JSON.stringify(c.got));
   const refusals = compare.filter((c) => c.got !== 'no error').length;
-  process.send({ done: true, before, described, mismatches, compared: compare.length, refusals });
+  process.send({
+    done: true,
+    before,
+    described,
+    mismatches,
+    compared: compare.length,
+    refusals,
+    chainResult,
+  });
 } else if (scenario === 'abort') {
   const sem = connectCluster('sem');
   const lease = await sem.acquire('k');
