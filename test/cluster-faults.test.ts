@@ -1,12 +1,12 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-// The built package, as users get it (`npm test` builds first).
-import { connectCluster, serveCluster } from '../dist/cluster.js';
-import { ClusterUnavailableError, Concurrency, TokenBucket } from '../dist/index.js';
+import { connectCluster, serveCluster } from '../src/cluster/index.js';
+import { ClusterUnavailableError, Concurrency, TokenBucket } from '../src/index.js';
 
 // Real cluster processes (issue #9): each scenario is a primary that forks workers (the
-// same script) and prints its outcome as JSON.
+// same script, which uses the built package: `npm test` builds first) and prints its
+// outcome as JSON.
 const FAULTS = fileURLToPath(new URL('./cluster/faults.mjs', import.meta.url));
 
 function run(scenario: string): Promise<Record<string, unknown>> {
