@@ -110,6 +110,11 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(r.semDefault.available).toBe(3);
   }, 60_000);
 
+  it('survives a worker dying with permits of a limiter closed meanwhile (giving them back throws)', async () => {
+    const r = await run('closed');
+    expect(r).toEqual({ done: true, granted: true, alive: true });
+  }, 60_000);
+
   it('aborts an acquire() waiting at the primary when its signal aborts, and releases a lease once', async () => {
     const r = await run('abort');
     expect(r.outcome).toMatchObject({ name: 'AbortError' });

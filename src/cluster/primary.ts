@@ -94,16 +94,12 @@ export class Dispatcher {
     if (!s) return;
     this.states.delete(worker.id);
     s.dead = true;
-    for (const controller of s.waiting.values()) controller.abort();
-    for (const lease of s.leases.values()) lease.release();
+    // Each give-back may throw (the limiter was closed meanwhile: nothing left to give
+    // back); none may stop the others, nor reach the 'exit' event's emitter.
+    for (const controller of s.waiting.values()) attempt(() => controller.abort());
+    for (const lease of s.leases.values()) attempt(() => lease.release());
     for (const [limiter, keys] of s.held) {
-      for (const [key, n] of keys) {
-        try {
-          limiter.release(key, n);
-        } catch {
-          // Closed, or released some other way meanwhile: nothing left to give back.
-        }
-      }
+      for (const [key, n] of keys) attempt(() => limiter.release(key, n));
     }
   };
 
@@ -213,13 +209,14 @@ export class Dispatcher {
         if (typeof leaseId !== 'number') continue;
         const lease = s.leases.get(leaseId);
         s.leases.delete(leaseId);
-        lease?.release();
+        if (lease) attempt(() => lease.release()); // no answer: a closed limiter is fine
         continue;
       }
       if (op === ABORT) {
         const id = c[i + 1];
         i += 2;
-        if (typeof id === 'number') s.waiting.get(id)?.abort();
+        const controller = typeof id === 'number' ? s.waiting.get(id) : undefined;
+        if (controller) attempt(() => controller.abort());
         continue;
       }
       const width = typeof op === 'number' ? WIDTHS[op] : undefined;
@@ -341,7 +338,7 @@ export class Dispatcher {
         (lease) => {
           s.waiting.delete(id);
           if (s.dead) {
-            lease.release(); // the worker is gone
+            attempt(() => lease.release()); // the worker is gone
             return;
           }
           const leaseId = ++this.leaseIds;
@@ -400,6 +397,15 @@ export class Dispatcher {
     return new ClusterUnavailableError(
       `connectCluster(${JSON.stringify(name)}): the cluster primary does not serve this name (${list})`,
     );
+  }
+}
+
+/** Runs a give-back whose failure has nobody to tell (its limiter was closed). */
+function attempt(giveBack: () => void): void {
+  try {
+    giveBack();
+  } catch {
+    // LimiterClosedError: the permits went with the limiter.
   }
 }
 

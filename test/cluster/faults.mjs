@@ -74,6 +74,24 @@ if (cluster.isPrimary) {
     const report = await messageOf(w, (m) => m?.done);
     console.log(JSON.stringify({ ...report, defaultKey: api.stats(), semDefault: sem.stats() }));
     w.kill();
+  } else if (scenario === 'closed') {
+    // A worker dies holding a lease, a tryAcquire permit and a queued acquire() of a
+    // limiter that was closed meanwhile: giving them back throws LimiterClosedError, and
+    // the primary must survive that too.
+    const sem = new Concurrency({ limit: 2, queueLimit: 5 });
+    const other = new Concurrency({ limit: 1 });
+    serveCluster({ sem, other });
+    const w = cluster.fork();
+    await messageOf(w, (m) => m?.holding);
+    sem.close();
+    w.process.kill('SIGKILL');
+    await exited(w);
+    await new Promise((r) => setImmediate(r));
+    // Still serving the others.
+    const next = cluster.fork({ ROLE: 'next' });
+    const report = await messageOf(next, (m) => m?.done);
+    console.log(JSON.stringify({ ...report, alive: true }));
+    next.kill();
   } else if (scenario === 'abort') {
     // An acquire() waiting at the primary, aborted by its signal in the worker.
     const sem = new Concurrency({ limit: 1, queueLimit: 5 });
@@ -357,6 +375,18 @@ if (cluster.isPrimary) {
     refusals,
     chainResult,
   });
+} else if (scenario === 'closed') {
+  if (process.env.ROLE === 'next') {
+    const other = connectCluster('other');
+    process.send({ done: true, granted: await other.tryAcquire() });
+  } else {
+    const sem = connectCluster('sem');
+    await sem.acquire('k');
+    await sem.tryAcquire('k');
+    sem.acquire('k').catch(() => {}); // queued: the limit is 2
+    while ((await sem.stats('k')).queued !== 1);
+    process.send({ holding: true });
+  }
 } else if (scenario === 'abort') {
   const sem = connectCluster('sem');
   const lease = await sem.acquire('k');
