@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { connectCluster, serveCluster } from '../src/cluster/index.js';
-import { ClusterUnavailableError, Concurrency, TokenBucket } from '../src/index.js';
+import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluster/index.js';
+import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
 
 // Real cluster processes (issue #9): each scenario is a primary that forks workers (the
 // same script, which uses the built package: `npm test` builds first) and prints its
@@ -85,10 +85,12 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
       compared: number;
       refusals: number;
       chainResult: unknown;
+      readyIsSelf: boolean;
       defaultKey: { admitted: number; rejected: number };
       semDefault: { available: number };
     };
     expect(r.before).toEqual({});
+    expect(r.readyIsSelf).toBe(true);
     expect(r.described).toEqual([
       { algorithm: 'TokenBucket', limit: 100, capacity: 100, refillPerSecond: 1 },
       { algorithm: 'Concurrency', limit: 3 },
@@ -154,6 +156,11 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect((r.semError as { message: string }).message).toMatch(/"block" is for rate limiters/);
   }, 60_000);
 });
+
+// Compiled by `tsc --noEmit`, never run: a client's ready() gives the type chain() takes.
+export async function chainOfReadyClients(a: ClusterLimiter, b: ClusterLimiter) {
+  return chain(await a.ready(), await b.ready());
+}
 
 describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
   const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });

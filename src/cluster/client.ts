@@ -64,11 +64,12 @@ export interface ClusterLimiter {
   /** LeakyBucket: the leak rate; undefined otherwise or until known. */
   readonly ratePerSecond: number | undefined;
   /**
-   * Resolves once the primary has described this limiter (the properties above are set).
-   * Rejects with ClusterUnavailableError when the primary does not serve this name, and
+   * Resolves with this client once the primary has described the limiter (the properties
+   * above are set; the type says so, e.g. for `chain()`). Rejects with
+   * ClusterUnavailableError when the primary does not serve this name, and
    * ClusterTimeoutError when no primary answers within `timeoutMs`.
    */
-  ready(): Promise<void>;
+  ready(): Promise<DescribedClusterLimiter>;
   tryAcquire(key?: Key, permits?: number): Promise<boolean>;
   consume(key?: Key, permits?: number): Promise<Decision>;
   acquire(
@@ -83,6 +84,12 @@ export interface ClusterLimiter {
   reset(key?: Key): Promise<void>;
   /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
   close(): void;
+}
+
+/** A cluster client whose limiter the primary has described (after `ready()`). */
+export interface DescribedClusterLimiter extends ClusterLimiter {
+  readonly algorithm: string;
+  readonly limit: number;
 }
 
 interface Block {
@@ -232,8 +239,8 @@ export class Client implements ClusterLimiter, Caller {
     return this.description?.algorithm === 'Concurrency';
   }
 
-  async ready(): Promise<void> {
-    if (this.description) return;
+  async ready(): Promise<DescribedClusterLimiter> {
+    if (this.description) return this as DescribedClusterLimiter;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
@@ -254,6 +261,7 @@ export class Client implements ClusterLimiter, Caller {
     // The primary has answered; its list decides (stats() asks it, in case a server was
     // added since: a name it does not serve rejects with ClusterUnavailableError).
     if (!this.description) await this.stats();
+    return this as DescribedClusterLimiter;
   }
 
   private checkBlock(d: Description): void {

@@ -16,7 +16,7 @@ import { show, typeError } from '../validate.js';
 import { Channel } from './channel.js';
 import { Client, type ClusterLimiter, type ConnectOptions, connectOptions } from './client.js';
 
-export type { ClusterLimiter, ConnectOptions } from './client.js';
+export type { ClusterLimiter, ConnectOptions, DescribedClusterLimiter } from './client.js';
 export { type ClusterServer, serveCluster } from './serve.js';
 
 let channel: Channel | undefined;

@@ -240,7 +240,8 @@ if (cluster.isPrimary) {
   const sem = connectCluster('sem');
   const win = connectCluster('win');
   const before = { algorithm: api.algorithm, limit: api.limit };
-  await Promise.all([api.ready(), sem.ready(), win.ready()]);
+  const readied = await Promise.all([api.ready(), sem.ready(), win.ready()]);
+  const readyIsSelf = readied[0] === api && readied[1] === sem && readied[2] === win;
   const described = [api, sem, win].map((c) => ({
     algorithm: c.algorithm,
     limit: c.limit,
@@ -374,6 +375,7 @@ if (cluster.isPrimary) {
     compared: compare.length,
     refusals,
     chainResult,
+    readyIsSelf,
   });
 } else if (scenario === 'closed') {
   if (process.env.ROLE === 'next') {
