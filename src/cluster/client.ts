@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
-import type { Decision, Key, Lease, Stats } from '../limiter.js';
+import type { AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
 import {
   checkKey,
   checkOptionsObject,
@@ -52,7 +52,7 @@ export interface ConnectOptions {
 export interface ClusterLimiter {
   readonly name: string;
   /** The served limiter's algorithm ('TokenBucket', …); undefined until the primary told it. */
-  readonly algorithm: string | undefined;
+  readonly algorithm: AlgorithmName | undefined;
   /** The served limiter's limit; undefined until known. */
   readonly limit: number | undefined;
   /** FixedWindow, SlidingWindow, SlidingLog: the window; undefined otherwise or until known. */
@@ -88,7 +88,7 @@ export interface ClusterLimiter {
 
 /** A cluster client whose limiter the primary has described (after `ready()`). */
 export interface DescribedClusterLimiter extends ClusterLimiter {
-  readonly algorithm: string;
+  readonly algorithm: AlgorithmName;
   readonly limit: number;
 }
 
@@ -217,7 +217,7 @@ export class Client implements ClusterLimiter, Caller {
   private get description(): Description | undefined {
     return this.channel.describe(this.name);
   }
-  get algorithm(): string | undefined {
+  get algorithm(): AlgorithmName | undefined {
     return this.description?.algorithm;
   }
   get limit(): number | undefined {

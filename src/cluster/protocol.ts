@@ -35,7 +35,7 @@ import {
   LimiterClosedError,
   QueueFullError,
 } from '../errors.js';
-import type { Decision, Key, Stats } from '../limiter.js';
+import type { AlgorithmName, Decision, Key, Stats } from '../limiter.js';
 
 // Every message carries MARK, so the user's own IPC messages pass through untouched; the
 // version changes with the protocol.
@@ -67,7 +67,7 @@ export type Value = string | number | null;
 
 /** What a worker learns about a served limiter: its algorithm and public options. */
 export interface Description {
-  algorithm: string;
+  algorithm: AlgorithmName;
   limit: number;
   windowMs?: number;
   capacity?: number;

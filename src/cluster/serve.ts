@@ -4,7 +4,7 @@
  */
 import cluster from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
-import { headerAlgo } from '../limiter.js';
+import { type AlgorithmName, headerAlgo } from '../limiter.js';
 import { show, typeError } from '../validate.js';
 import { dispatcher, type Served } from './primary.js';
 import type { Description } from './protocol.js';
@@ -19,15 +19,17 @@ export interface ClusterServer {
   close(): void;
 }
 
-const ALGORITHMS = [
-  '',
+// By the id in the buffer's header (attach.ts's table): the buffer, not the object, says
+// what it is.
+const ALGORITHMS: readonly (AlgorithmName | undefined)[] = [
+  undefined,
   'TokenBucket',
   'LeakyBucket',
   'FixedWindow',
   'SlidingWindow',
   'SlidingLog',
   'Concurrency',
-] as const;
+];
 const OPTION_NAMES = ['windowMs', 'capacity', 'refillPerSecond', 'ratePerSecond'] as const;
 
 function describe(name: string, limiter: unknown): Served {
@@ -46,8 +48,12 @@ function describe(name: string, limiter: unknown): Served {
       `serveCluster: "${name}" must be a limiter of this package (new TokenBucket(…), attach(handle), …), got ${show(limiter)}`,
     );
   }
-  const algorithm =
-    typeof l.algorithm === 'string' ? l.algorithm : ALGORITHMS[headerAlgo(handle.buffer)];
+  let algorithm: AlgorithmName | undefined;
+  try {
+    algorithm = ALGORITHMS[headerAlgo(handle.buffer)];
+  } catch (error) {
+    throw typeError(`serveCluster: "${name}": ${(error as Error).message}`);
+  }
   if (!algorithm) throw typeError(`serveCluster: "${name}" holds an unknown algorithm`);
   const description: Description = { algorithm, limit: l.limit };
   for (const option of OPTION_NAMES) {
