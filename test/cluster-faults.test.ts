@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, expectTypeOf, it } from 'vitest';
 import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluster/index.js';
 import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
 
@@ -157,11 +157,6 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
   }, 60_000);
 });
 
-// Compiled by `tsc --noEmit`, never run: a client's ready() gives the type chain() takes.
-export async function chainOfReadyClients(a: ClusterLimiter, b: ClusterLimiter) {
-  return chain(await a.ready(), await b.ready());
-}
-
 describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
   const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
 
@@ -190,6 +185,13 @@ describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
     }
     // Closed: the name is free again.
     serveCluster({ api: limiter }).close();
+  });
+
+  it('types a ready() client as described, so chain() takes it (checked by tsc)', () => {
+    type Ready = Awaited<ReturnType<ClusterLimiter['ready']>>;
+    expectTypeOf<Ready['limit']>().toEqualTypeOf<number>();
+    expectTypeOf<ClusterLimiter['limit']>().toEqualTypeOf<number | undefined>();
+    expectTypeOf(chain<[Ready, Ready]>).toBeFunction();
   });
 
   it('connectCluster throws ClusterUnavailableError outside a cluster worker (here: a forked test process)', () => {
