@@ -352,6 +352,18 @@ function clusterSection(c, nativeFigures = {}) {
           `atomic-limiter/cluster tryAcquire, blocks of ${c.permitBlocks.block}`,
           c.ours.tryAcquireBlocks,
         ),
+        ...(c.ours.consumeBlocks
+          ? [
+              row(
+                `atomic-limiter/cluster consume, blocks of ${c.permitBlocks.block}`,
+                c.ours.consumeBlocks,
+              ),
+              row(
+                `atomic-limiter/cluster acquire, blocks of ${c.permitBlocks.block}`,
+                c.ours.acquireBlocks,
+              ),
+            ]
+          : []),
         row('rate-limiter-flexible RateLimiterCluster consume', c.rlf.consume),
         row('floor: process.send echo, our runs', f.echoInOursRuns),
         row('floor: process.send echo, rlf runs', f.echoInRlfRuns),
@@ -363,6 +375,11 @@ function clusterSection(c, nativeFigures = {}) {
     `goal: ${c.goal.text} (rlf ÷ ours ≥ 5): ${c.goal.met ? 'met' : 'NOT met'}`,
     `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
     `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
-    `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block - 1} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs unused, or on close()).`,
+    `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs, or on close()).`,
+    ...(r.blocksInFlight64
+      ? [
+          `rlf ÷ ours with blocks, ${c.inFlight} in flight: tryAcquire ${fmtRatio(r.blocksInFlight64.tryAcquire)}×, consume ${fmtRatio(r.blocksInFlight64.consume)}×, acquire ${fmtRatio(r.blocksInFlight64.acquire)}×; one at a time (mean): ${fmtRatio(r.blocksOneAtATimeMean.tryAcquire)}× / ${fmtRatio(r.blocksOneAtATimeMean.consume)}× / ${fmtRatio(r.blocksOneAtATimeMean.acquire)}×`,
+        ]
+      : []),
   ].join('\n');
 }
