@@ -140,6 +140,12 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it('a block given back after its window passed is not credited to the next window (issue #9, item 6)', async () => {
+    const r = (await run('stale-block')) as { first: number; second: number };
+    expect(r.first).toBe(100); // window 1 admits its limit…
+    expect(r.second).toBe(0); // …and the 59 given back from window 0 do not add to it
+  }, 60_000);
+
   it('spends permit blocks in consume() and acquire() too, exact in total, and says remaining as the local block', async () => {
     const r = await run('blocks');
     expect(r.allowed).toBe(25);

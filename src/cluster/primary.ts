@@ -53,6 +53,12 @@ interface WorkerState {
   waiting: Map<number, AbortController>;
   /** Concurrency permits taken by tryAcquire/consume and not yet released. */
   held: Map<Releasable, Map<Key | undefined, number>>;
+  /**
+   * When this worker's latest permit block of a key was taken (the limiter's clock): its
+   * permits come back as refunds of what was taken then, so a window that has passed
+   * since is not credited (issue #9, item 6).
+   */
+  blockTakenUs: Map<AnyLimiter, Map<Key | undefined, number>>;
 }
 
 const ignore = () => {};
@@ -168,6 +174,7 @@ export class Dispatcher {
         leases: new Map(),
         waiting: new Map(),
         held: new Map(),
+        blockTakenUs: new Map(),
       };
       this.states.set(worker.id, s);
     }
@@ -266,13 +273,16 @@ export class Dispatcher {
         return;
       }
       case TAKE:
-        this.take(served, key, permits, c[i + 3], v);
+        this.take(s, served, key, permits, c[i + 3], v);
         return;
-      case REFUND:
-        limiter.refund(key, permits);
+      case REFUND: {
+        const takenUs = s.blockTakenUs.get(limiter)?.get(key);
+        if (takenUs === undefined) limiter.refund(key, permits);
+        else limiter.refundTaken(key, permits, takenUs);
         if (served.concurrency) this.unhold(s, limiter as Releasable, key, permits);
         v.push(0);
         return;
+      }
       case RELEASE:
         if (!served.concurrency) {
           throw typeError(
@@ -301,7 +311,14 @@ export class Dispatcher {
    * A permit block: between `min` and `max` permits, as many as are there, and the
    * Decision of the grant (on a refusal, the Decision of asking for `min`).
    */
-  private take(served: Served, key: Key | undefined, min: number, max: unknown, v: unknown[]) {
+  private take(
+    s: WorkerState,
+    served: Served,
+    key: Key | undefined,
+    min: number,
+    max: unknown,
+    v: unknown[],
+  ) {
     const limiter = served.limiter;
     if (served.concurrency) {
       throw typeError('Concurrency: permit blocks (option "block") are for rate limiters');
@@ -314,6 +331,11 @@ export class Dispatcher {
     let d = limiter.consume(key, n);
     // The estimate was high (a sliding window's weight, another thread): ask for min.
     if (!d.allowed && n > min) d = limiter.consume(key, (n = min));
+    if (d.allowed) {
+      let times = s.blockTakenUs.get(limiter);
+      if (!times) s.blockTakenUs.set(limiter, (times = new Map()));
+      times.set(key, limiter.lastDecisionUs);
+    }
     v.push(d.allowed ? n : 0);
     pushDecision(v, d);
   }

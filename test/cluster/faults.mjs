@@ -123,6 +123,50 @@ if (cluster.isPrimary) {
     const report = await messageOf(w, (m) => m?.done);
     console.log(JSON.stringify({ ...report, whileWaiting, c: api.stats('c'), a: api.stats('a') }));
     w.kill();
+  } else if (scenario === 'stale-block') {
+    // Issue #9 item 6: a block taken in window 0 and given back in window 1 must not be
+    // credited to window 1. Worker A takes a block of 60 in window 0 and holds it; window 1
+    // begins; worker B fills window 1; then A closes, giving 59 back; B tries again.
+    const clock = new ManualClock();
+    const fw = new FixedWindow({ limit: 100, windowMs: 1000, clock });
+    serveCluster({ fw });
+    const a = cluster.fork({ ROLE: 'holder' });
+    await messageOf(a, (m) => m?.took);
+    clock.set(1000);
+    const b = cluster.fork({ ROLE: 'filler' });
+    const first = await messageOf(b, (m) => m?.admitted !== undefined);
+    a.send('close');
+    await messageOf(a, (m) => m?.closed);
+    b.send('again');
+    const second = await messageOf(b, (m) => m?.admitted !== undefined && m !== first);
+    console.log(
+      JSON.stringify({ first: first.admitted, second: second.admitted, window: fw.stats() }),
+    );
+    a.kill();
+    b.kill();
+  }
+} else if (scenario === 'stale-block') {
+  const fw = connectCluster('fw', { block: 60 });
+  if (process.env.ROLE === 'holder') {
+    await fw.tryAcquire();
+    process.send({ took: true });
+    process.on('message', async (m) => {
+      if (m !== 'close') return;
+      fw.close(); // gives the block's 59 unspent permits back
+      await new Promise((r) => setImmediate(r));
+      process.send({ closed: true });
+    });
+  } else {
+    const plain = connectCluster('fw');
+    const tryMany = async () => {
+      let admitted = 0;
+      for (let i = 0; i < 200; i++) if (await plain.tryAcquire()) admitted++;
+      return admitted;
+    };
+    process.send({ admitted: await tryMany() });
+    process.on('message', async (m) => {
+      if (m === 'again') process.send({ admitted: await tryMany(), again: true });
+    });
   }
 } else if (scenario === 'kill') {
   const sem = connectCluster('sem', { timeoutMs: 20_000 });
