@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { CoarseClock } from './coarse-clock.js';
 import { show } from './validate.js';
 
 /**
@@ -15,7 +16,8 @@ export interface Clock {
 
 export type ClockHandle =
   | { readonly kind: 'monotonic' }
-  | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer };
+  | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer }
+  | { readonly kind: 'coarse'; readonly buffer: SharedArrayBuffer };
 
 // performance.now() is cheap (no BigInt, no allocation) but its origin is this process's
 // start. process.hrtime is CLOCK_MONOTONIC, whose origin is shared by every thread and
@@ -152,5 +154,6 @@ export function clockFromHandle(handle: unknown): Clock {
   const h = handle as ClockHandle | undefined;
   if (h && h.kind === 'monotonic') return monotonicClock;
   if (h && h.kind === 'manual') return new ManualClock(h);
+  if (h && h.kind === 'coarse') return new CoarseClock(h);
   throw new TypeError(`attach: unknown clock in handle: ${show(handle)}`);
 }

@@ -1,4 +1,5 @@
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { CoarseClock } from './coarse-clock.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
@@ -152,10 +153,10 @@ export function readCommon(
     typeof clock !== 'object' ||
     clock === null ||
     typeof (clock as Clock).nowUs !== 'function' ||
-    !(clock === monotonicClock || clock instanceof ManualClock)
+    !(clock === monotonicClock || clock instanceof ManualClock || clock instanceof CoarseClock)
   ) {
     throw new TypeError(
-      `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
+      `${owner}: option "clock" must be a ManualClock or a CoarseClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
   return { opts, common: { keys, queueLimit, queueOrder, maxWaiters, clock: clock as Clock } };
