@@ -15,7 +15,7 @@ export interface CoarseClockOptions {
 export type CoarseClockHandle = Extract<ClockHandle, { kind: 'coarse' }>;
 
 // The shared buffer (64 bytes: one cache line):
-//   Int32 [0]  TIME: the published time, or STOPPED. Bit 31 clear: bits 29..30 are the era
+//   Int32 [0]  TIME: the published time, STARTING or STOPPED. If ≥ 0: bits 29..30 are the era
 //              (0..3), bits 0..28 the ticks (units of `unitUs`) since that era's base.
 //   Int32 [1]  CONTROL: 0 while the ticker should run; 1 asks it to stop (it waits on this).
 //   Int32 [2]  magic, [3] layout version
@@ -39,6 +39,8 @@ const TICK_BITS = 29;
 const TICK_MASK = (1 << TICK_BITS) - 1;
 /** TIME once the clock stopped (close(), a dead ticker): readers use the precise clock. */
 const STOPPED = -1;
+/** TIME until the ticker's first publication: readers use the precise clock meanwhile. */
+const STARTING = -2;
 /** A unit of a sixteenth of the resolution: rounding down to it adds ≤ 1/16 to the lag. */
 const UNITS_PER_RESOLUTION = 16;
 /**
@@ -54,16 +56,17 @@ const CHECK_EVERY = 1024;
  * Publishes `nowUs` (µs on the monotonic time line, already read) in the TIME word of a
  * CoarseClock buffer (`words` and `f64`: Int32 and Float64 views of all of it), unless it is
  * not later than what is published or the clock stopped. Returns the word now in TIME
- * (negative: stopped). The ticker thread runs it from its source text, so it uses nothing
- * but its arguments and literals: 29 = TICK_BITS, 3 = F_UNIT_US, 4 = F_BASES, 3 = last era.
+ * (-1: stopped). The ticker thread runs it from its source text, so it uses nothing but
+ * its arguments and literals: 29 = TICK_BITS, 3 = F_UNIT_US, 4 = F_BASES, 3 = last era.
  */
 export function publishTime(words: Int32Array, f64: Float64Array, nowUs: number): number {
   const seen = Atomics.load(words, 0);
-  if (seen < 0) return seen;
+  if (seen === -1) return seen; // STOPPED
   const unitUs = f64[3] as number;
-  let era = seen >>> 29;
+  // STARTING (-2): nothing published yet; era 0's base is the creation time.
+  let era = seen < 0 ? 0 : seen >>> 29;
   let ticks = Math.floor((nowUs - (f64[4 + era] as number)) / unitUs);
-  if (!(ticks > (seen & 0x1fffffff))) return seen; // not later: time never goes back
+  if (seen >= 0 && !(ticks > (seen & 0x1fffffff))) return seen; // time never goes back
   if (ticks > 0x1fffffff) {
     // The era is full (2^29 units): the next one starts at this very time (the decoded
     // value is the same float either way) and ticks restart from 0. Any jump fits.
@@ -183,8 +186,10 @@ export class CoarseClock implements Clock {
     this.staleLimitUs = staleLimitUs(resolutionMs);
     f64[F_RESOLUTION_MS] = resolutionMs;
     f64[F_UNIT_US] = this.unitUs;
-    // Era 0 starts now; ticks 0 is already a valid, current time.
+    // Era 0 starts now. Until the ticker thread has started and published (tens of ms,
+    // more on a loaded machine) readers read the precise clock: time never stands still.
     this.bases[0] = hrtimeUs() - MARGIN_US;
+    this.words[W_TIME] = STARTING;
     Atomics.store(this.words, W_VERSION, VERSION);
     Atomics.store(this.words, W_MAGIC, MAGIC);
     this.handle = { kind: 'coarse', buffer };
@@ -248,7 +253,16 @@ export class CoarseClock implements Clock {
 
   // Every CHECK_EVERY reads, and on every read while the time seems stuck or after a stop.
   private checkedNowUs(w: number): number {
-    if (w < 0) return monotonicClock.nowUs();
+    if (w < 0) {
+      const preciseUs = monotonicClock.nowUs();
+      if (w === STARTING) {
+        // Once the first time is published (behind this one), hold still until it catches
+        // up: never back.
+        this.heldUs = preciseUs;
+        this.countdown = 0;
+      }
+      return preciseUs;
+    }
     const coarseUs = this.bases[w >>> TICK_BITS]! + (w & TICK_MASK) * this.unitUs;
     if (Number.isNaN(this.heldUs)) {
       this.countdown = CHECK_EVERY;
