@@ -119,12 +119,14 @@ function hrtimeUs(): number {
  * - The ticker is a worker thread of the thread that created the clock, sleeping with
  *   `Atomics.wait`: time moves while that thread's event loop is blocked. It is unref'd and
  *   keeps no process alive.
+ * - Until the ticker's first tick (tens of ms after construction), reads are precise.
  * - `close()` (or `Symbol.dispose`) stops the ticker, on any thread. From then on every
  *   reader, in every thread, reads the precise monotonic clock instead: limiters keep
  *   working, at the precise clock's cost. The same happens if the ticker thread dies (the
  *   creating worker thread ends, or is terminated: readers notice a time far behind within
- *   1024 reads, hold their time still for up to ~1 s while the ticker could still catch up,
- *   then switch).
+ *   1024 reads, hold their time still for up to 1 s plus ten resolutions while the ticker
+ *   could still catch up, then switch). The ticker runs until then, whether or not this
+ *   object is still referenced.
  *
  * @example
  * const clock = new CoarseClock({ resolutionMs: 1 });
