@@ -142,6 +142,16 @@ describe('CoarseClock', () => {
     }
   });
 
+  it('acquire() waiters on it are granted in FIFO order as its time moves', async () => {
+    const clock = coarse(1);
+    await untilTicking(clock);
+    const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 100, queueLimit: 5, clock });
+    expect(limiter.tryAcquire()).toBe(true);
+    const order: number[] = [];
+    await Promise.all([0, 1, 2, 3].map((i) => limiter.acquire().then(() => order.push(i))));
+    expect(order).toEqual([0, 1, 2, 3]);
+  });
+
   it('close() and Symbol.dispose stop the ticker thread; readers then read the precise clock', async () => {
     for (const stop of ['close', 'dispose'] as const) {
       const clock = coarse(1);
