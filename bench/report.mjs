@@ -273,7 +273,7 @@ function coarseSection(c) {
       ]),
     ),
     `clock read p50: CoarseClock.nowUs() ${fmtNs(c.readNs.coarse)}, MonotonicClock.nowUs() ${fmtNs(c.readNs.precise)}`,
-    `staleness (precise − coarse, sampled while reading): idle ${lag(c.idle)}; ${c.loaded.busyThreads} threads spinning on every core ${lag(c.loaded)}`,
+    `staleness (precise − coarse, sampled while reading; machine load average ${c.loadAverage1m.toFixed(1)}): idle ${lag(c.idle)}; ${c.loaded.busyThreads} threads spinning on every core ${lag(c.loaded)}`,
   ].join('\n');
 }
 

@@ -270,6 +270,8 @@ async function coarseNotes(tasks, { quick }) {
   await Promise.all(spinners.map((w) => new Promise((r) => w.once('exit', r))));
   return {
     resolutionMs: clock.resolutionMs,
+    // Other processes of a shared machine count too: "idle" means only this sampler here.
+    loadAverage1m: os.loadavg()[0],
     idle,
     loaded: { ...loaded, busyThreads },
   };
