@@ -27,7 +27,12 @@ export async function measureSubject(name, { quick }) {
   const tasks = await subject.tasks(ctx);
   const all = [
     ...floors.map((f) => ({ ...f, batch: BATCH, kind: 'floor' })),
-    ...tasks.map((t) => ({ ...t, name: latencyRowName(subject, t), kind: subject.kind })),
+    // A task may name itself and say what it is (rows measured beside the subject).
+    ...tasks.map((t) => ({
+      ...t,
+      name: t.name ?? latencyRowName(subject, t),
+      kind: t.kind ?? subject.kind,
+    })),
   ];
   // Several passes over every task, floors first in each: a burst of noise from another
   // process then lands on the floors and the subject alike, instead of on whichever task
@@ -56,7 +61,7 @@ export async function measureSubject(name, { quick }) {
     const at = (q) => perCall[Math.min(perCall.length - 1, Math.ceil(q * perCall.length) - 1)];
     const row = {
       name: t.name,
-      subject: t.kind === 'floor' ? 'floor' : subject.name,
+      subject: t.kind === 'floor' ? 'floor' : (t.subject ?? subject.name),
       kind: t.kind,
       outcome: t.outcome ?? 'allowed',
       keys: t.keys ?? t.floor,
@@ -71,7 +76,8 @@ export async function measureSubject(name, { quick }) {
     progress(`    ${t.name}: ${fmtNs(row.p50Ns)}`);
     return row;
   });
-  return { subject: subject.name, kind: subject.kind, rows, sink: getSink() };
+  const notes = subject.notes ? await subject.notes(tasks, { quick }) : undefined;
+  return { subject: subject.name, kind: subject.kind, rows, notes, sink: getSink() };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -87,7 +87,46 @@ export function analyzeLatency(children, floors) {
       if (p) r.peerOverOurs[peer] = p.p50Ns / r.p50Ns;
     }
   }
-  return { rows, floorsByProcess };
+  const coarseChild = children.find((c) => c.notes?.idle);
+  const coarse = coarseChild && coarseSummary(coarseChild.notes, rows);
+  return { rows, floorsByProcess, coarse };
+}
+
+// Our TokenBucket on a CoarseClock against `limiter` measured beside it (same process): the
+// goal is limiter ÷ ours ≥ 1.3. Against our TokenBucket on the precise clock: its own process.
+const COARSE_GOAL = 1.3;
+function coarseSummary(notes, rows) {
+  const p50 = (pick) => rows.find(pick)?.p50Ns;
+  const perKeys = [1, KEYS].map((keys) => {
+    const ours = p50(
+      (r) => r.kind === 'ours' && r.subject === 'TokenBucket on CoarseClock' && r.keys === keys,
+    );
+    const limiter = p50((r) => r.kind === 'beside' && r.subject === 'limiter' && r.keys === keys);
+    const precise = p50(
+      (r) =>
+        r.kind === 'ours' &&
+        r.subject === 'TokenBucket' &&
+        r.outcome === 'allowed' &&
+        r.keys === keys,
+    );
+    const ratio = limiter / ours;
+    return {
+      keys,
+      oursNs: ours,
+      limiterNs: limiter,
+      limiterOverOurs: ratio,
+      met: ratio >= COARSE_GOAL,
+      preciseNs: precise,
+      preciseOverCoarse: precise / ours,
+    };
+  });
+  const read = (name) => p50((r) => r.subject === 'clock read' && r.name === name);
+  return {
+    ...notes,
+    goal: COARSE_GOAL,
+    perKeys,
+    readNs: { coarse: read('CoarseClock.nowUs()'), precise: read('MonotonicClock.nowUs()') },
+  };
 }
 
 export function analyzeThreads(threads, floors) {
@@ -210,6 +249,34 @@ function latencySection(latency) {
   ].join('\n');
 }
 
+function coarseSection(c) {
+  const us = (x) => `${(x / 1000).toFixed(2)} ms`;
+  const lag = (x) => `p50 ${us(x.p50Us)}, p99 ${us(x.p99Us)}, max ${us(x.maxUs)}`;
+  return [
+    `== CoarseClock (resolutionMs ${c.resolutionMs}): our TokenBucket on it, beside limiter's TokenBucket in one process`,
+    table(
+      [
+        { title: 'workload (allowed)', align: 'left' },
+        { title: 'ours on CoarseClock', align: 'right' },
+        { title: 'limiter', align: 'right' },
+        { title: 'limiter÷ours', align: 'right' },
+        { title: `goal ≥ ${c.goal}`, align: 'left' },
+        { title: 'ours, precise clock (own process)', align: 'right' },
+      ],
+      c.perKeys.map((k) => [
+        k.keys === 1 ? '1 key' : `${k.keys / 1000}k keys`,
+        fmtNs(k.oursNs),
+        fmtNs(k.limiterNs),
+        fmtRatio(k.limiterOverOurs),
+        k.met ? 'met' : 'NOT met',
+        `${fmtNs(k.preciseNs)} (${fmtRatio(k.preciseOverCoarse)}×)`,
+      ]),
+    ),
+    `clock read p50: CoarseClock.nowUs() ${fmtNs(c.readNs.coarse)}, MonotonicClock.nowUs() ${fmtNs(c.readNs.precise)}`,
+    `staleness (precise − coarse, sampled while reading; machine load average ${c.loadAverage1m.toFixed(1)}): idle ${lag(c.idle)}; ${c.loaded.busyThreads} threads spinning on every core ${lag(c.loaded)}`,
+  ].join('\n');
+}
+
 function threadsSection(threads) {
   const rows = threads.entries.map((e) => [
     e.subject,
@@ -288,6 +355,7 @@ export function formatReport(result) {
   );
   if (result.floors) out.push('', nativeSection(result.floors, result.nativeSource));
   if (result.latency) out.push('', latencySection(result.latency));
+  if (result.latency?.coarse) out.push('', coarseSection(result.latency.coarse));
   if (result.threads) out.push('', threadsSection(result.threads));
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));

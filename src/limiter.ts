@@ -1,5 +1,6 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { CoarseClock } from './coarse-clock.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
@@ -257,10 +258,10 @@ export function readCommon(
     typeof clock !== 'object' ||
     clock === null ||
     typeof (clock as Clock).nowUs !== 'function' ||
-    !(clock === monotonicClock || clock instanceof ManualClock)
+    !(clock === monotonicClock || clock instanceof ManualClock || clock instanceof CoarseClock)
   ) {
     throw typeError(
-      `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
+      `${owner}: option "clock" must be a ManualClock or a CoarseClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
   return {
@@ -886,6 +887,11 @@ export abstract class Limiter implements SlotPolicy {
           return;
         }
         timeoutMs = this.retryAfterUs(this.lastState, this.lastStamp, nowUs, x.permits) / 1000;
+        // A coarse clock moves once per resolution: waiting less would wake to the same
+        // time and wait again, spinning until its next tick.
+        if (this.clock instanceof CoarseClock) {
+          timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
+        }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
       if (head && tick) {
