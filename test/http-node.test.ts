@@ -190,7 +190,12 @@ describe('rateLimit on plain node:http', () => {
     expect(first.headers.ratelimit).toBe('"3-in-3s";r=0;t=1');
     const pending: Promise<Reply>[] = [];
     for (let i = 1; i <= 3; i++) {
-      pending.push(request(port, n(i)).then((r) => (done.push(r), r)));
+      pending.push(
+        request(port, n(i)).then((r) => {
+          done.push(r);
+          return r;
+        }),
+      );
       await until(() => limiter.stats('k').queued === i, `request ${i} queued`);
     }
     const full = await request(port, n(4));
