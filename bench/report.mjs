@@ -292,6 +292,7 @@ export function formatReport(result) {
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
+  if (result.http) out.push('', httpSection(result.http));
   return out.join('\n');
 }
 
@@ -364,5 +365,47 @@ function clusterSection(c, nativeFigures = {}) {
     `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
     `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
     `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block - 1} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs unused, or on close()).`,
+  ].join('\n');
+}
+
+function httpSection(h) {
+  const us = (x) => `${x.toFixed(1)} µs`;
+  const verdict = (j) =>
+    j.met === undefined
+      ? 'inconclusive (the peer overhead is within noise)'
+      : `${fmtRatio(j.ratio)} (${j.met ? 'met' : 'NOT met'})`;
+  return [
+    `== HTTP middleware: "hello world" under autocannon (${h.connections} connections, ${h.durationS} s × ${h.rounds} round(s), median), server in a child process`,
+    'overhead per request: wall = 1/rps − 1/rps(no limiter); CPU = server CPU µs per request − that with no limiter.',
+    'Every subject keys requests by an x-key header (1 key, or 10 000 in turn).',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'requests/s', align: 'right' },
+        { title: '÷ none', align: 'right' },
+        { title: 'wall overhead', align: 'right' },
+        { title: 'server CPU', align: 'right' },
+        { title: 'CPU overhead', align: 'right' },
+      ],
+      h.rows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        String(Math.round(r.rps)),
+        fmtRatio(r.ratioToNone),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+        us(r.serverCpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.cpuOverheadUs),
+      ]),
+    ),
+    '',
+    'our overhead ÷ the peer overhead (goal ≤ 0.5):',
+    ...h.goal.map(
+      (g) =>
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: CPU ${verdict(g.cpu)}; wall ${verdict(g.wall)}`,
+    ),
   ].join('\n');
 }
