@@ -265,3 +265,61 @@ describe('rateLimit on plain node:http', () => {
     });
   });
 });
+
+describe('rateLimit edge cases on node:http', () => {
+  it('writes no field once the response has started; a refusal then takes the error path', async () => {
+    const limit = rateLimit({
+      limiter: new FixedWindow({ limit: 1, windowMs: 1000, clock: new ManualClock() }),
+    });
+    const nexts: unknown[] = [];
+    const server = http.createServer((req, res) => {
+      res.writeHead(200, { 'x-early': 'yes' });
+      res.flushHeaders(); // an earlier middleware started the response
+      limit(req, res, (err?: unknown) => {
+        nexts.push(err);
+        res.end(err ? 'error' : 'ok');
+      });
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    const first = await request(port);
+    expect([first.status, first.body, first.headers['x-early']]).toEqual([200, 'ok', 'yes']);
+    expect(rateFields(first.headers)).toEqual({});
+    const second = await request(port);
+    expect([second.status, second.body]).toEqual([200, 'error']);
+    expect(rateFields(second.headers)).toEqual({});
+    expect(nexts[0]).toBeUndefined();
+    expect((nexts[1] as { code: string }).code).toBe('ERR_HTTP_HEADERS_SENT');
+  });
+
+  it('an async Concurrency limiter: released after the response; a failed release is a warning', async () => {
+    const inner = new Concurrency({ limit: 2 });
+    let failNext = false;
+    const remote = {
+      limit: 2,
+      algorithm: 'Concurrency',
+      consume: async (key?: string | number, permits?: number) => inner.consume(key, permits),
+      release: async (key?: string | number, permits?: number) => {
+        if (failNext) {
+          failNext = false;
+          throw new Error('primary gone');
+        }
+        inner.release(key, permits);
+      },
+    };
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      const { port } = await serve({ limiter: remote, key: () => 'r' });
+      expect((await sequence(port, 3)).map((r) => r.status)).toEqual([200, 200, 200]);
+      await until(() => inner.stats('r').available === 2, 'released after each response');
+      failNext = true;
+      expect((await request(port)).status).toBe(200);
+      await until(() => warnings.length === 1, 'the failed release reported');
+      expect(warnings[0]).toMatch(/giving permits back failed: primary gone/);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});

@@ -300,7 +300,9 @@ export class Engine<Req, Res> {
         `${this.owner}: option "message" must give a string or a value to send as JSON, got ${show(body)}`,
       );
     }
-    if (this.host.started(res) || closed(this.host.rawRes(res))) return; // already answered
+    // A client that left needs no answer. A response another middleware already started
+    // cannot become a refusal: sending fails, and that failure takes the error path.
+    if (closed(this.host.rawRes(res))) return;
     this.host.send(res, this.c.statusCode, body);
   }
 }
