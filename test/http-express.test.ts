@@ -411,3 +411,27 @@ describe('rateLimit with Express 5', () => {
     expect(limiter.stats('all').admitted).toBe(7);
   });
 });
+
+describe('rateLimit mounted twice', () => {
+  it('counts a request once and writes its fields once', async () => {
+    const limiter = new FixedWindow({ limit: 3, windowMs: 1000, clock: new ManualClock() });
+    const limit = rateLimit({ limiter });
+    const app = express();
+    const router = express.Router();
+    app.use(limit);
+    router.use(limit);
+    router.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    app.use('/r', router);
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const replies = await sequence(port, 4, { path: '/r/' });
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 429]);
+      expect(replies[0]!.headers.ratelimit).toBe('"3-in-1s";r=2;t=1');
+      expect(limiter.stats('127.0.0.1').admitted).toBe(3);
+    } finally {
+      await close();
+    }
+  });
+});

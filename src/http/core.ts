@@ -18,6 +18,9 @@ import type { Config } from './options.js';
  * function, a cluster client, Redis, a chain with such members, `wait`).
  */
 
+/** Which middlewares have seen a request: one engine, or a set of them when stacked. */
+const seen = Symbol('atomic-limiter.http.seen');
+
 /** The request may go on. */
 export const GO = 1;
 /** The request was answered (refused), or its client is gone: do not go on. */
@@ -91,6 +94,13 @@ export class Engine<Req, Res> {
 
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
+    // The same middleware mounted twice on a path (app.use and a router) must not count
+    // one request twice, nor write its fields twice.
+    const raw = this.host.raw(req) as IncomingMessage & { [seen]?: Set<object> | object };
+    const was = raw[seen];
+    if (was === undefined) raw[seen] = this;
+    else if (was === this || (was instanceof Set && was.has(this))) return GO;
+    else raw[seen] = was instanceof Set ? was.add(this) : new Set([was, this]);
     if (c.skip !== undefined && this.skipped(req)) return GO;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
     if (isThenable(key)) return this.keyLater(req, res, key);
