@@ -1,66 +1,92 @@
-// The HTTP middleware under load: requests per second of a "hello world" server with no
-// limiter, with ours (atomic-limiter/http, an in-memory TokenBucket), and with the peer a
-// user of that framework would pick (express-rate-limit with its memory store;
-// @fastify/rate-limit), on one key and on 10 000 keys.
+// The HTTP middleware: a "hello world" server with no limiter, with ours (atomic-limiter/http,
+// an in-memory TokenBucket), and with the peer a user of that framework would pick
+// (express-rate-limit with its memory store; @fastify/rate-limit), on one key and on 10 000.
 //
 //   runHttp({ quick })                                     from run.mjs (part "http")
-//   node bench/http.mjs --serve --framework=express|fastify --subject=none|ours|peer
+//   node bench/http.mjs --serve --framework=express|fastify --subject=S
 //                                          one server; prints {"port":…} and serves until killed
+//   node bench/http.mjs --in-process --framework=F --subject=S --keys=K --n=N
+//                                          one in-process measurement; prints one JSON line
 //
-// Each server runs in a child process; autocannon drives it from this process (the machine
-// has 2 cores: one for each). Every subject reads the key from an `x-key` header with a key
-// function, which autocannon varies per request (one key, or 10 000 in turn), so each does
-// the same work per request apart from the limiting. Limits are large enough that every
-// request is allowed; any non-2xx answer fails the run. Each limiter writes the same fields:
-// draft-6 style RateLimit-Limit / -Remaining / -Reset (and ours and express-rate-limit a
-// RateLimit-Policy too). Rounds alternate subjects so that drift of this shared VM falls on
-// all of them alike; the median of the rounds is reported.
+// 1. Under load: each server in a child process, autocannon in this one (2 cores: one each),
+//    each limiter with its default fields (ours: draft-8 RateLimit + RateLimit-Policy;
+//    express-rate-limit and @fastify/rate-limit: X-RateLimit-Limit / -Remaining / -Reset).
+//    Overhead per request: 1/rps − 1/rps(no limiter), and the server's CPU time per request
+//    minus that of no limiter (read from the child over IPC around each measured load).
+// 2. In process, without the network (steadier on a shared machine): Express, the subject's
+//    middleware called on real IncomingMessage / ServerResponse objects, each call awaited;
+//    Fastify, the whole app through app.inject(). CPU µs per request minus no limiter's. Both
+//    with each limiter's default fields and with the same draft-6 fields for all.
 //
-// Overhead per request = 1/rps − 1/rps(no limiter), in µs, and the server's CPU time per
-// request minus that of no limiter (read from the child over IPC around each measured load);
-// the goal is ours ≤ ½ of each peer's.
+// Every subject reads the key from an `x-key` header with a key function (one key, or 10 000
+// in turn). Limits are large enough that every request is allowed; any non-2xx answer fails
+// the run. Rounds alternate the order of subjects; medians of the rounds are reported. The
+// goal: our overhead ≤ ½ of each peer's.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const SELF = fileURLToPath(import.meta.url);
 const KEYS = 10_000;
 const FRAMEWORKS = ['express', 'fastify'];
+/** Under autocannon: each limiter as a user would set it up (its default fields). */
 const SUBJECTS = ['none', 'ours', 'peer'];
+/** In process, also each limiter writing the same draft-6 fields. */
+const IN_PROCESS_SUBJECTS = [...SUBJECTS, 'ours-draft-6', 'peer-draft-6'];
 const PEER = { express: 'express-rate-limit', fastify: '@fastify/rate-limit' };
 const BIG = 1_000_000_000; // so that nothing is ever refused
 
 function sizes(quick) {
   return quick
-    ? { rounds: 1, durationS: 1, warmupS: 0.5, connections: 16 }
-    : { rounds: 3, durationS: 4, warmupS: 1, connections: 16 };
+    ? {
+        rounds: 1,
+        durationS: 1,
+        warmupS: 0.3,
+        connections: 16,
+        inProcessExpress: 20_000,
+        inProcessFastify: 1_000,
+      }
+    : {
+        rounds: 3,
+        durationS: 4,
+        warmupS: 1,
+        connections: 16,
+        inProcessExpress: 200_000,
+        inProcessFastify: 40_000,
+      };
 }
 
 // ---- the server (child process) ---------------------------------------------------------
 
 const keyOf = (req) => req.headers['x-key'] ?? 'none';
+const draft6 = (subject) => subject.endsWith('-draft-6');
+
+/** The limiting middleware of a subject for Express ('none': one that only calls next()). */
+async function expressMiddleware(subject) {
+  if (subject.startsWith('ours')) {
+    const { TokenBucket } = await import('../dist/index.js');
+    const { rateLimit } = await import('../dist/http.js');
+    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
+    return rateLimit({ limiter, key: keyOf, headers: draft6(subject) ? 'draft-6' : 'draft-8' });
+  }
+  if (subject.startsWith('peer')) {
+    const { rateLimit } = await import('express-rate-limit');
+    return rateLimit({
+      windowMs: 60_000,
+      limit: BIG,
+      keyGenerator: keyOf,
+      validate: false,
+      // Its defaults: X-RateLimit-Limit / -Remaining / -Reset (and Date).
+      ...(draft6(subject) ? { standardHeaders: 'draft-6', legacyHeaders: false } : {}),
+    });
+  }
+  return (_req, _res, next) => next();
+}
 
 async function serveExpress(subject) {
   const { default: express } = await import('express');
   const app = express();
   app.set('etag', false);
-  if (subject === 'ours') {
-    const { TokenBucket } = await import('../dist/index.js');
-    const { rateLimit } = await import('../dist/http.js');
-    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    app.use(rateLimit({ limiter, key: keyOf, headers: 'draft-6' }));
-  } else if (subject === 'peer') {
-    const { rateLimit } = await import('express-rate-limit');
-    app.use(
-      rateLimit({
-        windowMs: 60_000,
-        limit: BIG,
-        keyGenerator: keyOf,
-        standardHeaders: 'draft-6',
-        legacyHeaders: false,
-        validate: false,
-      }),
-    );
-  }
+  app.use(await expressMiddleware(subject));
   app.get('/', (_req, res) => {
     res.send('hello world');
   });
@@ -69,27 +95,98 @@ async function serveExpress(subject) {
   });
 }
 
-async function serveFastify(subject) {
+async function fastifyApp(subject) {
   const { default: Fastify } = await import('fastify');
   const app = Fastify({ logger: false });
-  if (subject === 'ours') {
+  if (subject.startsWith('ours')) {
     const { TokenBucket } = await import('../dist/index.js');
     const { fastifyRateLimit } = await import('../dist/http.js');
     const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    await app.register(fastifyRateLimit, { limiter, key: keyOf, headers: 'draft-6' });
-  } else if (subject === 'peer') {
+    await app.register(fastifyRateLimit, {
+      limiter,
+      key: keyOf,
+      headers: draft6(subject) ? 'draft-6' : 'draft-8',
+    });
+  } else if (subject.startsWith('peer')) {
     const { default: fastifyRateLimit } = await import('@fastify/rate-limit');
     await app.register(fastifyRateLimit, {
       max: BIG,
       timeWindow: 60_000,
       keyGenerator: keyOf,
-      enableDraftSpec: true, // RateLimit-Limit / -Remaining / -Reset
+      // Its default: X-RateLimit-Limit / -Remaining / -Reset; the draft: RateLimit-… names.
+      enableDraftSpec: draft6(subject),
       cache: 2 * KEYS,
     });
   }
   app.get('/', async () => 'hello world');
+  return app;
+}
+
+async function serveFastify(subject) {
+  const app = await fastifyApp(subject);
   await app.listen({ port: 0, host: '127.0.0.1' });
   return app.server.address().port;
+}
+
+// ---- in process: the limiter's own cost, without the network --------------------------------
+
+/**
+ * Express: the subject's middleware called on real IncomingMessage / ServerResponse objects
+ * (no socket: it only sets headers and calls next), each call awaited. Fastify: the whole app
+ * through app.inject(), one request after the other. Prints µs per request, CPU and wall.
+ */
+async function measureInProcess(framework, subject, n) {
+  const { IncomingMessage, ServerResponse } = await import('node:http');
+  const { Socket } = await import('node:net');
+  let call;
+  if (framework === 'express') {
+    const mw = await expressMiddleware(subject);
+    const socket = new Socket();
+    call = (key) => {
+      const req = new IncomingMessage(socket);
+      req.method = 'GET';
+      req.url = '/';
+      req.headers = { 'x-key': key };
+      const res = new ServerResponse(req);
+      return new Promise((resolve, reject) => mw(req, res, (e) => (e ? reject(e) : resolve())));
+    };
+  } else {
+    const app = await fastifyApp(subject);
+    await app.ready();
+    call = async (key) => {
+      const r = await app.inject({ method: 'GET', url: '/', headers: { 'x-key': key } });
+      if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
+    };
+  }
+  const out = {};
+  for (const keys of [1, KEYS]) {
+    const keyAt = (i) => (keys === 1 ? 'k' : `k${i % keys}`);
+    for (let i = 0; i < n; i++) await call(keyAt(i)); // warm-up
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await call(keyAt(i));
+    const wallUs = ((performance.now() - t0) * 1000) / n;
+    const cpu = process.cpuUsage(cpu0);
+    out[keys] = { cpuUs: (cpu.user + cpu.system) / n, wallUs };
+  }
+  return out;
+}
+
+function inProcessChild(framework, subject, n) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      [SELF, '--in-process', `--framework=${framework}`, `--subject=${subject}`, `--n=${n}`],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.once('error', reject);
+    child.once('close', (code) => {
+      if (code !== 0) reject(new Error(`${framework}/${subject} in process: exit ${code}`));
+      else resolve(JSON.parse(out.trim().split('\n').pop()));
+    });
+  });
 }
 
 // ---- the load (parent) --------------------------------------------------------------------
@@ -146,7 +243,14 @@ async function load(autocannon, port, keys, durationS, connections) {
   return { rps: result.requests.total / durationS, requests: result.requests.total };
 }
 
-const NAME = { none: 'no limiter', ours: 'atomic-limiter' };
+function nameOf(subject, framework) {
+  const base = subject.startsWith('ours')
+    ? 'atomic-limiter'
+    : subject.startsWith('peer')
+      ? PEER[framework]
+      : 'no limiter';
+  return draft6(subject) ? `${base} (draft-6)` : base;
+}
 
 function judge(ours, peer) {
   if (!(peer > 0)) return { ours, peer, ratio: undefined, met: undefined };
@@ -193,13 +297,32 @@ export async function runHttp({ quick = false } = {}) {
       }
     }
   }
-  return analyzeHttp(samples, sz);
+  // In process: each subject in a child of its own, rounds alternating the order.
+  const inProcess = {};
+  for (let round = 0; round < sz.rounds; round++) {
+    for (const framework of FRAMEWORKS) {
+      const order = round % 2 === 0 ? IN_PROCESS_SUBJECTS : [...IN_PROCESS_SUBJECTS].reverse();
+      for (const subject of order) {
+        const n = framework === 'express' ? sz.inProcessExpress : sz.inProcessFastify;
+        const r = await inProcessChild(framework, subject, n);
+        for (const keys of [1, KEYS]) {
+          inProcess[framework] ??= {};
+          inProcess[framework][subject] ??= {};
+          const at = (inProcess[framework][subject][keys] ??= { cpuUs: [], wallUs: [] });
+          at.cpuUs.push(r[keys].cpuUs);
+          at.wallUs.push(r[keys].wallUs);
+        }
+      }
+    }
+  }
+  return analyzeHttp(samples, inProcess, sz);
 }
 
 /** Medians, overhead per request (µs) and the ratios the goal is judged on. */
-export function analyzeHttp(samples, sz) {
+export function analyzeHttp(samples, inProcess, sz) {
   const rows = [];
   const goal = [];
+  const inProcessRows = [];
   for (const framework of FRAMEWORKS) {
     for (const keys of [1, KEYS]) {
       const rps = (s) => median(samples[framework][s][keys].rps);
@@ -207,10 +330,23 @@ export function analyzeHttp(samples, sz) {
       const none = rps('none');
       const overheadUs = (s) => (1 / rps(s) - 1 / none) * 1e6;
       const cpuOverheadUs = (s) => cpu(s) - cpu('none');
+      const inCpu = (s) => median(inProcess[framework][s][keys].cpuUs);
+      const inWall = (s) => median(inProcess[framework][s][keys].wallUs);
+      const inOverhead = (s) => inCpu(s) - inCpu('none');
+      for (const subject of IN_PROCESS_SUBJECTS) {
+        inProcessRows.push({
+          framework,
+          subject: nameOf(subject, framework),
+          keys,
+          cpuUs: inCpu(subject),
+          wallUs: inWall(subject),
+          overheadUs: inOverhead(subject),
+        });
+      }
       for (const subject of SUBJECTS) {
         rows.push({
           framework,
-          subject: NAME[subject] ?? PEER[framework],
+          subject: nameOf(subject, framework),
           keys,
           rps: rps(subject),
           ratioToNone: rps(subject) / none,
@@ -228,21 +364,28 @@ export function analyzeHttp(samples, sz) {
         // noise swallows (the peer's at or below zero) decides nothing.
         wall: judge(overheadUs('ours'), overheadUs('peer')),
         cpu: judge(cpuOverheadUs('ours'), cpuOverheadUs('peer')),
+        inProcess: judge(inOverhead('ours'), inOverhead('peer')),
+        inProcessDraft6: judge(inOverhead('ours-draft-6'), inOverhead('peer-draft-6')),
       });
     }
   }
-  return { ...sz, keys: KEYS, rows, goal, samples };
+  return { ...sz, keys: KEYS, rows, inProcessRows, goal, samples, inProcess };
 }
 
 // ---- command line ------------------------------------------------------------------------
 
-if (process.argv[1] === SELF && process.argv.includes('--serve')) {
+if (process.argv[1] === SELF && process.argv.includes('--in-process')) {
+  const arg = (name) =>
+    process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+  const r = await measureInProcess(arg('framework'), arg('subject'), Number(arg('n')));
+  console.log(JSON.stringify(r));
+} else if (process.argv[1] === SELF && process.argv.includes('--serve')) {
   const arg = (name) =>
     process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
   const framework = arg('framework');
   const subject = arg('subject');
-  if (!FRAMEWORKS.includes(framework) || !SUBJECTS.includes(subject)) {
-    throw new RangeError(`--framework=${FRAMEWORKS} --subject=${SUBJECTS}`);
+  if (!FRAMEWORKS.includes(framework) || !IN_PROCESS_SUBJECTS.includes(subject)) {
+    throw new RangeError(`--framework=${FRAMEWORKS} --subject=${IN_PROCESS_SUBJECTS}`);
   }
   const port = framework === 'express' ? await serveExpress(subject) : await serveFastify(subject);
   process.on('message', (m) => {

@@ -375,9 +375,9 @@ function httpSection(h) {
       ? 'inconclusive (the peer overhead is within noise)'
       : `${fmtRatio(j.ratio)} (${j.met ? 'met' : 'NOT met'})`;
   return [
-    `== HTTP middleware: "hello world" under autocannon (${h.connections} connections, ${h.durationS} s × ${h.rounds} round(s), median), server in a child process`,
-    'overhead per request: wall = 1/rps − 1/rps(no limiter); CPU = server CPU µs per request − that with no limiter.',
-    'Every subject keys requests by an x-key header (1 key, or 10 000 in turn).',
+    `== HTTP middleware: "hello world", every subject keyed by an x-key header (1 key, or 10 000 in turn); medians of ${h.rounds} round(s)`,
+    `Under load: autocannon, ${h.connections} connections, ${h.durationS} s, server in a child process; each limiter with its default fields.`,
+    'wall overhead = 1/rps − 1/rps(no limiter); CPU overhead = server CPU µs per request − that with no limiter.',
     '',
     table(
       [
@@ -402,10 +402,29 @@ function httpSection(h) {
       ]),
     ),
     '',
+    'In process (no network): Express, the middleware alone on real req/res objects; Fastify, app.inject().',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'CPU per request', align: 'right' },
+        { title: 'overhead', align: 'right' },
+      ],
+      h.inProcessRows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        us(r.cpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+      ]),
+    ),
+    '',
     'our overhead ÷ the peer overhead (goal ≤ 0.5):',
     ...h.goal.map(
       (g) =>
-        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: CPU ${verdict(g.cpu)}; wall ${verdict(g.wall)}`,
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}, same draft-6 fields ${verdict(g.inProcessDraft6)}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
     ),
   ].join('\n');
 }

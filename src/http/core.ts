@@ -107,6 +107,11 @@ export class Engine<Req, Res> {
     return this.decide(req, res, this.checkKey(key));
   }
 
+  /** Whether this is the only middleware of this package that has seen the request. */
+  private alone(req: Req): boolean {
+    return (this.host.raw(req) as IncomingMessage & { [seen]?: unknown })[seen] === this;
+  }
+
   private skipped(req: Req): boolean {
     const s = this.c.skip!(req);
     if (typeof s !== 'boolean') {
@@ -208,7 +213,7 @@ export class Engine<Req, Res> {
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
-      if (!this.host.started(res)) c.headers.write(this.host, res, d);
+      if (!this.host.started(res)) c.headers.write(this.host, res, d, this.alone(req));
       if (this.holding()) this.holdUntilClosed(res, key, permits);
       return GO;
     }
@@ -282,7 +287,7 @@ export class Engine<Req, Res> {
     const host = this.host;
     const c = this.c;
     if (!host.started(res)) {
-      c.headers.write(host, res, d);
+      c.headers.write(host, res, d, this.alone(req));
       const retry = retryAfterSeconds(d);
       if (retry !== undefined) host.setHeader(res, 'Retry-After', retry);
     }

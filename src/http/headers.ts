@@ -211,6 +211,7 @@ export class HeaderWriter {
   private readonly policies: (Policy | undefined)[];
   private readonly draft: HeaderFormat | undefined;
   private readonly legacy: boolean;
+  private alone = false;
   readonly chained: boolean;
 
   constructor(
@@ -246,7 +247,10 @@ export class HeaderWriter {
   }
 
   /** Writes the fields for `d`: every member's for draft 8, the tightest one's otherwise. */
-  write<Res>(sink: HeaderSink<Res>, res: Res, d: Decision): void {
+  write<Res>(sink: HeaderSink<Res>, res: Res, d: Decision, alone: boolean): void {
+    // `alone`: no other middleware of this package saw the request, so there is nothing
+    // to append to (saves reading two fields back on every request).
+    this.alone = alone;
     if (!this.chained) {
       this.writeOne(sink, res, this.policy(0, d), d);
       return;
@@ -285,18 +289,28 @@ export class HeaderWriter {
         const m = member8(p, x);
         state = state === '' ? m : `${state}, ${m}`;
       }
-      append(sink, res, 'RateLimit-Policy', policy);
-      append(sink, res, 'RateLimit', state);
+      this.append(sink, res, 'RateLimit-Policy', policy);
+      this.append(sink, res, 'RateLimit', state);
     } else if (this.draft !== undefined) {
       this.writeDraft(sink, res, this.policy(tight, ds[tight]!), ds[tight]!);
     }
     if (this.legacy) writeLegacy(sink, res, this.policy(tight, ds[tight]!), ds[tight]!);
   }
 
+  /** Structured-field lists may be split over field lines; one line joined by ", " is the same. */
+  private append<Res>(sink: HeaderSink<Res>, res: Res, name: string, value: string): void {
+    const before = this.alone ? undefined : sink.getHeader(res, name);
+    sink.setHeader(
+      res,
+      name,
+      typeof before === 'string' && before !== '' ? `${before}, ${value}` : value,
+    );
+  }
+
   private writeOne<Res>(sink: HeaderSink<Res>, res: Res, p: Policy, d: Decision): void {
     if (this.draft === 'draft-8') {
-      append(sink, res, 'RateLimit-Policy', p.structured);
-      append(sink, res, 'RateLimit', member8(p, d));
+      this.append(sink, res, 'RateLimit-Policy', p.structured);
+      this.append(sink, res, 'RateLimit', member8(p, d));
     } else if (this.draft !== undefined) this.writeDraft(sink, res, p, d);
     if (this.legacy) writeLegacy(sink, res, p, d);
   }
