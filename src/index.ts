@@ -25,4 +25,6 @@ export type {
   LimiterHandle,
   QueueOrder,
   Stats,
+  WhenFull,
 } from './limiter.js';
+export { TABLE_FULL_CHANNEL } from './limiter.js';

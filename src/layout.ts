@@ -10,14 +10,16 @@
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
  *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
  *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
- *   threads         8 B per thread that waits: [token, heartbeat ms]
+ *   threads         8 B per thread that waits or holds: [token, heartbeat ms]
+ *   holders         Concurrency only: 16 B records [slot ref, permits, thread, token],
+ *                   2 per slot, of the permits each thread holds (given back if it dies)
  *   log             SlidingLog only: a ring of 16-byte entries per slot
  *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 1;
+export const LAYOUT_VERSION = 2;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -33,6 +35,8 @@ export const H_QUEUE_ORDER = 9;
 export const H_LOG_RING = 10;
 export const H_BYTES_DIV64 = 11;
 export const H_MAX_WAITERS = 12;
+export const H_HOLDERS = 13; // holder records (Concurrency), 0 for the rate limiters
+export const H_WHEN_FULL = 14; // 1: a new key with no slot is allowed (whenFull: 'allow')
 // Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
 export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
 export const F64_EPOCH_US = 15;
@@ -46,6 +50,7 @@ export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;
 export const H_TABLE_FULL = 50;
 export const H_LOCK_STEALS = 51;
+export const H_HOLDERS_LOST = 52; // permits granted while the holder pool was full
 export const HEADER_WORDS = 64;
 
 // Hot slot fields.
@@ -80,7 +85,10 @@ export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
-export const MAX_BUFFER_BYTES = 2 ** 30;
+/** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
+export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
+/** Default budget of shared memory per limiter (option `maxBytes`). */
+export const DEFAULT_MAX_BYTES = 256 * 2 ** 20;
 
 // Queue fields, at queueBase + 4 × slot.
 export const Q_LOCK = 0;
@@ -108,6 +116,7 @@ export const W_CLOSED = 4;
 export const W_RESERVED = 5; // being filled in by its owner
 
 export const THREAD_ENTRIES = 256;
+export const HOLDER_WORDS = 4;
 export const T_TOKEN = 0;
 export const T_HEARTBEAT = 1;
 
@@ -128,6 +137,8 @@ export interface Layout {
   poolBase: number;
   maxWaiters: number;
   threadBase: number;
+  holderBase: number;
+  holders: number;
   /** Byte offset of the log region, 0 when the algorithm keeps no log. */
   logBaseBytes: number;
   logRing: number;
@@ -142,7 +153,12 @@ function alignWords(words: number): number {
  * Slots per key: 1.5×, so that with two candidate stripes per key (the less loaded one
  * wins) a stripe of 16 overflows with negligible probability at full occupancy.
  */
-export function computeLayout(keys: number, logRing: number, maxWaiters: number): Layout {
+export function computeLayout(
+  keys: number,
+  logRing: number,
+  maxWaiters: number,
+  holders: number,
+): Layout {
   const stripes = Math.max(2, Math.ceil((keys * 1.5) / STRIPE_SLOTS));
   const slots = stripes * STRIPE_SLOTS;
   const lockBase = HEADER_WORDS;
@@ -152,7 +168,8 @@ export function computeLayout(keys: number, logRing: number, maxWaiters: number)
   const queueBase = alignWords(coldBase + slots * 2);
   const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
   const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
-  const end = alignWords(threadBase + THREAD_ENTRIES * 2);
+  const holderBase = alignWords(threadBase + THREAD_ENTRIES * 2);
+  const end = alignWords(holderBase + holders * HOLDER_WORDS);
   const logBaseBytes = logRing > 0 ? end * 4 : 0;
   const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : end * 4;
   return {
@@ -165,6 +182,8 @@ export function computeLayout(keys: number, logRing: number, maxWaiters: number)
     poolBase,
     maxWaiters,
     threadBase,
+    holderBase,
+    holders,
     logBaseBytes,
     logRing,
     bytes,

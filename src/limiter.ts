@@ -1,7 +1,9 @@
+import diagnosticsChannel from 'node:diagnostics_channel';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
+  DEFAULT_MAX_BYTES,
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
@@ -10,17 +12,22 @@ import {
   H_ALGO,
   H_BYTES_DIV64,
   H_CONTROL,
+  H_HOLDERS,
+  H_INSERTS,
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
   H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
+  H_RECLAIMS,
   H_SEED0,
   H_SEED1,
   H_SLOTS,
   H_STRIPES,
+  H_TABLE_FULL,
   H_VERSION,
+  H_WHEN_FULL,
   hotWord,
   LAYOUT_VERSION,
   type Layout,
@@ -72,7 +79,10 @@ export interface Decision {
   readonly retryAfterMs: number;
   /** Time until the key is back to its initial state (full bucket, empty windows). */
   readonly resetAfterMs: number;
-  /** Why a refusal happened: the limit, or no slot for a new key (`'table-full'`). */
+  /**
+   * Why: on a refusal, the limit (`'limited'`) or no slot for a new key (`'table-full'`);
+   * `'table-full'` also on a new key allowed without state by `whenFull: 'allow'`.
+   */
   readonly reason?: 'limited' | 'table-full';
 }
 
@@ -102,9 +112,21 @@ export interface CommonOptions {
   /**
    * Distinct keys the shared table holds at once (minimum 1, default 10 000). Keys idle
    * in their initial state are reclaimed when space is needed; when every candidate slot
-   * of a new key is busy, decisions for it are refused with `reason: 'table-full'`.
+   * of a new key is busy, `whenFull` decides for it, with `reason: 'table-full'`.
    */
   keys?: number;
+  /**
+   * What a new key gets when no slot can be had for it: `'deny'` (default: a refusal with
+   * `reason: 'table-full'` and the time until the soonest candidate slot can be reclaimed)
+   * or `'allow'` (granted without any state: no limit applies to it until a slot frees —
+   * the choice of an HTTP API that would rather serve a new client than refuse it).
+   */
+  whenFull?: WhenFull;
+  /**
+   * Largest shared buffer this limiter may reserve, in bytes (default 256 MiB, at most
+   * 2^31 − 2^16). A configuration needing more is refused with a RangeError saying how much.
+   */
+  maxBytes?: number;
   /** Permits that may wait per key in `acquire()`; 0 (default) means never wait. */
   queueLimit?: number;
   /** `'oldest-first'` (default, FIFO) or `'newest-first'` (evicts the oldest waiter). */
@@ -126,7 +148,26 @@ export interface LimiterHandle {
   readonly clock: ClockHandle;
 }
 
-export const COMMON_OPTIONS = ['keys', 'queueLimit', 'queueOrder', 'maxWaiters', 'clock'] as const;
+export type WhenFull = 'deny' | 'allow';
+
+export const COMMON_OPTIONS = [
+  'keys',
+  'queueLimit',
+  'queueOrder',
+  'maxWaiters',
+  'clock',
+  'whenFull',
+  'maxBytes',
+] as const;
+
+/**
+ * Published (only when someone subscribes) each time a new key finds no slot:
+ * `{ limiter, key, whenFull }`. Subscribe with `diagnostics_channel.subscribe(name, f)`.
+ */
+export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
+const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
+/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
+const TABLE_FULL_RETRY_MS = 1000;
 const MAX_KEYS = 1 << 22;
 
 /** A buffer and clock to attach to (from `attach()`); never built by users. */
@@ -146,6 +187,10 @@ export interface Fresh {
   readonly queueOrder: QueueOrder;
   readonly maxWaiters: number;
   readonly clock: Clock;
+  readonly whenFull: WhenFull;
+  readonly maxBytes: number;
+  /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
+  readonly holdersPerSlot?: number;
 }
 
 export function readCommon(
@@ -164,6 +209,21 @@ export function readCommon(
     ['oldest-first', 'newest-first'],
     'oldest-first',
   );
+  const whenFull = enumOption<WhenFull>(
+    owner,
+    'whenFull',
+    opts.whenFull,
+    ['deny', 'allow'],
+    'deny',
+  );
+  const maxBytes = integerOption(
+    owner,
+    'maxBytes',
+    opts.maxBytes,
+    2 ** 16,
+    MAX_BUFFER_BYTES,
+    DEFAULT_MAX_BYTES,
+  );
   const clock = opts.clock ?? monotonicClock;
   if (
     typeof clock !== 'object' ||
@@ -175,7 +235,10 @@ export function readCommon(
       `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
-  return { opts, common: { keys, queueLimit, queueOrder, maxWaiters, clock: clock as Clock } };
+  return {
+    opts,
+    common: { keys, queueLimit, queueOrder, maxWaiters, whenFull, maxBytes, clock: clock as Clock },
+  };
 }
 
 function randomSeed(): number {
@@ -195,6 +258,8 @@ export abstract class Limiter implements SlotPolicy {
   /** The algorithm, as the class's name: what other parts (HTTP headers, Redis) key on. */
   abstract readonly algorithm: AlgorithmName;
   readonly keys: number;
+  /** What a new key gets when the table has no slot for it. */
+  readonly whenFull: WhenFull;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
   protected readonly i32: Int32Array;
@@ -219,6 +284,8 @@ export abstract class Limiter implements SlotPolicy {
   protected decisionUs = 0;
   /** True while retryAfterUs() evaluates step() at future times. */
   protected probing = false;
+  /** For stepQueued(): when the head waiter being served was refused and queued. */
+  protected queuedSinceUs = 0;
 
   protected constructor(
     protected readonly owner: string,
@@ -231,15 +298,26 @@ export abstract class Limiter implements SlotPolicy {
       this.i32 = new Int32Array(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
-      this.layout = computeLayout(i32[H_KEYS]!, i32[H_LOG_RING]!, i32[H_MAX_WAITERS]!);
+      this.layout = computeLayout(
+        i32[H_KEYS]!,
+        i32[H_LOG_RING]!,
+        i32[H_MAX_WAITERS]!,
+        i32[H_HOLDERS]!,
+      );
       if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
         throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
-      const layout = computeLayout(source.keys, source.logRing, source.maxWaiters);
-      if (layout.bytes > MAX_BUFFER_BYTES) {
+      const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
+      const layout = computeLayout(
+        source.keys,
+        source.logRing,
+        source.maxWaiters,
+        slots * (source.holdersPerSlot ?? 0),
+      );
+      if (layout.bytes > source.maxBytes) {
         throw rangeError(
-          `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
+          `${owner}: ${show(source.keys)} keys need ${mib(layout.bytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
       this.layout = layout;
@@ -259,6 +337,8 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
       i32[H_LOG_RING] = source.logRing;
       i32[H_MAX_WAITERS] = source.maxWaiters;
+      i32[H_HOLDERS] = layout.holders;
+      i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
       i32[H_BYTES_DIV64] = layout.bytes / 64;
       source.params.forEach((p, k) => {
         this.f64[F64_PARAMS + k] = p;
@@ -269,6 +349,7 @@ export abstract class Limiter implements SlotPolicy {
       Atomics.store(i32, H_MAGIC, MAGIC);
     }
     this.keys = this.i32[H_KEYS]!;
+    this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
     this.queueLimit = this.i32[H_QUEUE_LIMIT]!;
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
@@ -290,6 +371,25 @@ export abstract class Limiter implements SlotPolicy {
       version: LAYOUT_VERSION,
       buffer: this.buffer,
       clock: this.clock.handle,
+    };
+  }
+
+  /** Bytes of shared memory this limiter's buffer holds (every thread shares them). */
+  get byteLength(): number {
+    return this.buffer.byteLength;
+  }
+
+  /**
+   * The key table's counters, shared by every thread: slots, keys inserted, idle slots
+   * reclaimed for new keys, and new keys that found no slot (`tableFull`).
+   */
+  tableStats(): { slots: number; inserts: number; reclaims: number; tableFull: number } {
+    const i32 = this.i32;
+    return {
+      slots: this.layout.slots,
+      inserts: Atomics.load(i32, H_INSERTS) >>> 0,
+      reclaims: Atomics.load(i32, H_RECLAIMS) >>> 0,
+      tableFull: Atomics.load(i32, H_TABLE_FULL) >>> 0,
     };
   }
 
@@ -341,6 +441,16 @@ export abstract class Limiter implements SlotPolicy {
 
   initSlot(_s: number): void {}
 
+  /**
+   * step() for the head of the wait queue. The head wakes when its permits are due, but
+   * always a little late (timers, the event loop); algorithms whose schedule is a time line
+   * (GCRA) override this to grant at the due time, so the lateness is made up rather than
+   * carried into every later waiter's turn.
+   */
+  protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
+    return this.step(state, stamp, nowUs, permits);
+  }
+
   /** Hook after a successful CAS (SlidingLog writes its entries here). */
   protected admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
@@ -360,10 +470,10 @@ export abstract class Limiter implements SlotPolicy {
     const allowed = this.attempt(key, permits, nowUs);
     if (this.lastWord === NO_SLOT) {
       return {
-        allowed: false,
+        allowed,
         remaining: 0,
         limit: this.limit,
-        retryAfterMs: Number.POSITIVE_INFINITY,
+        retryAfterMs: allowed ? 0 : this.tableFullRetryUs(key!, nowUs) / 1000,
         resetAfterMs: 0,
         reason: 'table-full',
       };
@@ -403,7 +513,7 @@ export abstract class Limiter implements SlotPolicy {
     for (;;) {
       if (ref === NO_SLOT) {
         this.lastWord = NO_SLOT;
-        return false;
+        return this.tableFull(key!);
       }
       const w = ref >>> 4;
       // A plain read is enough: the CAS below validates it.
@@ -431,7 +541,11 @@ export abstract class Limiter implements SlotPolicy {
       // takes permits ahead of them but the head waiter itself.
       const queued = raw < 0 && this.fifo && mode !== HEAD;
       if (queued && this.queues.sweep(w)) continue; // only dead threads waited
-      const next = queued ? REJECT : this.step(s, stamp, nowUs, permits);
+      const next = queued
+        ? REJECT
+        : mode === HEAD
+          ? this.stepQueued(s, stamp, nowUs, permits)
+          : this.step(s, stamp, nowUs, permits);
       if (next === REJECT) {
         // A caller about to wait (or waiting) is not refused: only count real refusals.
         if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
@@ -445,6 +559,27 @@ export abstract class Limiter implements SlotPolicy {
         return true;
       }
     }
+  }
+
+  /** A new key found no slot: report it, and decide by `whenFull`. */
+  private tableFull(key: Key): boolean {
+    if (tableFullChannel.hasSubscribers) {
+      tableFullChannel.publish({ limiter: this, key, whenFull: this.whenFull });
+    }
+    return this.whenFull === 'allow';
+  }
+
+  /**
+   * When a slot for `key` may be free: the soonest time one of its candidate slots
+   * returns to its initial state (and so can be reclaimed). Whole µs, finite.
+   */
+  private tableFullRetryUs(key: Key, nowUs: number): number {
+    const us = this.table.soonestIdleUs(key, (state, w) => {
+      this.lastWord = w;
+      return this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs);
+    });
+    this.lastWord = NO_SLOT;
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
   }
 
   /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
@@ -551,6 +686,7 @@ export abstract class Limiter implements SlotPolicy {
         const x: Waiter = {
           key,
           permits,
+          sinceUs: this.decisionUs,
           w,
           r,
           id: this.queues.id(r),
@@ -634,6 +770,7 @@ export abstract class Limiter implements SlotPolicy {
       if (this.queues.isHead(x.w, x.r)) {
         head = true;
         const nowUs = this.clock.nowUs();
+        this.queuedSinceUs = x.sinceUs;
         if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
           const was = this.queues.leave(x.w, x.r, x.id);
           if (was === W_WAITING) {
@@ -715,6 +852,7 @@ export abstract class Limiter implements SlotPolicy {
     if (this.heartbeatTimer) return;
     this.heartbeatTimer = setInterval(() => {
       this.queues.heartbeat();
+      this.onHeartbeat();
       const seen = new Set<number>();
       for (const y of this.waiting) {
         if (!seen.has(y.w)) {
@@ -769,11 +907,22 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /** refund() without the closed check: a waiter settling during close() still returns what it took. */
-  private giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
+  protected giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
     const at = Number.isNaN(takenUs) ? nowUs : takenUs;
-    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
+    let before = 0;
+    const next = this.update(key, nowUs, (s, stamp) => {
+      before = s;
+      return this.giveBack(s, stamp, nowUs, permits, at);
+    });
+    if (next !== NO_SLOT && next !== before) this.gaveBack(this.lastWord, before, next);
   }
+
+  /** Hook after permits went back to slot word `w` (Concurrency updates its holder records). */
+  protected gaveBack(_w: number, _before: number, _after: number): void {}
+
+  /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
+  protected onHeartbeat(): void {}
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
   stats(key?: Key): Stats {
@@ -878,6 +1027,10 @@ export abstract class Limiter implements SlotPolicy {
   }
 }
 
+function mib(bytes: number): string {
+  return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+}
+
 /** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
 export function headerAlgo(buffer: SharedArrayBuffer): number {
   const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
@@ -928,6 +1081,8 @@ export interface Lease {
 interface Waiter {
   key: Key | undefined;
   permits: number;
+  /** The time of the refused attempt that queued it. */
+  sinceUs: number;
   w: number;
   r: number;
   id: number;

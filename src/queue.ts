@@ -39,6 +39,8 @@ export const HEARTBEAT_MS = 250;
 export const DEAD_AFTER_MS = 2000;
 /** enqueue()'s answer when the slot no longer holds the caller's key. */
 export const MOVED = -1;
+/** A thread silent this long (terminated, or its event loop blocked) loses held permits. */
+export const HOLDER_DEAD_MS = 10_000;
 
 function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
@@ -55,8 +57,9 @@ function nowMs(): number {
  * given back or the head changes, an evicted waiter, every waiter on close().
  */
 export class WaitQueues {
-  private threadEntry = -1;
-  private threadToken = 0;
+  /** This thread's entry in the thread table (−1 before its first heartbeat) and token. */
+  threadEntry = -1;
+  threadToken = 0;
   private cursor = 0;
 
   constructor(
@@ -95,7 +98,10 @@ export class WaitQueues {
       for (let t = 0; t < THREAD_ENTRIES; t++) {
         const e = base + t * 2;
         const cur = Atomics.load(i32, e + T_TOKEN);
-        const stale = cur !== 0 && this.isStale(Atomics.load(i32, e + T_HEARTBEAT), now);
+        // Entries are taken over only after the longest silence anyone tolerates (holders'),
+        // so that a slow thread's records still match its entry.
+        const stale =
+          cur !== 0 && this.isStale(Atomics.load(i32, e + T_HEARTBEAT), now, HOLDER_DEAD_MS);
         if ((pass === 0 && cur !== 0) || (pass === 1 && !stale)) continue;
         Atomics.store(i32, e + T_HEARTBEAT, now);
         if (Atomics.compareExchange(i32, e + T_TOKEN, cur, token) === cur) {
@@ -109,8 +115,15 @@ export class WaitQueues {
     throw new QueueFullError(`more than ${THREAD_ENTRIES} threads are waiting on this limiter`);
   }
 
-  private isStale(heartbeat: number, now: number): boolean {
-    return ((now - heartbeat) & 0x7fffffff) > DEAD_AFTER_MS;
+  private isStale(heartbeat: number, now: number, deadAfterMs = DEAD_AFTER_MS): boolean {
+    return ((now - heartbeat) & 0x7fffffff) > deadAfterMs;
+  }
+
+  /** Whether thread entry `entry`, as the owner of `token`, is gone or silent too long. */
+  entryDead(entry: number, token: number, deadAfterMs: number): boolean {
+    const e = this.layout.threadBase + entry * 2;
+    if (Atomics.load(this.i32, e + T_TOKEN) !== token) return true;
+    return this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs);
   }
 
   /** Whether the thread that made record `r` is gone (terminated, or silent too long). */

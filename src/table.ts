@@ -106,6 +106,30 @@ export class SlotTable {
   }
 
   /**
+   * The least of `untilIdleUs` over the slots `key` could use (its two stripes) that have
+   * no waiters: how long until one of them can be reclaimed. Infinity if none ever frees
+   * by time alone. For a table-full refusal's retryAfterMs; reads, never locks.
+   */
+  soonestIdleUs(key: Key, untilIdleUs: (state: number, w: number) => number): number {
+    hashKey(key, this.seed0, this.seed1, this.hash);
+    const stripes = this.layout.stripes;
+    const a = (this.hash[0]! >>> 0) % stripes;
+    let b = (this.hash[1]! >>> 0) % stripes;
+    if (b === a) b = (a + 1) % stripes;
+    let best = Number.POSITIVE_INFINITY;
+    for (const stripe of [a, b]) {
+      const first = 1 + stripe * STRIPE_SLOTS;
+      for (let s = first; s < first + STRIPE_SLOTS; s++) {
+        const w = hotWord(this.layout, s);
+        const st = Atomics.load(this.i32, w + S_STATE);
+        if ((st & PAYLOAD_MASK) === RESERVED || Atomics.load(this.i32, w + S_STAMP) < 0) continue;
+        best = Math.min(best, untilIdleUs(st, w));
+      }
+    }
+    return best;
+  }
+
+  /**
    * Forgets the cached slot of `key` and looks it up again (its generation changed, or too
    * many bumps happened for the generation to prove anything).
    */

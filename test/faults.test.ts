@@ -1,9 +1,11 @@
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import {
   attach,
   Concurrency,
   chain,
   FixedWindow,
+  LeakyBucket,
   ManualClock,
   SlidingLog,
   SlidingWindow,
@@ -226,4 +228,86 @@ describe('misuse is refused clearly (issue #9, item 11)', () => {
     expect(() => limiter.refund('k')).toThrow(/closed/);
     expect(() => limiter.reset('k')).toThrow(/closed/);
   });
+});
+
+describe('acquire() keeps the set rate when wake-ups are late (issue #9, item 10)', () => {
+  /** Lets waitAsync callbacks and promise reactions run (no timers involved). */
+  async function settle(): Promise<void> {
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+  }
+
+  // A deterministic stand-in for late wake-ups: time moves in uneven steps of 2…25 ms, so
+  // the head waiter always looks after its permit was due, by up to a dozen intervals.
+  it.each([
+    [
+      'LeakyBucket',
+      (clock: ManualClock) => new LeakyBucket({ capacity: 2000, ratePerSecond: 500, clock }),
+    ],
+    [
+      'TokenBucket of capacity 1',
+      (clock: ManualClock) =>
+        new TokenBucket({ capacity: 1, refillPerSecond: 500, queueLimit: 2000, clock }),
+    ],
+  ] as const)(
+    '%s: grants follow the theoretical times, within [0.999 × ideal, ideal + 1]',
+    async (_, make) => {
+      const clock = new ManualClock();
+      const limiter = make(clock);
+      let granted = 0;
+      const all = Array.from({ length: 1500 }, () =>
+        limiter.acquire('k').then(() => {
+          granted++;
+        }),
+      );
+      let seed = 7;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      await settle();
+      while (clock.nowMs() < 2000) {
+        clock.advance(2 + Math.floor(random() * 23));
+        await settle();
+        // One permit every 2 ms from t = 0: the ideal count by now.
+        const ideal = Math.floor(clock.nowMs() / 2) + 1;
+        expect(granted).toBeLessThanOrEqual(ideal + 1);
+        expect(granted).toBeGreaterThanOrEqual(Math.floor(0.999 * ideal));
+      }
+      clock.advance(10_000);
+      await Promise.all(all);
+      expect(granted).toBe(1500);
+    },
+  );
+});
+
+describe('a terminated worker thread gives back its Concurrency permits (issue #9, item 8)', () => {
+  it('the dead thread’s permits come back within HOLDER_DEAD_MS; a live holder keeps its own', async () => {
+    const limiter = new Concurrency({ limit: 3, queueLimit: 3 });
+    const start = (permits: number) => {
+      const worker = new Worker(new URL('./workers/holder.mjs', import.meta.url), {
+        workerData: { limiter: limiter.handle, key: 'k', permits },
+      });
+      const held = new Promise((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      });
+      return { worker, held };
+    };
+    const dying = start(2);
+    const living = start(1);
+    await Promise.all([dying.held, living.held]);
+    expect(limiter.stats('k').available).toBe(0);
+    await dying.worker.terminate();
+    // Nobody releases the dead thread's 2 permits: they come back once its heartbeat has
+    // been silent for 10 s, to this waiter (the timeout only bounds a failure).
+    const lease = await limiter.acquire('k', 2, { timeoutMs: 30_000 });
+    expect(limiter.stats('k').available).toBe(0); // the living thread still holds its one
+    const released = new Promise((resolve) => living.worker.once('message', resolve));
+    living.worker.postMessage('release');
+    expect(await released).toBe('released');
+    expect(limiter.stats('k').available).toBe(1);
+    lease.release();
+    expect(limiter.stats('k').available).toBe(3);
+    await living.worker.terminate();
+  }, 60_000);
 });

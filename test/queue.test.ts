@@ -152,7 +152,10 @@ describe('acquire()', () => {
     expect(tb.tryAcquire('k')).toBe(false);
     expect(tb.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
     await waiter.p;
-    expect(tb.tryAcquire('k')).toBe(false); // the waiter took the only token
+    // The waiter's token was due at 1000 and is granted as of then (a late wake-up is
+    // made up, not carried forward): by 5000 the bucket has refilled once more.
+    expect(tb.tryAcquire('k')).toBe(true);
+    expect(tb.tryAcquire('k')).toBe(false);
     clock.advance(1000);
     expect(tb.tryAcquire('k')).toBe(true);
   });

@@ -1,4 +1,5 @@
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT } from '../layout.js';
+import { Holders } from '../holders.js';
+import { FRESH, GEN_MASK, GEN_SHIFT, PAYLOAD_MASK, REJECT, RESERVED, S_STATE } from '../layout.js';
 import {
   Attached,
   type CommonOptions,
@@ -8,7 +9,7 @@ import {
   readCommon,
 } from '../limiter.js';
 import { NO_SLOT } from '../table.js';
-import { integerOption, permitsError } from '../validate.js';
+import { integerOption, permitsError, rangeError } from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
@@ -22,21 +23,29 @@ export interface ConcurrencyOptions extends CommonOptions {
  * Concurrency: at most `limit` permits held at once per key. Permits are taken with
  * `tryAcquire` / `consume` and given back with `release(key, permits)`. Time plays no
  * part, so a refusal's `retryAfterMs` is `Infinity`: only a release can help.
+ *
+ * Permits held by a thread that stops (terminated, or its event loop blocked for 10 s)
+ * come back: each thread records what it holds, and heartbeats while it holds anything.
  */
 export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
   readonly limit: number;
 
+  private readonly holders: Holders;
+
   constructor(options: ConcurrencyOptions) {
     super('Concurrency', ALGO_CONCURRENCY, Concurrency.prepare(options));
     this.limit = this.param(0);
+    this.holders = new Holders(this.i32, this.layout, this.queues, (ref, n) =>
+      this.giveBackRef(ref, n),
+    );
   }
 
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('Concurrency', options, ['limit']);
     const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_CONCURRENCY);
-    return { ...common, params: [limit], logRing: 0 };
+    return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2 };
   }
 
   /** A Lease from `acquire()` gives its permits back on `release()`. */
@@ -51,28 +60,86 @@ export class Concurrency extends Limiter {
 
   /**
    * Returns `permits` held for `key`. Releasing more than the key holds is a bug in the
-   * caller and throws a RangeError (nothing is released then).
+   * caller and throws a RangeError (nothing is released then). Permits this thread held
+   * that were already given back because it looked dead are not given back twice.
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
     if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
       throw permitsError('Concurrency.release', permits, this.limit);
     }
+    const rest = permits - this.ghostsOf(key, permits);
+    if (rest === 0) return;
     let over = -1;
-    const ref = this.update(key, 0, (s) => {
+    let before = 0;
+    const next = this.update(key, 0, (s) => {
+      before = s;
       const held = this.held(s);
-      if (held < permits) {
+      if (held < rest) {
         over = held;
         return s;
       }
-      return (s & GEN_MASK) | (held - permits);
+      return (s & GEN_MASK) | (held - rest);
     });
-    if (ref === NO_SLOT) over = 0;
+    if (next === NO_SLOT) over = 0;
     if (over >= 0) {
-      throw new RangeError(
+      throw rangeError(
         `Concurrency.release: permits (${permits}) exceed the permits held for this key (${over})`,
       );
     }
+    this.gaveBack(this.lastWord, before, next);
+  }
+
+  /** @internal A Lease's release: never gives back twice. */
+  override giveLeaseBack(key: Key | undefined, permits: number): void {
+    this.checkOpen();
+    const rest = permits - this.ghostsOf(key, permits);
+    if (rest > 0) this.giveBackUnchecked(key, rest, Number.NaN);
+  }
+
+  private ghostsOf(key: Key | undefined, permits: number): number {
+    const ref = this.table.find(key);
+    return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
+  }
+
+  protected override admitted(w: number, before: number, _nowUs: number, permits: number): void {
+    this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
+  }
+
+  protected override gaveBack(w: number, before: number, after: number): void {
+    const n = this.held(before) - this.held(after);
+    if (n > 0) this.holders.released(w * 16 + (before >>> GEN_SHIFT), n);
+  }
+
+  protected override onHeartbeat(): void {
+    this.holders.reap();
+  }
+
+  /** A dead holder's permits, back to the slot they were taken from. */
+  private giveBackRef(ref: number, permits: number): void {
+    const w = ref >>> 4;
+    for (;;) {
+      const s = Atomics.load(this.i32, w + S_STATE);
+      // Another generation: the key was reset and its slot reused; nothing to give back.
+      if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) return;
+      const next = this.giveBack(s, 0, 0, permits);
+      if (next === s) return;
+      if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
+        this.wakeWaiters(w);
+        return;
+      }
+    }
+  }
+
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    if (super.tryAcquire(key, permits)) return true;
+    // Refused: permits of a dead thread may be what is missing (checked now and then).
+    return this.holders.refused() && super.tryAcquire(key, permits);
+  }
+
+  override consume(key?: Key, permits = 1) {
+    const d = super.consume(key, permits);
+    return d.allowed || !this.holders.refused() ? d : super.consume(key, permits);
   }
 
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {

@@ -75,6 +75,33 @@ export abstract class Gcra extends Limiter {
     return this.encode(state, base + cost);
   }
 
+  /**
+   * The head waiter's step: a waiter that wakes late is granted at the theoretical time
+   * (the TAT), not at its wake-up time, so the schedule follows the TAT line and lateness
+   * is made up instead of carried into every later turn. Never earlier than the waiter's
+   * own refused attempt: it was refused then, so the TAT was ahead of that time, and no
+   * idle period is credited. The TAT still grows by the full cost per grant, so over any
+   * interval T at most rate × T + capacity permits are granted.
+   */
+  protected override stepQueued(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    permits: number,
+  ): number {
+    const now = this.nowUnits(nowUs);
+    const cost = permits * this.k;
+    const since = this.nowUnits(this.queuedSinceUs);
+    let base = since < now ? since : now;
+    if ((state & PAYLOAD_MASK) !== FRESH) {
+      const tat = this.tat(state, stamp);
+      if (tat > base) base = tat;
+    }
+    const allowance = this.leaky ? cost : this.tau;
+    if (base - now + cost > allowance) return REJECT;
+    return this.encode(state, base + cost);
+  }
+
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return state;
     const now = this.nowUnits(nowUs);

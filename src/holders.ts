@@ -1,0 +1,220 @@
+import { monotonicClock } from './clock.js';
+import { H_HOLDERS_LOST, HOLDER_WORDS, type Layout } from './layout.js';
+import { HOLDER_DEAD_MS, type WaitQueues } from './queue.js';
+
+/** How often a thread holding permits proves it is alive. */
+const HOLDER_HEARTBEAT_MS = 1000;
+/** A refused decision looks for dead holders at most this often per thread. */
+const REAP_EVERY_MS = 250;
+
+// Holder record fields, at holderBase + HOLDER_WORDS × record.
+const H_REF = 0; // slot reference (hot word × 16 + generation) + 1; 0: free
+const H_PERMITS = 1;
+const H_THREAD = 2; // thread table entry
+const H_TOKEN = 3; // that entry's token when the record was made; 0 once reaped
+
+function nowMs(): number {
+  return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
+}
+
+/**
+ * Who holds Concurrency permits, so that a thread that dies holding some gives them back.
+ * Each thread records, per key it holds permits of, one record in a shared pool: [slot
+ * reference, permits, thread entry, token]. A thread holding permits heartbeats through its
+ * entry of the wait queues' thread table; when an entry goes silent for HOLDER_DEAD_MS
+ * (or is taken over by another thread), any thread that notices — on its own heartbeat, or
+ * when a decision is refused — voids that thread's records and gives their permits back.
+ *
+ * Records are claimed and voided by CAS; a record's permits change only by its owner
+ * (add) or by the release that returns them (sub), so the sum over records never exceeds
+ * what the slots hold. When the pool is full a grant is not recorded (counted in the
+ * header): those permits come back only by release.
+ */
+export class Holders {
+  /** This thread's record per slot reference, with what this thread holds through it. */
+  private readonly mine = new Map<number, Mine>();
+  private heldHere = 0;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private lastReapMs = 0;
+
+  constructor(
+    private readonly i32: Int32Array,
+    private readonly layout: Layout,
+    private readonly queues: WaitQueues,
+    /** Gives `permits` back to the slot `ref` (if it still has that generation). */
+    private readonly giveBack: (ref: number, permits: number) => void,
+  ) {}
+
+  private rec(r: number): number {
+    return this.layout.holderBase + r * HOLDER_WORDS;
+  }
+
+  /** Whether record `r` is still this thread's record of `ref` (not voided by a reaper). */
+  private intact(r: number, ref: number): boolean {
+    const rw = this.rec(r);
+    return (
+      r >= 0 &&
+      Atomics.load(this.i32, rw + H_REF) === ref + 1 &&
+      Atomics.load(this.i32, rw + H_TOKEN) === this.queues.threadToken
+    );
+  }
+
+  /** Records that this thread was granted `permits` on slot `ref`. */
+  granted(ref: number, permits: number): void {
+    let m = this.mine.get(ref);
+    if (m === undefined) {
+      m = { r: -1, held: 0, ghost: 0 };
+      this.mine.set(ref, m);
+    }
+    if (m.r < 0 || !this.intact(m.r, ref)) {
+      // A reaper voided the record while this thread looked dead and gave its permits back:
+      // what it held there are ghosts now, which releasing must not give back again.
+      m.ghost += m.held;
+      this.heldHere -= m.held;
+      m.held = 0;
+      this.queues.heartbeat();
+      m.r = this.claim(ref);
+    }
+    if (m.r < 0) {
+      Atomics.add(this.i32, H_HOLDERS_LOST, permits); // pool full: not recoverable
+    } else {
+      Atomics.add(this.i32, this.rec(m.r) + H_PERMITS, permits);
+      m.held += permits;
+      this.heldHere += permits;
+      this.startHeartbeat();
+    }
+  }
+
+  private claim(ref: number): number {
+    const i32 = this.i32;
+    const n = this.layout.holders;
+    // Start where the slot reference points, so that records of different keys spread out.
+    const start = (ref >>> 4) % n;
+    for (let k = 0; k < n; k++) {
+      const r = (start + k) % n;
+      const rw = this.rec(r);
+      if (Atomics.compareExchange(i32, rw + H_REF, 0, ref + 1) !== 0) continue;
+      Atomics.store(i32, rw + H_PERMITS, 0);
+      Atomics.store(i32, rw + H_THREAD, this.queues.threadEntry);
+      Atomics.store(i32, rw + H_TOKEN, this.queues.threadToken);
+      return r;
+    }
+    return -1;
+  }
+
+  /**
+   * Before `permits` of slot `ref` are released by this thread: how many of them a reaper
+   * already gave back (this thread's ghosts). The caller releases only the rest.
+   */
+  ghosts(ref: number, permits: number): number {
+    const m = this.mine.get(ref);
+    if (m === undefined) return 0;
+    if (m.r >= 0 && !this.intact(m.r, ref)) {
+      m.ghost += m.held;
+      this.heldHere -= m.held;
+      m.held = 0;
+      m.r = -1;
+    }
+    const n = Math.min(m.ghost, permits);
+    m.ghost -= n;
+    if (m.held === 0 && m.ghost === 0) this.mine.delete(ref);
+    return n;
+  }
+
+  /**
+   * After `permits` of slot `ref` were given back: takes them off the records — this
+   * thread's first, then (permits taken by another thread) any record of that slot.
+   */
+  released(ref: number, permits: number): void {
+    let left = permits;
+    const m = this.mine.get(ref);
+    if (m !== undefined && m.r >= 0) {
+      const n = this.take(m.r, ref, Math.min(left, m.held));
+      m.held -= n;
+      this.heldHere -= n;
+      left -= n;
+      if (m.held === 0) {
+        // Only its owner frees a record (a reaper voids it); a new grant claims another.
+        Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
+        m.r = -1;
+        if (m.ghost === 0) this.mine.delete(ref);
+      }
+      if (this.heldHere <= 0) this.stopHeartbeat();
+    }
+    for (let r = 0; left > 0 && r < this.layout.holders; r++) left -= this.take(r, ref, left);
+  }
+
+  /** Takes up to `want` permits off record `r` if it is a live record of `ref`. */
+  private take(r: number, ref: number, want: number): number {
+    const i32 = this.i32;
+    const rw = this.rec(r);
+    for (;;) {
+      if (Atomics.load(i32, rw + H_REF) !== ref + 1 || Atomics.load(i32, rw + H_TOKEN) === 0) {
+        return 0;
+      }
+      const have = Atomics.load(i32, rw + H_PERMITS);
+      if (have <= 0 || want <= 0) return 0;
+      const n = Math.min(have, want);
+      if (Atomics.compareExchange(i32, rw + H_PERMITS, have, have - n) === have) return n;
+    }
+  }
+
+  private startHeartbeat(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => {
+      this.queues.heartbeat();
+      this.reap();
+    }, HOLDER_HEARTBEAT_MS);
+    // Holding permits must not keep a process alive.
+    this.timer.unref();
+  }
+
+  private stopHeartbeat(): void {
+    this.heldHere = 0;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** After a refused decision: look for dead holders, at most every REAP_EVERY_MS. */
+  refused(): boolean {
+    const now = nowMs();
+    if (((now - this.lastReapMs) & 0x7fffffff) < REAP_EVERY_MS) return false;
+    this.lastReapMs = now;
+    return this.reap();
+  }
+
+  /**
+   * Voids the records of threads that are gone and gives their permits back. A record is
+   * voided by CAS on its token, so two reapers never both return it. Returns whether any
+   * permits came back.
+   */
+  reap(): boolean {
+    const i32 = this.i32;
+    let any = false;
+    for (let r = 0; r < this.layout.holders; r++) {
+      const rw = this.rec(r);
+      const ref1 = Atomics.load(i32, rw + H_REF);
+      if (ref1 === 0) continue;
+      const token = Atomics.load(i32, rw + H_TOKEN);
+      const entry = Atomics.load(i32, rw + H_THREAD);
+      if (token === 0 || !this.queues.entryDead(entry, token, HOLDER_DEAD_MS)) continue;
+      if (Atomics.compareExchange(i32, rw + H_TOKEN, token, 0) !== token) continue;
+      const permits = Atomics.exchange(i32, rw + H_PERMITS, 0);
+      Atomics.store(i32, rw + H_REF, 0);
+      if (permits > 0) {
+        this.giveBack(ref1 - 1, permits);
+        any = true;
+      }
+    }
+    return any;
+  }
+}
+
+interface Mine {
+  /** The record, −1 when none. */
+  r: number;
+  /** Permits this thread holds through the record. */
+  held: number;
+  /** Permits this thread still thinks it holds, that a reaper already gave back. */
+  ghost: number;
+}
