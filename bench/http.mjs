@@ -50,8 +50,8 @@ function sizes(quick) {
         durationS: 4,
         warmupS: 1,
         connections: 16,
-        inProcessExpress: 200_000,
-        inProcessFastify: 40_000,
+        inProcessExpress: 100_000,
+        inProcessFastify: 10_000,
       };
 }
 
