@@ -342,16 +342,6 @@ function writeLegacy<Res>(sink: HeaderSink<Res>, res: Res, p: Policy, d: Decisio
   }
 }
 
-/** Structured-field lists may be split over field lines; one line joined by ", " is the same. */
-function append<Res>(sink: HeaderSink<Res>, res: Res, name: string, value: string): void {
-  const before = sink.getHeader(res, name);
-  sink.setHeader(
-    res,
-    name,
-    typeof before === 'string' && before !== '' ? `${before}, ${value}` : value,
-  );
-}
-
 /** `Retry-After` in whole seconds, rounded up; undefined when only a release can help. */
 export function retryAfterSeconds(d: Decision): string | undefined {
   return d.retryAfterMs === Number.POSITIVE_INFINITY ? undefined : String(seconds(d.retryAfterMs));
