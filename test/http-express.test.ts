@@ -435,3 +435,34 @@ describe('rateLimit mounted twice', () => {
     }
   });
 });
+
+describe('rateLimit with a chain holding a Concurrency member', () => {
+  it('releases the Concurrency permits after the response and keeps the rate permits spent', async () => {
+    const clock = new ManualClock();
+    const perMinute = new FixedWindow({ limit: 100, windowMs: 60_000, clock });
+    const inFlight = new Concurrency({ limit: 1 });
+    const gates: (() => void)[] = [];
+    const app = express();
+    app.use(rateLimit({ limiter: chain(perMinute, inFlight), key: () => 'u' }));
+    app.get('/', (_req, res) => {
+      gates.push(() => res.send('ok'));
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const first = request(port);
+      await until(() => gates.length === 1, 'the first in the handler');
+      const second = await request(port);
+      expect(second.status).toBe(429);
+      expect(second.headers['retry-after']).toBeUndefined(); // only a release can help
+      expect(second.headers.ratelimit).toBe('"100-in-60s";r=98;t=60, "1-concurrent";r=0');
+      gates.shift()!();
+      expect((await first).headers.ratelimit).toBe('"100-in-60s";r=99;t=60, "1-concurrent";r=0');
+      await until(() => inFlight.stats('u').available === 1, 'released after the response');
+      // The refused request's minute permit was refunded by the chain; the first stays spent.
+      expect(perMinute.stats('u').available).toBe(99);
+    } finally {
+      for (const g of gates) g();
+      await close();
+    }
+  });
+});
