@@ -42,8 +42,9 @@ function sizes(quick) {
         durationS: 1,
         warmupS: 0.3,
         connections: 16,
-        inProcessExpress: 20_000,
+        inProcessExpress: 10_000,
         inProcessFastify: 1_000,
+        inProcessSubjects: SUBJECTS,
       }
     : {
         rounds: 3,
@@ -52,6 +53,7 @@ function sizes(quick) {
         connections: 16,
         inProcessExpress: 100_000,
         inProcessFastify: 10_000,
+        inProcessSubjects: IN_PROCESS_SUBJECTS,
       };
 }
 
@@ -133,57 +135,70 @@ async function serveFastify(subject) {
 /**
  * Express: the subject's middleware called on real IncomingMessage / ServerResponse objects
  * (no socket: it only sets headers and calls next), each call awaited. Fastify: the whole app
- * through app.inject(), one request after the other. Prints µs per request, CPU and wall.
+ * through app.inject(), one request after the other. All subjects live in this one process
+ * and take turns in batches, so drift of this shared machine falls on each of them alike.
+ * Returns CPU µs per request, per subject and key count.
  */
-async function measureInProcess(framework, subject, n) {
+async function measureInProcess(framework, subjects, n) {
   const { IncomingMessage, ServerResponse } = await import('node:http');
   const { Socket } = await import('node:net');
-  let call;
-  if (framework === 'express') {
-    const mw = await expressMiddleware(subject);
-    const socket = new Socket();
-    call = (key) => {
-      const req = new IncomingMessage(socket);
-      req.method = 'GET';
-      req.url = '/';
-      req.headers = { 'x-key': key };
-      const res = new ServerResponse(req);
-      return new Promise((resolve, reject) => mw(req, res, (e) => (e ? reject(e) : resolve())));
-    };
-  } else {
-    const app = await fastifyApp(subject);
-    await app.ready();
-    call = async (key) => {
-      const r = await app.inject({ method: 'GET', url: '/', headers: { 'x-key': key } });
-      if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
-    };
+  const calls = {};
+  for (const subject of subjects) {
+    if (framework === 'express') {
+      const mw = await expressMiddleware(subject);
+      const socket = new Socket();
+      calls[subject] = (key) => {
+        const req = new IncomingMessage(socket);
+        req.method = 'GET';
+        req.url = '/';
+        req.headers = { 'x-key': key };
+        const res = new ServerResponse(req);
+        return new Promise((resolve, reject) => mw(req, res, (e) => (e ? reject(e) : resolve())));
+      };
+    } else {
+      const app = await fastifyApp(subject);
+      await app.ready();
+      calls[subject] = async (key) => {
+        const r = await app.inject({ method: 'GET', url: '/', headers: { 'x-key': key } });
+        if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
+      };
+    }
   }
+  const BATCH = 100;
   const out = {};
   for (const keys of [1, KEYS]) {
     const keyAt = (i) => (keys === 1 ? 'k' : `k${i % keys}`);
-    for (let i = 0; i < n; i++) await call(keyAt(i)); // warm-up
-    const cpu0 = process.cpuUsage();
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) await call(keyAt(i));
-    const wallUs = ((performance.now() - t0) * 1000) / n;
-    const cpu = process.cpuUsage(cpu0);
-    out[keys] = { cpuUs: (cpu.user + cpu.system) / n, wallUs };
+    const cpuUs = Object.fromEntries(subjects.map((s) => [s, 0]));
+    for (let pass = 0; pass < 2; pass++) {
+      // Pass 0 warms every subject up; pass 1 measures.
+      for (let b = 0; b < n / BATCH; b++) {
+        for (let j = 0; j < subjects.length; j++) {
+          const subject = subjects[(b + j) % subjects.length]; // rotate who goes first
+          const call = calls[subject];
+          const c0 = process.cpuUsage();
+          for (let i = b * BATCH; i < (b + 1) * BATCH; i++) await call(keyAt(i));
+          const c = process.cpuUsage(c0);
+          if (pass === 1) cpuUs[subject] += c.user + c.system;
+        }
+      }
+    }
+    for (const s of subjects) (out[s] ??= {})[keys] = { cpuUs: cpuUs[s] / n };
   }
   return out;
 }
 
-function inProcessChild(framework, subject, n) {
+function inProcessChild(framework, subjects, n) {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      [SELF, '--in-process', `--framework=${framework}`, `--subject=${subject}`, `--n=${n}`],
+      [SELF, '--in-process', `--framework=${framework}`, `--subjects=${subjects}`, `--n=${n}`],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     let out = '';
     child.stdout.on('data', (c) => (out += c));
     child.once('error', reject);
     child.once('close', (code) => {
-      if (code !== 0) reject(new Error(`${framework}/${subject} in process: exit ${code}`));
+      if (code !== 0) reject(new Error(`${framework} in process: exit ${code}`));
       else resolve(JSON.parse(out.trim().split('\n').pop()));
     });
   });
@@ -297,20 +312,19 @@ export async function runHttp({ quick = false } = {}) {
       }
     }
   }
-  // In process: each subject in a child of its own, rounds alternating the order.
+  // In process: one child per framework and round, its subjects taking turns.
   const inProcess = {};
   for (let round = 0; round < sz.rounds; round++) {
     for (const framework of FRAMEWORKS) {
-      const order = round % 2 === 0 ? IN_PROCESS_SUBJECTS : [...IN_PROCESS_SUBJECTS].reverse();
-      for (const subject of order) {
-        const n = framework === 'express' ? sz.inProcessExpress : sz.inProcessFastify;
-        const r = await inProcessChild(framework, subject, n);
+      const n = framework === 'express' ? sz.inProcessExpress : sz.inProcessFastify;
+      const r = await inProcessChild(framework, sz.inProcessSubjects, n);
+      for (const subject of sz.inProcessSubjects) {
         for (const keys of [1, KEYS]) {
           inProcess[framework] ??= {};
           inProcess[framework][subject] ??= {};
-          const at = (inProcess[framework][subject][keys] ??= { cpuUs: [], wallUs: [] });
-          at.cpuUs.push(r[keys].cpuUs);
-          at.wallUs.push(r[keys].wallUs);
+          (inProcess[framework][subject][keys] ??= { cpuUs: [] }).cpuUs.push(
+            r[subject][keys].cpuUs,
+          );
         }
       }
     }
@@ -331,15 +345,13 @@ export function analyzeHttp(samples, inProcess, sz) {
       const overheadUs = (s) => (1 / rps(s) - 1 / none) * 1e6;
       const cpuOverheadUs = (s) => cpu(s) - cpu('none');
       const inCpu = (s) => median(inProcess[framework][s][keys].cpuUs);
-      const inWall = (s) => median(inProcess[framework][s][keys].wallUs);
       const inOverhead = (s) => inCpu(s) - inCpu('none');
-      for (const subject of IN_PROCESS_SUBJECTS) {
+      for (const subject of sz.inProcessSubjects) {
         inProcessRows.push({
           framework,
           subject: nameOf(subject, framework),
           keys,
           cpuUs: inCpu(subject),
-          wallUs: inWall(subject),
           overheadUs: inOverhead(subject),
         });
       }
@@ -365,7 +377,9 @@ export function analyzeHttp(samples, inProcess, sz) {
         wall: judge(overheadUs('ours'), overheadUs('peer')),
         cpu: judge(cpuOverheadUs('ours'), cpuOverheadUs('peer')),
         inProcess: judge(inOverhead('ours'), inOverhead('peer')),
-        inProcessDraft6: judge(inOverhead('ours-draft-6'), inOverhead('peer-draft-6')),
+        inProcessDraft6: sz.inProcessSubjects.includes('ours-draft-6')
+          ? judge(inOverhead('ours-draft-6'), inOverhead('peer-draft-6'))
+          : undefined,
       });
     }
   }
@@ -377,7 +391,7 @@ export function analyzeHttp(samples, inProcess, sz) {
 if (process.argv[1] === SELF && process.argv.includes('--in-process')) {
   const arg = (name) =>
     process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-  const r = await measureInProcess(arg('framework'), arg('subject'), Number(arg('n')));
+  const r = await measureInProcess(arg('framework'), arg('subjects').split(','), Number(arg('n')));
   console.log(JSON.stringify(r));
 } else if (process.argv[1] === SELF && process.argv.includes('--serve')) {
   const arg = (name) =>

@@ -402,7 +402,8 @@ function httpSection(h) {
       ]),
     ),
     '',
-    'In process (no network): Express, the middleware alone on real req/res objects; Fastify, app.inject().',
+    'In process (no network; the subjects take turns in batches in one process): Express, the middleware',
+    'alone on real req/res objects; Fastify, the app through app.inject().',
     '',
     table(
       [
@@ -424,7 +425,7 @@ function httpSection(h) {
     'our overhead ÷ the peer overhead (goal ≤ 0.5):',
     ...h.goal.map(
       (g) =>
-        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}, same draft-6 fields ${verdict(g.inProcessDraft6)}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
     ),
   ].join('\n');
 }
