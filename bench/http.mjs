@@ -48,7 +48,7 @@ function sizes(quick) {
       }
     : {
         rounds: 3,
-        durationS: 4,
+        durationS: 3,
         warmupS: 1,
         connections: 16,
         inProcessExpress: 100_000,
