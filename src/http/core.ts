@@ -83,6 +83,7 @@ function reportLate(error: unknown): void {
 export class Engine<Req, Res> {
   // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
   private holds: boolean | undefined;
+  private warnedNoAddress = false;
 
   constructor(
     private readonly host: Host<Req, Res>,
@@ -130,6 +131,12 @@ export class Engine<Req, Res> {
         `${this.owner}: no client address for this request (${address === undefined ? 'the socket has none' : `not an IP address: ${show(address)}`}); give a "key" option (for example an API key, or the address your proxy or framework reports)`,
       );
       Object.defineProperty(error, 'code', { value: 'ERR_NO_CLIENT_ADDRESS', enumerable: true });
+      // Every such request takes the error path; the configuration problem is also reported
+      // once as a process warning, where operators see it whatever the error handler does.
+      if (!this.warnedNoAddress) {
+        this.warnedNoAddress = true;
+        process.emitWarning(error.message, { code: 'ERR_NO_CLIENT_ADDRESS' });
+      }
       throw error;
     }
     return key;
