@@ -360,6 +360,7 @@ export function formatReport(result) {
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
+  if (result.http) out.push('', httpSection(result.http));
   return out.join('\n');
 }
 
@@ -449,5 +450,67 @@ function clusterSection(c, nativeFigures = {}) {
           `rlf ÷ ours with blocks, ${c.inFlight} in flight: tryAcquire ${fmtRatio(r.blocksInFlight64.tryAcquire)}×, consume ${fmtRatio(r.blocksInFlight64.consume)}×, acquire ${fmtRatio(r.blocksInFlight64.acquire)}×; one at a time (mean): ${fmtRatio(r.blocksOneAtATimeMean.tryAcquire)}× / ${fmtRatio(r.blocksOneAtATimeMean.consume)}× / ${fmtRatio(r.blocksOneAtATimeMean.acquire)}×`,
         ]
       : []),
+  ].join('\n');
+}
+
+function httpSection(h) {
+  const us = (x) => `${x.toFixed(1)} µs`;
+  const verdict = (j) =>
+    j.met === undefined
+      ? 'inconclusive (the peer overhead is within noise)'
+      : `${fmtRatio(j.ratio)} (${j.met ? 'met' : 'NOT met'})`;
+  return [
+    `== HTTP middleware: "hello world", every subject keyed by an x-key header (1 key, or 10 000 in turn); medians of ${h.rounds} round(s)`,
+    `Under load: autocannon, ${h.connections} connections, ${h.durationS} s, server in a child process; each limiter with its default fields.`,
+    'wall overhead = 1/rps − 1/rps(no limiter); CPU overhead = server CPU µs per request − that with no limiter.',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'requests/s', align: 'right' },
+        { title: '÷ none', align: 'right' },
+        { title: 'wall overhead', align: 'right' },
+        { title: 'server CPU', align: 'right' },
+        { title: 'CPU overhead', align: 'right' },
+      ],
+      h.rows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        String(Math.round(r.rps)),
+        fmtRatio(r.ratioToNone),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+        us(r.serverCpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.cpuOverheadUs),
+      ]),
+    ),
+    '',
+    'In process (no network; the subjects take turns in batches in one process): Express, the middleware',
+    'alone on real req/res objects; Fastify, the app through app.inject().',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'CPU per request', align: 'right' },
+        { title: 'overhead', align: 'right' },
+      ],
+      h.inProcessRows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        us(r.cpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+      ]),
+    ),
+    '',
+    'our overhead ÷ the peer overhead (goal ≤ 0.5):',
+    ...h.goal.map(
+      (g) =>
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
+    ),
   ].join('\n');
 }
