@@ -8,6 +8,7 @@ export { type AnyLimiter, attach } from './attach.js';
 export { Chain, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
 export {
+  BackendUnavailableError,
   ClusterTimeoutError,
   ClusterUnavailableError,
   LimiterClosedError,

@@ -64,8 +64,12 @@ export interface Decision {
   readonly retryAfterMs: number;
   /** Time until the key is back to its initial state (full bucket, empty windows). */
   readonly resetAfterMs: number;
-  /** Why a refusal happened: the limit, or no slot for a new key (`'table-full'`). */
-  readonly reason?: 'limited' | 'table-full';
+  /**
+   * Why a refusal happened: the limit, no slot for a new key (`'table-full'`), or a backend
+   * that could not be reached (`'unavailable'`, Redis limiters with `whenUnavailable`
+   * `'allow'` / `'deny'`; then it is set on allowed decisions too).
+   */
+  readonly reason?: 'limited' | 'table-full' | 'unavailable';
 }
 
 /** Per-key counters and the permits available now. */
