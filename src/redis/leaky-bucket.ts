@@ -1,7 +1,7 @@
 import { MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
 import { RedisGcra } from './gcra.js';
-import { checkOptionsObject, integerOption, positiveNumberOption } from './validate-shim.js';
+import { integerOption, positiveNumberOption } from './validate-shim.js';
 
 export interface LeakyBucketOptions extends RedisOptions {
   /** Permits that may wait in the bucket (the default queueLimit); the largest request. */
@@ -17,30 +17,21 @@ export class LeakyBucket extends RedisGcra {
   readonly ratePerSecond: number;
 
   constructor(options: LeakyBucketOptions) {
-    const own = ['capacity', 'ratePerSecond'];
-    const raw = checkOptionsObject('LeakyBucket', options, [
-      ...own,
-      'redis',
-      'prefix',
-      'timeoutMs',
-      'whenUnavailable',
-      'queueLimit',
-      'clock',
-    ]);
-    const capacity = integerOption('LeakyBucket', 'capacity', raw.capacity, 1, MAX_GCRA_CAPACITY);
+    const { opts, common } = readRedisCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
+    const capacity = integerOption('LeakyBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
     const rate = positiveNumberOption(
       'LeakyBucket',
       'ratePerSecond',
-      raw.ratePerSecond,
+      opts.ratePerSecond,
       MIN_RATE_PER_SECOND,
       MAX_RATE_PER_SECOND,
     );
     // The bucket is the queue: at most `capacity` permits wait (fewer if asked).
-    const { common } = readRedisCommon('LeakyBucket', options, own, {
-      fallback: capacity,
-      max: capacity,
-    });
-    super('LeakyBucket', common, capacity, rate, true);
+    const queueLimit =
+      opts.queueLimit === undefined
+        ? capacity
+        : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+    super('LeakyBucket', { ...common, queueLimit }, capacity, rate, true);
     this.capacity = capacity;
     this.ratePerSecond = rate;
   }
