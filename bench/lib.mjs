@@ -19,7 +19,7 @@ export const STOP = 2;
  *   --quick            fewer iterations (CI)
  *   --threads=N        throughput over 1…N threads (default os.availableParallelism())
  *   --parts=a,b        run only these parts: native, latency, peers, acquire, threads, effective,
- *                      cluster
+ *                      cluster, redis
  *   --native=FILE      take the floor from a saved native-bench JSON instead of running it
  *   --json=FILE        where to write the JSON (default bench/results/latest.json)
  */
@@ -33,8 +33,18 @@ export function parseOptions(argv = process.argv.slice(2)) {
     'threads',
     'effective',
     'cluster',
+    'redis',
   ];
-  const known = ['native', 'latency', 'peers', 'acquire', 'threads', 'effective', 'cluster'];
+  const known = [
+    'native',
+    'latency',
+    'peers',
+    'acquire',
+    'threads',
+    'effective',
+    'cluster',
+    'redis',
+  ];
   for (const p of parts) {
     if (!known.includes(p)) throw new RangeError(`--parts: unknown part "${p}" (${known})`);
   }

@@ -292,6 +292,7 @@ export function formatReport(result) {
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
+  if (result.redis) out.push('', redisSection(result.redis));
   return out.join('\n');
 }
 
@@ -364,5 +365,36 @@ function clusterSection(c, nativeFigures = {}) {
     `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
     `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
     `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block - 1} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs unused, or on close()).`,
+  ].join('\n');
+}
+
+function redisSection(r) {
+  if (r.skipped) return `== Redis: skipped (${r.skipped})`;
+  const us = (x) => fmtNs(x * 1000);
+  const row = (name, x) => [name, us(x.p50Us), us(x.p99Us), us(x.inFlight64PerCallUs)];
+  const s = r.subjects;
+  const q = r.ratios;
+  return [
+    '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
+    `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
+    `its own calls; per call = wall ÷ calls (median of ${r.rounds} rounds). Floor: EVALSHA of 'return 1'.`,
+    '',
+    table(
+      [
+        { title: 'subject', align: 'left' },
+        { title: 'p50', align: 'right' },
+        { title: 'p99', align: 'right' },
+        { title: `${r.inFlight} in flight`, align: 'right' },
+      ],
+      [
+        row('atomic-limiter/redis TokenBucket tryAcquire', s.tryAcquire),
+        row('atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
+        row('rate-limiter-flexible RateLimiterRedis consume', s.rlf),
+        row('floor: EVALSHA return 1', s.floor),
+      ],
+    ),
+    '',
+    `ours ÷ floor, one at a time: tryAcquire ${fmtRatio(q.oneAtATimeOverFloor)}×, consume ${fmtRatio(q.consumeOverFloor)}× — goal ${r.goals.oneAtATime.text}: ${r.goals.oneAtATime.met ? 'met' : 'NOT met'}`,
+    `ours ÷ rlf, ${r.inFlight} in flight: tryAcquire ${fmtRatio(q.inFlightOverRlf)}×, consume ${fmtRatio(q.consumeInFlightOverRlf)}× — goal ${r.goals.inFlight.text}: ${r.goals.inFlight.met ? 'met' : 'NOT met'}`,
   ].join('\n');
 }

@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster,redis]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -12,7 +12,10 @@
 //    (effective-limit.mjs).
 // 4. The cluster bridge (cluster.mjs): a worker process asking the primary's limiter over IPC,
 //    one call at a time and 64 in flight, beside rate-limiter-flexible's RateLimiterCluster.
-// 5. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
+// 5. Redis (redis.mjs): atomic-limiter/redis beside rate-limiter-flexible's RateLimiterRedis on
+//    one redis-server started for the run, and the floor (a trivial EVALSHA round trip);
+//    skipped with one line when redis-server is not on the PATH.
+// 6. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -23,6 +26,7 @@ import { runAcquire } from './acquire.mjs';
 import { runCluster } from './cluster.mjs';
 import { runEffective } from './effective-limit.mjs';
 import { parseOptions, progress } from './lib.mjs';
+import { haveRedisServer, runRedis } from './redis.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
 import { SUBJECTS } from './subjects.mjs';
 import { latencySvg, throughputSvg } from './svg.mjs';
@@ -112,7 +116,18 @@ if (opts.parts.has('cluster')) {
   result.cluster = await runCluster({ quick: opts.quick });
 }
 
-// ---- 5. report ------------------------------------------------------------------------------
+// ---- 5. redis -----------------------------------------------------------------------------
+if (opts.parts.has('redis')) {
+  if (haveRedisServer()) {
+    progress(`[${elapsed()}] redis: ours and rate-limiter-flexible on one redis-server`);
+    result.redis = await runRedis({ quick: opts.quick });
+  } else {
+    progress('redis: skipped — no redis-server on the PATH');
+    result.redis = { skipped: 'no redis-server on the PATH' };
+  }
+}
+
+// ---- 6. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
 const dir = new URL('./results/', import.meta.url);

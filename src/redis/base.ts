@@ -124,6 +124,14 @@ export function readRedisCommon(
   };
 }
 
+/**
+ * What a Redis limiter's acquire() resolves with: a Lease whose release() returns a promise
+ * (Concurrency: it rejects when Redis cannot be reached; rate limiters: resolves at once).
+ */
+export interface RedisLease extends Lease {
+  release(): Promise<void>;
+}
+
 /** A refusal or grant as the scripts report it. */
 interface Reply {
   allowed: boolean;
@@ -201,7 +209,13 @@ export abstract class RedisLimiter {
       this.clock ? String(MANUAL_SLACK_MS) : '0',
       ...this.params(tag),
     ];
-    return this.runner.run(this.script, this.keysOf(tag), args, slotOf(tag));
+    // The slot only groups a Cluster pipeline; standalone it is not computed.
+    return this.runner.run(
+      this.script,
+      this.keysOf(tag),
+      args,
+      this.adapter.cluster ? slotOf(tag) : 0,
+    );
   }
 
   protected checkPermits(method: string, permits: unknown): void {
@@ -308,7 +322,21 @@ export abstract class RedisLimiter {
 
   /** Takes `permits` for `key` if the limit allows; never waits. */
   tryAcquire(key?: Key, permits = 1): Promise<boolean> {
-    return this.consume(key, permits).then((d) => d.allowed);
+    let tag: string;
+    try {
+      this.checkPermits(this.owner, permits);
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('t', tag, permits, this.grantId()).then(
+      (reply) => {
+        if (reply === 1) return true;
+        if (reply === 0) return false;
+        throw this.badReply(reply);
+      },
+      async (error) => (await this.fallback(error, key, permits)).allowed,
+    );
   }
 
   /** Like `tryAcquire`, and explains the outcome: the same Decision as in memory. */
@@ -417,7 +445,7 @@ export abstract class RedisLimiter {
    * rejects with QueueFullError past `queueLimit`, LimiterClosedError on close(), the
    * signal's reason on abort, a TimeoutError after `timeoutMs`.
    */
-  acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<Lease> {
+  acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<RedisLease> {
     let tag: string;
     let w: Waiter;
     try {
@@ -451,21 +479,26 @@ export abstract class RedisLimiter {
     key: Key | undefined,
     permits: number,
     options: AcquireOptions,
-  ): Lease | PromiseLike<Lease> {
+  ): RedisLease | PromiseLike<RedisLease> {
     const policy = this.whenUnavailable;
     if (policy === 'allow') return NO_OP_LEASE;
     if (typeof policy === 'object' && typeof policy.acquire === 'function') {
-      return policy.acquire(key, permits, options);
+      return Promise.resolve(policy.acquire(key, permits, options)).then(
+        (lease): RedisLease => ({
+          release: async () => lease.release(),
+          [Symbol.dispose]: () => lease[Symbol.dispose](),
+        }),
+      );
     }
     throw this.unavailableError(error);
   }
 
   /** How this algorithm waits; the default waits in line and retries after retryAfterMs. */
-  protected waitFor(w: Waiter): Promise<Lease> {
+  protected waitFor(w: Waiter): Promise<RedisLease> {
     return this.waitInLine(w);
   }
 
-  protected lease(_tag: string, _permits: number, _id: string): Lease {
+  protected lease(_tag: string, _permits: number, _id: string): RedisLease {
     return NO_OP_LEASE;
   }
 
@@ -481,7 +514,7 @@ export abstract class RedisLimiter {
    * its head asks Redis, after each refusal's retryAfterMs (Concurrency: when a release is
    * published or the earliest lease expires). Across processes heads race: see README.
    */
-  private async waitInLine(w: Waiter): Promise<Lease> {
+  private async waitInLine(w: Waiter): Promise<RedisLease> {
     const line = this.lines.get(w.tag);
     if (!line || line.length === 0) {
       // Nobody of ours waits: one try before queueing.
@@ -518,7 +551,7 @@ export abstract class RedisLimiter {
   }
 
   /** One waiter's try; a grant that lands after the waiter was cancelled is given back. */
-  private async attempt(w: Waiter, first: boolean): Promise<{ lease?: Lease; reply?: Reply }> {
+  private async attempt(w: Waiter, first: boolean): Promise<{ lease?: RedisLease; reply?: Reply }> {
     if (this.closed) throw new LimiterClosedError();
     const id = this.grantId();
     w.woken = false;
@@ -554,8 +587,8 @@ export function reportLost(error: unknown): void {
   );
 }
 
-export const NO_OP_LEASE: Lease = Object.freeze({
-  release(): void {},
+export const NO_OP_LEASE: RedisLease = Object.freeze({
+  release: (): Promise<void> => Promise.resolve(),
   [Symbol.dispose](): void {},
 });
 

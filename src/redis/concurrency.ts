@@ -1,7 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { MAX_CONCURRENCY } from '../algorithms/concurrency.js';
-import type { Key, Lease } from '../limiter.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon, reportLost } from './base.js';
+import type { Key } from '../limiter.js';
+import {
+  type RedisLease,
+  RedisLimiter,
+  type RedisOptions,
+  readRedisCommon,
+  reportLost,
+} from './base.js';
 import type { Subscription } from './client.js';
 import { CONCURRENCY_SCRIPT } from './concurrency.lua.js';
 import { tagOf } from './keys.js';
@@ -109,7 +115,7 @@ export class Concurrency extends RedisLimiter {
     );
   }
 
-  protected override lease(tag: string, permits: number, id: string): Lease {
+  protected override lease(tag: string, permits: number, id: string): RedisLease {
     let released: Promise<void> | undefined;
     const release = (): Promise<void> => {
       released ??= this.releaseLease(tag, permits, id);
@@ -147,7 +153,7 @@ export class Concurrency extends RedisLimiter {
     return s;
   }
 
-  protected override async waitFor(w: Waiter): Promise<Lease> {
+  protected override async waitFor(w: Waiter): Promise<RedisLease> {
     let set = this.listening.get(w.tag);
     if (!set) this.listening.set(w.tag, (set = new Set()));
     set.add(w);

@@ -5,7 +5,8 @@
  * in-memory class (src/algorithms/*.ts), on plain fields instead of a packed word. `t` is
  * microseconds; nothing here rounds except where the in-memory class rounds.
  *
- * ARGV: 1 op, 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
+ * ARGV: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund,
+ * 'l' release, 's' stats, 'x' reset), 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
  * time, or a lease id), 5 extra TTL in ms (slack for a ManualClock), 6… the algorithm's
  * parameters. Numbers go back as strings ('%.17g' round-trips a double; Redis would
  * truncate a Lua number to an integer).
@@ -24,6 +25,11 @@ local EXTRA = ARGV[4]
 local SLACK_MS = tonumber(ARGV[5])
 local INF = math.huge
 local function fmt(x) return string.format('%.17g', x) end
+-- A figure for the reply: integers as integer replies (exact), the rest as '%.17g' strings.
+local function out(x)
+  if x == math.floor(x) and x > -9e15 and x < 9e15 then return x end
+  return fmt(x)
+end
 local function ttlMs(us) return math.ceil(us / 1000) + SLACK_MS end
 `;
 
@@ -54,20 +60,32 @@ local function retryAfter(st, p)
 end
 
 local st = load()
-if OP == 'c' or OP == 'w' or OP == 'q' then
+if OP == 't' then
+  -- tryAcquire(): the verdict alone, nothing else computed.
   local nx = step(st, NOW, PERMITS)
   if nx then
     nx.adm = st.adm + PERMITS
     nx.rej = st.rej
     save(nx)
-    return {1, fmt(avail(nx, NOW)), '0', fmt(fresh(nx, NOW)), fmt(NOW)}
+    return 1
+  end
+  st.rej = st.rej + PERMITS
+  save(st)
+  return 0
+elseif OP == 'c' or OP == 'w' or OP == 'q' then
+  local nx = step(st, NOW, PERMITS)
+  if nx then
+    nx.adm = st.adm + PERMITS
+    nx.rej = st.rej
+    save(nx)
+    return {1, out(avail(nx, NOW)), 0, out(fresh(nx, NOW)), out(NOW)}
   end
   if OP == 'q' then return reserve(st) end
   -- A caller about to wait ('w') is not refused: only count real refusals.
   if OP == 'c' then st.rej = st.rej + PERMITS end
   save(st)
-  return {0, fmt(avail(st, NOW)), fmt(retryAfter(st, PERMITS)), fmt(fresh(st, NOW)), fmt(NOW),
-    fmt(hint(st))}
+  return {0, out(avail(st, NOW)), out(retryAfter(st, PERMITS)), out(fresh(st, NOW)), out(NOW),
+    out(hint(st))}
 elseif OP == 'r' then
   local taken = NOW
   if EXTRA ~= '' then taken = tonumber(EXTRA) end
@@ -81,7 +99,7 @@ elseif OP == 'r' then
 elseif OP == 'l' then
   return release(st)
 elseif OP == 's' then
-  return {fmt(avail(st, NOW)), fmt(st.adm), fmt(st.rej)}
+  return {out(avail(st, NOW)), out(st.adm), out(st.rej)}
 elseif OP == 'x' then
   drop()
   return {1}

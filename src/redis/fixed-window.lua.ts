@@ -38,7 +38,7 @@ local function save(st)
     redis.call('DEL', KEYS[1])
   else
     redis.call('SET', KEYS[1],
-      fmt(st.win) .. ' ' .. fmt(st.count) .. ' ' .. fmt(st.adm) .. ' ' .. fmt(st.rej),
+      string.format('%d %d %d %d', st.win, st.count, st.adm, st.rej),
       'PX', ttlMs(f))
   end
 end

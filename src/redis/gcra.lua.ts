@@ -37,8 +37,8 @@ local function save(st)
   if f <= 0 then
     redis.call('DEL', KEYS[1])
   else
-    redis.call('SET', KEYS[1], fmt(st.tat) .. ' ' .. fmt(st.adm) .. ' ' .. fmt(st.rej),
-      'PX', ttlMs(f))
+    -- All three are integers (the TAT counts whole units).
+    redis.call('SET', KEYS[1], string.format('%d %d %d', st.tat, st.adm, st.rej), 'PX', ttlMs(f))
   end
 end
 

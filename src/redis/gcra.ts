@@ -1,7 +1,12 @@
 import { MAX_GCRA_CAPACITY } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
-import type { Lease } from '../limiter.js';
-import { NO_OP_LEASE, type RedisCommon, RedisLimiter, reportLost } from './base.js';
+import {
+  NO_OP_LEASE,
+  type RedisCommon,
+  type RedisLease,
+  RedisLimiter,
+  reportLost,
+} from './base.js';
 import { GCRA_SCRIPT } from './gcra.lua.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
@@ -48,7 +53,7 @@ export abstract class RedisGcra extends RedisLimiter {
     return this.args;
   }
 
-  protected override async waitFor(w: Waiter): Promise<Lease> {
+  protected override async waitFor(w: Waiter): Promise<RedisLease> {
     const pending = this.call('q', w.tag, w.permits);
     // A reservation that lands after the waiter left is given back.
     pending.then(

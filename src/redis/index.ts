@@ -5,7 +5,7 @@
  */
 
 export { BackendUnavailableError } from '../errors.js';
-export type { LocalLimiter, RedisOptions, WhenUnavailable } from './base.js';
+export type { LocalLimiter, RedisLease, RedisOptions, WhenUnavailable } from './base.js';
 export { Concurrency, type ConcurrencyOptions } from './concurrency.js';
 export { FixedWindow, type FixedWindowOptions } from './fixed-window.js';
 export { LeakyBucket, type LeakyBucketOptions } from './leaky-bucket.js';

@@ -46,8 +46,8 @@ local function save(st)
   if f <= 0 then
     redis.call('DEL', KEYS[1])
   else
-    redis.call('SET', KEYS[1], fmt(st.win) .. ' ' .. fmt(st.prev) .. ' ' .. fmt(st.curr) ..
-      ' ' .. fmt(st.adm) .. ' ' .. fmt(st.rej), 'PX', ttlMs(f))
+    redis.call('SET', KEYS[1],
+      string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej), 'PX', ttlMs(f))
   end
 end
 
