@@ -199,6 +199,9 @@ export abstract class RedisLimiter {
     return this.keysOf(tagOf(this.owner, key));
   }
 
+  /** A script of its own for tryAcquire() ('t'), where the algorithm has one. */
+  protected tryScript: Script | undefined;
+
   protected call(op: string, tag: string, permits: number, extra = ''): Promise<unknown> {
     if (this.closed) return Promise.reject(new LimiterClosedError());
     const args = [

@@ -8,10 +8,12 @@ import {
   reportLost,
 } from './base.js';
 import { GCRA_SCRIPT } from './gcra.lua.js';
+import { GCRA_TRY_SCRIPT } from './gcra-try.lua.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
 const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT);
+const TRY_SCRIPT = new Script('atomic-limiter:gcra-try', GCRA_TRY_SCRIPT);
 
 /**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
@@ -30,6 +32,7 @@ export abstract class RedisGcra extends RedisLimiter {
     leaky: boolean,
   ) {
     super(owner, common, SCRIPT);
+    this.tryScript = TRY_SCRIPT;
     // As in Gcra's constructor: K units per emission interval, so that the burst fits in
     // 2^24 units and a unit is at least 1 µs.
     const intervalUs = 1e6 / ratePerSecond;
