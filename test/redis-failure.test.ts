@@ -124,4 +124,31 @@ describe.skipIf(!HAVE_REDIS)('Redis goes away and comes back', () => {
       }
     });
   }
+
+  it('a script error is an error naming the script, never an allow, whatever the policy', async () => {
+    const redis = new Redis(server.port, '127.0.0.1');
+    try {
+      const l = new TokenBucket({
+        redis,
+        capacity: 3,
+        refillPerSecond: 1,
+        prefix: 'broken',
+        whenUnavailable: 'allow',
+      });
+      // Another program wrote a list where the limiter keeps its state.
+      const [key] = l.redisKeys('k');
+      await redis.lpush(key!, 'not a bucket');
+      for (const call of [() => l.consume('k'), () => l.tryAcquire('k'), () => l.stats('k')]) {
+        const error = await call().then(
+          () => undefined,
+          (e) => e,
+        );
+        expect(error).toBeInstanceOf(Error);
+        expect(error).not.toBeInstanceOf(BackendUnavailableError);
+        expect(error.message).toMatch(/script atomic-limiter:gcra(-try)? failed: WRONGTYPE/);
+      }
+    } finally {
+      redis.disconnect();
+    }
+  });
 });
