@@ -144,4 +144,35 @@ describe.skipIf(!HAVE_REDIS)('acquire() on Redis', () => {
     await rejected;
     await lease.release().catch(() => {});
   });
+
+  it('close() gives back a sleeping reservation and still releases leases', async () => {
+    const clock = new ManualClock(0);
+    const p = prefix();
+    const b = new TokenBucket({
+      redis,
+      capacity: 1,
+      refillPerSecond: 1,
+      queueLimit: 1,
+      clock,
+      prefix: p,
+    });
+    expect(await b.tryAcquire('k')).toBe(true);
+    const waiting = b.acquire('k');
+    await settle(redis);
+    const closed = expect(waiting).rejects.toBeInstanceOf(LimiterClosedError);
+    await b.close();
+    await closed;
+    await settle(redis);
+    clock.advance(1000);
+    // The reservation (1 s) went back: at 1 s the bucket holds one token again.
+    const same = new TokenBucket({ redis, capacity: 1, refillPerSecond: 1, clock, prefix: p });
+    expect((await same.stats('k')).available).toBe(1);
+
+    const c = new Concurrency({ redis, limit: 1, prefix: prefix() });
+    const lease = await c.acquire('k');
+    await c.close();
+    await lease.release();
+    const again = new Concurrency({ redis, limit: 1, prefix: c.prefix });
+    expect((await again.stats('k')).available).toBe(1);
+  });
 });

@@ -202,8 +202,15 @@ export abstract class RedisLimiter {
   /** A script of its own for tryAcquire() ('t'), where the algorithm has one. */
   protected tryScript: Script | undefined;
 
-  protected call(op: string, tag: string, permits: number, extra = ''): Promise<unknown> {
-    if (this.closed) return Promise.reject(new LimiterClosedError());
+  /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
+  protected call(
+    op: string,
+    tag: string,
+    permits: number,
+    extra = '',
+    force = false,
+  ): Promise<unknown> {
+    if (this.closed && !force) return Promise.reject(new LimiterClosedError());
     const args = [
       op,
       this.clock ? String(this.clock.nowUs()) : '',
@@ -379,7 +386,7 @@ export abstract class RedisLimiter {
 
   /** Runs a refund; `takenUs` ('' for now) is when the permits were taken. */
   protected giveBack(tag: string, permits: number, takenUs: string): Promise<void> {
-    return this.call('r', tag, permits, takenUs).then(
+    return this.call('r', tag, permits, takenUs, true).then(
       (reply) => {
         if (this.num(reply, 0) !== 1) throw this.badReply(reply);
       },
@@ -521,7 +528,7 @@ export abstract class RedisLimiter {
     const line = this.lines.get(w.tag);
     if (!line || line.length === 0) {
       // Nobody of ours waits: one try before queueing.
-      const r = await this.attempt(w, true);
+      const r = await this.attempt(w);
       if (r.lease) return r.lease;
     }
     if (this.queueLimit === 0) {
@@ -541,7 +548,7 @@ export abstract class RedisLimiter {
         await w.race(new Promise<void>((resolve) => (w.wake = resolve)));
       }
       for (;;) {
-        const r = await this.attempt(w, false);
+        const r = await this.attempt(w);
         if (r.lease) return r.lease;
         await w.race(this.pause(w, r.reply!));
       }
@@ -554,13 +561,12 @@ export abstract class RedisLimiter {
   }
 
   /** One waiter's try; a grant that lands after the waiter was cancelled is given back. */
-  private async attempt(w: Waiter, first: boolean): Promise<{ lease?: RedisLease; reply?: Reply }> {
+  private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
     if (this.closed) throw new LimiterClosedError();
     const id = this.grantId();
     w.woken = false;
-    const pending = this.call(first ? 'c' : 'w', w.tag, w.permits, id).then((reply) =>
-      this.parse(reply),
-    );
+    // 'w': a caller about to wait is not counted as refused (as in memory).
+    const pending = this.call('w', w.tag, w.permits, id).then((reply) => this.parse(reply));
     pending.then(
       (r) => {
         if (r.allowed && w.done) this.undoGrant(w.tag, w.permits, id, r.nowUs);
@@ -577,8 +583,8 @@ export abstract class RedisLimiter {
   }
 
   /** How the head waits after a refusal: the refusal's retryAfterMs. */
-  protected pause(_w: Waiter, r: Reply): Promise<void> {
-    return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000);
+  protected pause(w: Waiter, r: Reply): Promise<void> {
+    return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000, w);
   }
 }
 

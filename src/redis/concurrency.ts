@@ -104,7 +104,8 @@ export class Concurrency extends RedisLimiter {
   private releaseLease(tag: string, permits: number, id: string): Promise<void> {
     if (!(permits >= 1))
       return Promise.reject(permitsError('Concurrency.release', permits, this.limit));
-    return this.call('l', tag, permits, id).then(
+    // After close() too: a lease taken is always given back.
+    return this.call('l', tag, permits, id, true).then(
       (reply) => {
         const status = this.num(reply, 0);
         if (status !== 0 && status !== 1) throw this.badReply(reply);
@@ -195,8 +196,8 @@ export class Concurrency extends RedisLimiter {
       w.wake = resolve;
     });
     const waits: Promise<void>[] = [woken];
-    if (r.hintUs >= 0) waits.push(sleepUs(this.clock, r.hintUs + 1));
-    else if (!this.subscription) waits.push(sleepUs(this.clock, this.timeoutMs * 1000));
+    if (r.hintUs >= 0) waits.push(sleepUs(this.clock, r.hintUs + 1, w));
+    else if (!this.subscription) waits.push(sleepUs(this.clock, this.timeoutMs * 1000, w));
     await Promise.race(waits);
   }
 

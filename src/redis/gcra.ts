@@ -81,7 +81,7 @@ export abstract class RedisGcra extends RedisLimiter {
     if (status !== 3) throw this.badReply(reply);
     const waitUs = this.num(reply, 1);
     try {
-      await w.race(sleepUs(this.clock, waitUs));
+      await w.race(sleepUs(this.clock, waitUs, w));
     } catch (error) {
       // Abort, timeout or close: the reservation goes back (later reservations keep their
       // times; the rate is never exceeded).

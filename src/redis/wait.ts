@@ -33,6 +33,8 @@ export class Waiter {
     }
   }
 
+  private readonly cleanups: (() => void)[] = [];
+
   /** Ends the wait with `reason` (the acquire() promise rejects with it). */
   stop(reason: unknown): void {
     if (this.done) return;
@@ -40,8 +42,15 @@ export class Waiter {
     this.cancel(reason);
   }
 
+  /** Runs `f` when the waiter settles (clears its sleep timers). */
+  onFinish(f: () => void): void {
+    if (this.done) f();
+    else this.cleanups.push(f);
+  }
+
   /** Clears the timer and the abort listener; the waiter is settled. */
   finish(): void {
+    if (!this.done) for (const f of this.cleanups.splice(0)) f();
     this.done = true;
     if (this.timer) clearTimeout(this.timer);
     if (this.onAbort) this.signal?.removeEventListener('abort', this.onAbort);
@@ -55,11 +64,17 @@ export class Waiter {
 
 /**
  * Resolves once `us` microseconds have passed on `clock` (a ManualClock: when advance()
- * or set() moves it that far), or on the real clock when `clock` is undefined.
+ * or set() moves it that far), or on the real clock when `clock` is undefined. A pending
+ * Atomics.waitAsync keeps no process alive, so only the real timer is cleared when `w`
+ * settles.
  */
-export function sleepUs(clock: ManualClock | undefined, us: number): Promise<void> {
+export function sleepUs(clock: ManualClock | undefined, us: number, w?: Waiter): Promise<void> {
   if (!clock) {
-    return new Promise((resolve) => setTimeout(resolve, Math.max(0, Math.ceil(us / 1000))));
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, Math.ceil(us / 1000)));
+      // A waiter that leaves does not keep the process alive until its sleep ends.
+      w?.onFinish(() => clearTimeout(timer));
+    });
   }
   const target = clock.nowUs() + us;
   const { words, index } = clock.tickWord;
