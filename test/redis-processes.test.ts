@@ -124,4 +124,26 @@ setInterval(() => {}, 1000);
     expect((await jobs.stats('job')).available).toBe(1);
     await jobs.close();
   });
+
+  it('a process whose acquire() waited exits by itself once its own client is closed', async () => {
+    const kid = start(`
+const { Redis } = await import(${JSON.stringify(IOREDIS)});
+const { Concurrency } = await import(${JSON.stringify(REDIS_DIST)});
+const redis = new Redis(${server.port}, '127.0.0.1');
+const jobs = new Concurrency({ redis, limit: 1, queueLimit: 1, prefix: 'exit' });
+const first = await jobs.acquire('job');
+const second = jobs.acquire('job'); // waits: subscribes to releases
+setTimeout(() => first.release(), 50);
+await (await second).release();
+redis.disconnect(); // no jobs.close(): the subscriber must not keep the process alive
+console.log('done');
+`);
+    children.push(kid.proc);
+    expect(await kid.next()).toBe('done');
+    const code = await new Promise((resolve) => {
+      if (kid.proc.exitCode !== null) resolve(kid.proc.exitCode);
+      else kid.proc.once('exit', resolve);
+    });
+    expect(code).toBe(0);
+  });
 });

@@ -164,8 +164,9 @@ export class Concurrency extends RedisLimiter {
       set.delete(w);
       if (set.size === 0) this.listening.delete(w.tag);
       if (this.listening.size === 0 && this.subscription && !this.idleTimer) {
+        // Not unref'd: the subscriber's own connection would keep the process alive, and
+        // only this timer closes it when nobody calls close().
         this.idleTimer = setTimeout(() => this.unsubscribe(), SUBSCRIBER_IDLE_MS);
-        this.idleTimer.unref?.();
       }
     }
   }
