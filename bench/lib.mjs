@@ -19,7 +19,7 @@ export const STOP = 2;
  *   --quick            fewer iterations (CI)
  *   --threads=N        throughput over 1…N threads (default os.availableParallelism())
  *   --parts=a,b        run only these parts: native, latency, peers, acquire, threads, effective,
- *                      growth, cluster, http
+ *                      growth, cluster, http, redis
  *   --native=FILE      take the floor from a saved native-bench JSON instead of running it
  *   --json=FILE        where to write the JSON (default bench/results/latest.json)
  */
@@ -35,6 +35,7 @@ export function parseOptions(argv = process.argv.slice(2)) {
     'growth',
     'cluster',
     'http',
+    'redis',
   ];
   const parts = value('parts')?.split(',').filter(Boolean) ?? known;
   for (const p of parts) {

@@ -361,6 +361,7 @@ export function formatReport(result) {
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
   if (result.http) out.push('', httpSection(result.http));
+  if (result.redis) out.push('', redisSection(result.redis));
   return out.join('\n');
 }
 
@@ -512,5 +513,36 @@ function httpSection(h) {
       (g) =>
         `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
     ),
+  ].join('\n');
+}
+
+function redisSection(r) {
+  if (r.skipped) return `== Redis: skipped (${r.skipped})`;
+  const us = (x) => fmtNs(x * 1000);
+  const row = (name, x) => [name, us(x.p50Us), us(x.p99Us), us(x.inFlight64PerCallUs)];
+  const s = r.subjects;
+  const q = r.ratios;
+  return [
+    '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
+    `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
+    `its own calls; per call = wall ÷ calls (median of ${r.rounds} rounds). Floor: EVALSHA of 'return 1'.`,
+    '',
+    table(
+      [
+        { title: 'subject', align: 'left' },
+        { title: 'p50', align: 'right' },
+        { title: 'p99', align: 'right' },
+        { title: `${r.inFlight} in flight`, align: 'right' },
+      ],
+      [
+        row('atomic-limiter/redis TokenBucket tryAcquire', s.tryAcquire),
+        row('atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
+        row('rate-limiter-flexible RateLimiterRedis consume', s.rlf),
+        row('floor: EVALSHA return 1', s.floor),
+      ],
+    ),
+    '',
+    `ours ÷ floor, one at a time: tryAcquire ${fmtRatio(q.oneAtATimeOverFloor)}×, consume ${fmtRatio(q.consumeOverFloor)}× — goal ${r.goals.oneAtATime.text}: ${r.goals.oneAtATime.met ? 'met' : 'NOT met'}`,
+    `ours ÷ rlf, ${r.inFlight} in flight: tryAcquire ${fmtRatio(q.inFlightOverRlf)}×, consume ${fmtRatio(q.consumeInFlightOverRlf)}× — goal ${r.goals.inFlight.text}: ${r.goals.inFlight.met ? 'met' : 'NOT met'}`,
   ].join('\n');
 }

@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster,http]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -14,6 +14,9 @@
 //    one call at a time and 64 in flight, beside rate-limiter-flexible's RateLimiterCluster.
 // 5. The HTTP middleware (http.mjs): autocannon against Express and Fastify "hello world" with
 //    no limiter, with atomic-limiter/http, and with express-rate-limit / @fastify/rate-limit.
+// 6. Redis (redis.mjs): atomic-limiter/redis beside rate-limiter-flexible's RateLimiterRedis on
+//    one redis-server started for the run, and the floor (a trivial EVALSHA round trip);
+//    skipped with one line when redis-server is not on the PATH.
 // 6. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -27,6 +30,7 @@ import { runEffective } from './effective-limit.mjs';
 import { formatGrowth, runGrowth } from './growth.mjs';
 import { runHttp } from './http.mjs';
 import { parseOptions, progress } from './lib.mjs';
+import { haveRedisServer, runRedis } from './redis.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
 import { SUBJECTS } from './subjects.mjs';
 import { latencySvg, throughputSvg } from './svg.mjs';
@@ -127,7 +131,18 @@ if (opts.parts.has('http')) {
   result.http = await runHttp({ quick: opts.quick });
 }
 
-// ---- 6. report ------------------------------------------------------------------------------
+// ---- 6. redis -----------------------------------------------------------------------------
+if (opts.parts.has('redis')) {
+  if (haveRedisServer()) {
+    progress(`[${elapsed()}] redis: ours and rate-limiter-flexible on one redis-server`);
+    result.redis = await runRedis({ quick: opts.quick });
+  } else {
+    progress('redis: skipped — no redis-server on the PATH');
+    result.redis = { skipped: 'no redis-server on the PATH' };
+  }
+}
+
+// ---- 7. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
 if (result.growth) console.log(`\n${formatGrowth(result.growth)}`);

@@ -64,3 +64,16 @@ export class ClusterUnavailableError extends LimiterError {
   override readonly name = 'ClusterUnavailableError';
 }
 defineCode(ClusterUnavailableError, 'ERR_CLUSTER_UNAVAILABLE');
+
+/**
+ * A backend (Redis) could not be reached: a connection error, or no answer within the
+ * limiter's `timeoutMs`. The underlying error is attached as `cause`.
+ */
+export class BackendUnavailableError extends LimiterError {
+  readonly code = 'ERR_BACKEND_UNAVAILABLE';
+  override readonly name = 'BackendUnavailableError';
+  constructor(message = 'the backend is unavailable', options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+defineCode(BackendUnavailableError, 'ERR_BACKEND_UNAVAILABLE');

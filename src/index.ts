@@ -9,6 +9,7 @@ export { Chain, type ChainDecision, type ChainMember, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
 export { CoarseClock, type CoarseClockOptions } from './coarse-clock.js';
 export {
+  BackendUnavailableError,
   ClusterTimeoutError,
   ClusterUnavailableError,
   LimiterClosedError,

@@ -83,10 +83,12 @@ export interface Decision {
   /** Time until the key is back to its initial state (full bucket, empty windows). */
   readonly resetAfterMs: number;
   /**
-   * Why: on a refusal, the limit (`'limited'`) or no slot for a new key (`'table-full'`);
-   * `'table-full'` also on a new key allowed without state by `whenFull: 'allow'`.
+   * Why: on a refusal, the limit (`'limited'`), no slot for a new key (`'table-full'`), or
+   * a backend that could not be reached (`'unavailable'`: Redis limiters with
+   * `whenUnavailable` `'allow'` / `'deny'`, on allowed decisions too); `'table-full'` also
+   * on a new key allowed without state by `whenFull: 'allow'`.
    */
-  readonly reason?: 'limited' | 'table-full';
+  readonly reason?: 'limited' | 'table-full' | 'unavailable';
 }
 
 /** Per-key counters and the permits available now. */

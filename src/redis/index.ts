@@ -1,1 +1,14 @@
-export {};
+/**
+ * atomic-limiter/redis: the six limiters with their state in Redis, for a fleet of
+ * machines. Same options, Decisions, Leases and errors as in memory; methods return
+ * promises. See the README section "Redis".
+ */
+
+export { BackendUnavailableError } from '../errors.js';
+export type { LocalLimiter, RedisLease, RedisOptions, WhenUnavailable } from './base.js';
+export { Concurrency, type ConcurrencyOptions } from './concurrency.js';
+export { FixedWindow, type FixedWindowOptions } from './fixed-window.js';
+export { LeakyBucket, type LeakyBucketOptions } from './leaky-bucket.js';
+export { SlidingLog, type SlidingLogOptions } from './sliding-log.js';
+export { SlidingWindow, type SlidingWindowOptions } from './sliding-window.js';
+export { TokenBucket, type TokenBucketOptions } from './token-bucket.js';

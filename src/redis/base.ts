@@ -1,0 +1,622 @@
+import { ManualClock } from '../clock.js';
+import { BackendUnavailableError, LimiterClosedError, QueueFullError } from '../errors.js';
+import type { AcquireOptions, AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
+import {
+  checkOptionsObject,
+  integerOption,
+  permitsError,
+  rangeError,
+  show,
+  typeError,
+} from '../validate.js';
+import { type Adapter, adapt } from './client.js';
+import { slotOf, tagOf } from './keys.js';
+import { Runner, type Script, Unavailable } from './runner.js';
+import { sleepUs, Waiter } from './wait.js';
+
+export type { AlgorithmName };
+
+/** A limiter that decides in Redis's place while Redis cannot be reached. */
+export interface LocalLimiter {
+  consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
+  acquire?(key?: Key, permits?: number, options?: AcquireOptions): Lease | PromiseLike<Lease>;
+}
+
+export type WhenUnavailable = 'throw' | 'allow' | 'deny' | LocalLimiter;
+
+/** Options every Redis limiter takes. */
+export interface RedisOptions {
+  /** An ioredis `Redis` or `Cluster`, or a node-redis client or cluster (v5, v6), connected. */
+  redis: unknown;
+  /** Namespace of this limiter's keys (default 'atomic-limiter'); no `{` or `}`. */
+  prefix?: string;
+  /** Longest wait for Redis per call in ms, 1 to 2^31−1 (default 1000). */
+  timeoutMs?: number;
+  /** What a call does when Redis cannot answer in time (default 'throw'). */
+  whenUnavailable?: WhenUnavailable;
+  /** Permits that may wait per key in `acquire()` (default 0: never wait). */
+  queueLimit?: number;
+  /** A ManualClock (tests): its time goes to the scripts instead of Redis TIME. */
+  clock?: ManualClock;
+}
+
+export const REDIS_OPTIONS = [
+  'redis',
+  'prefix',
+  'timeoutMs',
+  'whenUnavailable',
+  'queueLimit',
+  'clock',
+] as const;
+
+export interface RedisCommon {
+  readonly adapter: Adapter;
+  readonly prefix: string;
+  readonly timeoutMs: number;
+  readonly whenUnavailable: WhenUnavailable;
+  readonly queueLimit: number;
+  readonly clock: ManualClock | undefined;
+}
+
+/** Reads and checks the common options; `queue` gives the queueLimit default and maximum. */
+export function readRedisCommon(
+  owner: string,
+  options: unknown,
+  own: readonly string[],
+  queue: { fallback: number; max: number } = { fallback: 0, max: 2 ** 31 - 1 },
+): { opts: Record<string, unknown>; common: RedisCommon } {
+  const opts = checkOptionsObject(owner, options, [...own, ...REDIS_OPTIONS]);
+  const adapter = adapt(owner, opts.redis);
+  const prefix = opts.prefix ?? 'atomic-limiter';
+  if (typeof prefix !== 'string') {
+    throw typeError(`${owner}: option "prefix" must be a string, got ${show(prefix)}`);
+  }
+  if (prefix === '' || /[{}]/.test(prefix) || prefix.length > 256) {
+    throw rangeError(
+      `${owner}: option "prefix" must be 1 to 256 characters without "{" or "}" (they would choose the hash slot), got ${show(prefix)}`,
+    );
+  }
+  const timeoutMs = integerOption(owner, 'timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1, 1000);
+  const policy = opts.whenUnavailable ?? 'throw';
+  if (
+    !(policy === 'throw' || policy === 'allow' || policy === 'deny') &&
+    !(
+      typeof policy === 'object' &&
+      policy !== null &&
+      typeof (policy as LocalLimiter).consume === 'function'
+    )
+  ) {
+    throw typeError(
+      `${owner}: option "whenUnavailable" must be "throw", "allow", "deny" or a limiter, got ${show(policy)}`,
+    );
+  }
+  const queueLimit = integerOption(
+    owner,
+    'queueLimit',
+    opts.queueLimit,
+    0,
+    queue.max,
+    queue.fallback,
+  );
+  const clock = opts.clock;
+  if (clock !== undefined && !(clock instanceof ManualClock)) {
+    throw typeError(
+      `${owner}: option "clock" must be a ManualClock (or omitted: time comes from Redis TIME), got ${show(clock)}`,
+    );
+  }
+  return {
+    opts,
+    common: {
+      adapter,
+      prefix,
+      timeoutMs,
+      whenUnavailable: policy as WhenUnavailable,
+      queueLimit,
+      clock,
+    },
+  };
+}
+
+/**
+ * What a Redis limiter's acquire() resolves with: a Lease whose release() returns a promise
+ * (Concurrency: it rejects when Redis cannot be reached; rate limiters: resolves at once).
+ */
+export interface RedisLease extends Lease {
+  release(): Promise<void>;
+}
+
+/** A refusal or grant as the scripts report it. */
+interface Reply {
+  allowed: boolean;
+  remaining: number;
+  retryAfterUs: number;
+  untilFreshUs: number;
+  nowUs: number;
+  /** Concurrency: µs until the earliest lease expires (−1: none). */
+  hintUs: number;
+}
+
+/** Slack added to TTLs under a ManualClock, whose time does not follow Redis's. */
+const MANUAL_SLACK_MS = 3_600_000;
+
+/**
+ * What the six Redis limiters share: options, the script runner, the failure policy, the
+ * per-key local wait queues of acquire(). Each subclass names its script, keys and
+ * parameters, and how acquire() waits.
+ *
+ * Room for fleet mode (`block: n`, later): a block is one more op of the same scripts
+ * (take up to n permits), spent locally; nothing here assumes one permit per round trip.
+ */
+export abstract class RedisLimiter {
+  abstract readonly algorithm: AlgorithmName;
+  abstract readonly limit: number;
+  readonly prefix: string;
+  readonly timeoutMs: number;
+  readonly whenUnavailable: WhenUnavailable;
+  readonly queueLimit: number;
+  /** The ManualClock given, or undefined: time comes from Redis TIME. */
+  readonly clock: ManualClock | undefined;
+  protected readonly adapter: Adapter;
+  protected readonly runner: Runner;
+  protected closed = false;
+  /** Waiters of this process per key, in arrival order; the head is the one asking Redis. */
+  private readonly lines = new Map<string, Waiter[]>();
+  private readonly waiters = new Set<Waiter>();
+  private readonly keyPrefix: string;
+
+  protected constructor(
+    protected readonly owner: string,
+    common: RedisCommon,
+    private readonly script: Script,
+  ) {
+    this.adapter = common.adapter;
+    this.prefix = common.prefix;
+    this.timeoutMs = common.timeoutMs;
+    this.whenUnavailable = common.whenUnavailable;
+    this.queueLimit = common.queueLimit;
+    this.clock = common.clock;
+    this.runner = new Runner(this.adapter, this.timeoutMs);
+    this.keyPrefix = `${this.prefix}:${owner}:`;
+  }
+
+  /** The script's parameters (ARGV[6…]) for a key. */
+  protected abstract params(tag: string): readonly string[];
+
+  /** Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
+  protected keysOf(tag: string): readonly string[] {
+    return [`${this.keyPrefix}{${tag}}`];
+  }
+
+  /** The Redis key names of `key` (for inspection and tests). */
+  redisKeys(key?: Key): readonly string[] {
+    return this.keysOf(tagOf(this.owner, key));
+  }
+
+  /** A script of its own for tryAcquire() ('t'), where the algorithm has one. */
+  protected tryScript: Script | undefined;
+
+  /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
+  protected call(
+    op: string,
+    tag: string,
+    permits: number,
+    extra = '',
+    force = false,
+  ): Promise<unknown> {
+    if (this.closed && !force) return Promise.reject(new LimiterClosedError());
+    const args = [
+      op,
+      this.clock ? String(this.clock.nowUs()) : '',
+      String(permits),
+      extra,
+      this.clock ? String(MANUAL_SLACK_MS) : '0',
+      ...this.params(tag),
+    ];
+    // The slot only groups a Cluster pipeline; standalone it is not computed.
+    return this.runner.run(
+      this.script,
+      this.keysOf(tag),
+      args,
+      this.adapter.cluster ? slotOf(tag) : 0,
+    );
+  }
+
+  protected checkPermits(method: string, permits: unknown): void {
+    if (this.closed) throw new LimiterClosedError();
+    if (
+      typeof permits !== 'number' ||
+      !(permits >= 1 && permits <= this.limit) ||
+      (permits | 0) !== permits
+    ) {
+      throw permitsError(method, permits, this.limit);
+    }
+  }
+
+  /** An error naming the script for a reply that is not what it returns. */
+  protected badReply(reply: unknown): Error {
+    let text: string;
+    try {
+      text = JSON.stringify(reply) ?? String(reply);
+    } catch {
+      text = String(reply);
+    }
+    return new Error(
+      `atomic-limiter/redis: script ${this.script.name} returned an unexpected reply: ${text.slice(0, 200)}`,
+    );
+  }
+
+  /** The number at `reply[i]` (scripts send numbers as strings or integers). */
+  protected num(reply: unknown, i: number): number {
+    if (!Array.isArray(reply) || reply.length <= i) throw this.badReply(reply);
+    const v = reply[i];
+    if (typeof v === 'number') return v;
+    if (typeof v === 'string') {
+      if (v === 'inf') return Number.POSITIVE_INFINITY;
+      const n = Number(v);
+      if (v !== '' && !Number.isNaN(n)) return n;
+    }
+    throw this.badReply(reply);
+  }
+
+  protected parse(reply: unknown): Reply {
+    if (!Array.isArray(reply) || reply.length < 5) throw this.badReply(reply);
+    const flag = this.num(reply, 0);
+    if (flag !== 0 && flag !== 1) throw this.badReply(reply);
+    return {
+      allowed: flag === 1,
+      remaining: this.num(reply, 1),
+      retryAfterUs: this.num(reply, 2),
+      untilFreshUs: this.num(reply, 3),
+      nowUs: this.num(reply, 4),
+      hintUs: reply.length > 5 ? this.num(reply, 5) : 0,
+    };
+  }
+
+  protected decision(r: Reply): Decision {
+    // The same object, field for field, as the in-memory consume().
+    const d: Decision = {
+      allowed: r.allowed,
+      remaining: r.remaining,
+      limit: this.limit,
+      retryAfterMs: r.allowed ? 0 : r.retryAfterUs / 1000,
+      resetAfterMs: r.untilFreshUs / 1000,
+    };
+    return r.allowed ? d : { ...d, reason: 'limited' };
+  }
+
+  protected unavailableError(error: unknown): unknown {
+    if (!(error instanceof Unavailable)) return error;
+    return new BackendUnavailableError(`${this.owner}: Redis is unavailable: ${error.message}`, {
+      cause: error.cause ?? error,
+    });
+  }
+
+  /** The failure policy, for a call whose answer Redis could not give. */
+  private fallback(
+    error: unknown,
+    key: Key | undefined,
+    permits: number,
+  ): Decision | PromiseLike<Decision> {
+    if (!(error instanceof Unavailable)) throw error;
+    const policy = this.whenUnavailable;
+    if (policy === 'allow') {
+      return {
+        allowed: true,
+        remaining: this.limit - permits,
+        limit: this.limit,
+        retryAfterMs: 0,
+        resetAfterMs: 0,
+        reason: 'unavailable',
+      };
+    }
+    if (policy === 'deny') {
+      return {
+        allowed: false,
+        remaining: 0,
+        limit: this.limit,
+        retryAfterMs: this.timeoutMs,
+        resetAfterMs: 0,
+        reason: 'unavailable',
+      };
+    }
+    if (policy === 'throw') throw this.unavailableError(error);
+    return policy.consume(key, permits);
+  }
+
+  /** Takes `permits` for `key` if the limit allows; never waits. */
+  tryAcquire(key?: Key, permits = 1): Promise<boolean> {
+    let tag: string;
+    try {
+      this.checkPermits(this.owner, permits);
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('t', tag, permits, this.grantId()).then(
+      (reply) => {
+        if (reply === 1) return true;
+        if (reply === 0) return false;
+        throw this.badReply(reply);
+      },
+      async (error) => (await this.fallback(error, key, permits)).allowed,
+    );
+  }
+
+  /** Like `tryAcquire`, and explains the outcome: the same Decision as in memory. */
+  consume(key?: Key, permits = 1): Promise<Decision> {
+    let tag: string;
+    try {
+      this.checkPermits(this.owner, permits);
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('c', tag, permits, this.grantId()).then(
+      (reply) => this.decision(this.parse(reply)),
+      (error) => this.fallback(error, key, permits),
+    );
+  }
+
+  /** Lease id of a grant (Concurrency); '' for rate limiters. */
+  protected grantId(): string {
+    return '';
+  }
+
+  /**
+   * Gives `permits` back to `key` (never above its limit), as permits taken just now.
+   * Rejects with BackendUnavailableError when Redis cannot be reached: never dropped.
+   */
+  refund(key?: Key, permits = 1): Promise<void> {
+    let tag: string;
+    try {
+      this.checkPermits(`${this.owner}.refund`, permits);
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.giveBack(tag, permits, '');
+  }
+
+  /** Runs a refund; `takenUs` ('' for now) is when the permits were taken. */
+  protected giveBack(tag: string, permits: number, takenUs: string): Promise<void> {
+    return this.call('r', tag, permits, takenUs, true).then(
+      (reply) => {
+        if (this.num(reply, 0) !== 1) throw this.badReply(reply);
+      },
+      (error) => {
+        throw this.unavailableError(error);
+      },
+    );
+  }
+
+  /** The key's counters and the permits available now; `queued` counts this process's waiters. */
+  stats(key?: Key): Promise<Stats> {
+    let tag: string;
+    try {
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('s', tag, 1).then(
+      (reply) => ({
+        available: this.num(reply, 0),
+        queued: this.queuedPermits(tag),
+        admitted: this.num(reply, 1),
+        rejected: this.num(reply, 2),
+      }),
+      (error) => {
+        throw this.unavailableError(error);
+      },
+    );
+  }
+
+  /** Puts `key` back in its initial state and zeroes its counters (deletes its keys). */
+  reset(key?: Key): Promise<void> {
+    let tag: string;
+    try {
+      tag = tagOf(this.owner, key);
+      if (this.closed) throw new LimiterClosedError();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('x', tag, 1).then(
+      () => {},
+      (error) => {
+        throw this.unavailableError(error);
+      },
+    );
+  }
+
+  /**
+   * Stops this limiter's own work: every later call rejects with LimiterClosedError, and so
+   * do its pending acquire() calls. The Redis client stays the caller's.
+   */
+  close(): Promise<void> {
+    this.closed = true;
+    for (const w of [...this.waiters]) w.stop(new LimiterClosedError());
+    return this.onClose();
+  }
+
+  protected onClose(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  // ---- acquire() -------------------------------------------------------------------
+
+  /**
+   * Takes `permits` for `key`, waiting when they are not there yet. Resolves with a Lease;
+   * rejects with QueueFullError past `queueLimit`, LimiterClosedError on close(), the
+   * signal's reason on abort, a TimeoutError after `timeoutMs`.
+   */
+  acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<RedisLease> {
+    let tag: string;
+    let w: Waiter;
+    try {
+      const { signal, timeoutMs } = checkAcquireOptions(this.owner, options);
+      this.checkPermits(this.owner, permits);
+      tag = tagOf(this.owner, key);
+      if (signal?.aborted) return Promise.reject(signal.reason);
+      w = new Waiter(tag, permits, signal, timeoutMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.waiters.add(w);
+    return this.waitFor(w).then(
+      (lease) => {
+        this.waiters.delete(w);
+        w.finish();
+        return lease;
+      },
+      (error) => {
+        this.waiters.delete(w);
+        w.finish();
+        if (error instanceof Unavailable)
+          return this.acquireUnavailable(error, key, permits, options);
+        throw error;
+      },
+    );
+  }
+
+  private acquireUnavailable(
+    error: Unavailable,
+    key: Key | undefined,
+    permits: number,
+    options: AcquireOptions,
+  ): RedisLease | PromiseLike<RedisLease> {
+    const policy = this.whenUnavailable;
+    if (policy === 'allow') return NO_OP_LEASE;
+    if (typeof policy === 'object' && typeof policy.acquire === 'function') {
+      return Promise.resolve(policy.acquire(key, permits, options)).then(
+        (lease): RedisLease => ({
+          release: async () => lease.release(),
+          [Symbol.dispose]: () => lease[Symbol.dispose](),
+        }),
+      );
+    }
+    throw this.unavailableError(error);
+  }
+
+  /** How this algorithm waits; the default waits in line and retries after retryAfterMs. */
+  protected waitFor(w: Waiter): Promise<RedisLease> {
+    return this.waitInLine(w);
+  }
+
+  protected lease(_tag: string, _permits: number, _id: string): RedisLease {
+    return NO_OP_LEASE;
+  }
+
+  /** Permits this process has waiting for `tag`. */
+  protected queuedPermits(tag: string): number {
+    let n = 0;
+    for (const w of this.lines.get(tag) ?? []) n += w.permits;
+    return n;
+  }
+
+  /**
+   * Windows, log and Concurrency: this process's waiters for a key form a FIFO line; only
+   * its head asks Redis, after each refusal's retryAfterMs (Concurrency: when a release is
+   * published or the earliest lease expires). Across processes heads race: see README.
+   */
+  private async waitInLine(w: Waiter): Promise<RedisLease> {
+    const line = this.lines.get(w.tag);
+    if (!line || line.length === 0) {
+      // Nobody of ours waits: one try before queueing.
+      const r = await this.attempt(w);
+      if (r.lease) return r.lease;
+    }
+    if (this.queueLimit === 0) {
+      throw new QueueFullError(`${this.owner}: option "queueLimit" is 0, so acquire() never waits`);
+    }
+    if (this.queuedPermits(w.tag) + w.permits > this.queueLimit) {
+      throw new QueueFullError(
+        `${this.owner}: ${this.queuedPermits(w.tag)} permits already wait for this key (option "queueLimit" is ${this.queueLimit})`,
+      );
+    }
+    const mine = this.lines.get(w.tag) ?? [];
+    this.lines.set(w.tag, mine);
+    mine.push(w);
+    try {
+      // Wait for our turn: the head leaving wakes the next one.
+      while (mine[0] !== w) {
+        await w.race(new Promise<void>((resolve) => (w.wake = resolve)));
+      }
+      for (;;) {
+        const r = await this.attempt(w);
+        if (r.lease) return r.lease;
+        await w.race(this.pause(w, r.reply!));
+      }
+    } finally {
+      const i = mine.indexOf(w);
+      if (i >= 0) mine.splice(i, 1);
+      if (mine.length === 0) this.lines.delete(w.tag);
+      else if (i === 0) mine[0]!.wake?.();
+    }
+  }
+
+  /** One waiter's try; a grant that lands after the waiter was cancelled is given back. */
+  private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
+    if (this.closed) throw new LimiterClosedError();
+    const id = this.grantId();
+    w.woken = false;
+    // 'w': a caller about to wait is not counted as refused (as in memory).
+    const pending = this.call('w', w.tag, w.permits, id).then((reply) => this.parse(reply));
+    pending.then(
+      (r) => {
+        if (r.allowed && w.done) this.undoGrant(w.tag, w.permits, id, r.nowUs);
+      },
+      () => {},
+    );
+    const r = await w.race(pending);
+    return r.allowed ? { lease: this.lease(w.tag, w.permits, id) } : { reply: r };
+  }
+
+  /** Gives back what a cancelled waiter was granted. */
+  protected undoGrant(tag: string, permits: number, _id: string, nowUs: number): void {
+    this.giveBack(tag, permits, String(nowUs)).catch(reportLost);
+  }
+
+  /** How the head waits after a refusal: the refusal's retryAfterMs. */
+  protected pause(w: Waiter, r: Reply): Promise<void> {
+    return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000, w);
+  }
+}
+
+/** A give-back that could not reach Redis, where nobody awaits it: a process warning. */
+export function reportLost(error: unknown): void {
+  process.emitWarning(
+    `atomic-limiter/redis: permits could not be given back: ${error instanceof Error ? error.message : String(error)}`,
+    { code: 'ATOMIC_LIMITER_REDIS_GIVE_BACK' },
+  );
+}
+
+export const NO_OP_LEASE: RedisLease = Object.freeze({
+  release: (): Promise<void> => Promise.resolve(),
+  [Symbol.dispose](): void {},
+});
+
+function checkAcquireOptions(
+  owner: string,
+  options: unknown,
+): { signal: AbortSignal | undefined; timeoutMs: number | undefined } {
+  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
+  const signal = opts.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw typeError(
+      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
+    );
+  }
+  const timeoutMs = opts.timeoutMs;
+  if (timeoutMs !== undefined) {
+    if (typeof timeoutMs !== 'number') {
+      throw typeError(
+        `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
+      );
+    }
+    if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+      throw rangeError(
+        `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
+      );
+    }
+  }
+  return { signal, timeoutMs };
+}

@@ -1,0 +1,185 @@
+import { show, typeError } from '../validate.js';
+
+/**
+ * One adapter over the clients people use, chosen by the methods a client has (never by
+ * its constructor's name, which bundlers rename and subclasses change):
+ *
+ * - ioredis `Redis` / `Cluster` (v5, v6): `evalsha` and `pipeline`; a Cluster also has
+ *   `nodes`. Calls of one tick go out as one pipeline (per hash slot on a Cluster).
+ * - node-redis `createClient` / `createCluster` (v5, v6): `evalSha` and `sendCommand`; a
+ *   cluster also has `getSlotMaster`, and its `sendCommand` takes the routing key first.
+ *   node-redis writes every command of one tick in one write by itself.
+ */
+export interface Adapter {
+  readonly kind: 'ioredis' | 'node-redis';
+  readonly cluster: boolean;
+  /** Sends `EVALSHA`/`EVAL` calls; each call's promise settles with its own reply or error. */
+  send(calls: readonly Command[]): Promise<unknown>[];
+  /** Subscribes to `channel` on a connection of its own; resolves once subscribed. */
+  subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription>;
+}
+
+export interface Command {
+  /** 'EVALSHA' with the script's SHA1, or 'EVAL' with its source. */
+  readonly verb: 'EVALSHA' | 'EVAL';
+  readonly script: string;
+  readonly keys: readonly string[];
+  readonly args: readonly string[];
+  /** The hash slot of the keys (all share one). */
+  readonly slot: number;
+}
+
+export interface Subscription {
+  close(): Promise<void>;
+}
+
+type Fn = (...args: unknown[]) => unknown;
+type AnyClient = Record<string, unknown>;
+
+function has(client: AnyClient, ...methods: string[]): boolean {
+  return methods.every((m) => typeof client[m] === 'function');
+}
+
+/** The adapter for `client`, or a TypeError naming the option. */
+export function adapt(owner: string, client: unknown): Adapter {
+  if (typeof client === 'object' && client !== null) {
+    const c = client as AnyClient;
+    if (has(c, 'evalsha', 'pipeline')) return new IoRedisAdapter(c, has(c, 'nodes'));
+    if (has(c, 'evalSha', 'sendCommand')) {
+      return new NodeRedisAdapter(c, has(c, 'getSlotMaster'));
+    }
+  }
+  throw typeError(
+    `${owner}: option "redis" must be an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster), got ${show(client)}`,
+  );
+}
+
+function argv(call: Command): string[] {
+  return [call.script, String(call.keys.length), ...call.keys, ...call.args];
+}
+
+class IoRedisAdapter implements Adapter {
+  readonly kind = 'ioredis';
+  constructor(
+    private readonly client: AnyClient,
+    readonly cluster: boolean,
+  ) {}
+
+  private one(call: Command): Promise<unknown> {
+    const method = (call.verb === 'EVALSHA' ? this.client.evalsha : this.client.eval) as Fn;
+    return method.apply(this.client, argv(call)) as Promise<unknown>;
+  }
+
+  send(calls: readonly Command[]): Promise<unknown>[] {
+    if (calls.length === 1) return [this.one(calls[0]!)];
+    // A Cluster pipeline must stay on one node: group by slot (one slot, one node).
+    const groups = new Map<number, number[]>();
+    calls.forEach((call, i) => {
+      const slot = this.cluster ? call.slot : 0;
+      const g = groups.get(slot);
+      if (g) g.push(i);
+      else groups.set(slot, [i]);
+    });
+    const out: Promise<unknown>[] = new Array(calls.length);
+    for (const indexes of groups.values()) {
+      if (indexes.length === 1) {
+        out[indexes[0]!] = this.one(calls[indexes[0]!]!);
+        continue;
+      }
+      const pipeline = (this.client.pipeline as Fn).call(this.client) as AnyClient;
+      for (const i of indexes) {
+        const call = calls[i]!;
+        const method = (call.verb === 'EVALSHA' ? pipeline.evalsha : pipeline.eval) as Fn;
+        method.apply(pipeline, argv(call));
+      }
+      const done = (pipeline.exec as Fn).call(pipeline) as Promise<[Error | null, unknown][]>;
+      indexes.forEach((i, j) => {
+        out[i] = done.then((results) => {
+          const r = results?.[j];
+          if (!r) throw new Error('the pipeline returned no reply for this call');
+          if (r[0]) throw r[0];
+          return r[1];
+        });
+      });
+    }
+    return out;
+  }
+
+  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+    const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
+    // A subscriber's own errors (reconnecting) must not crash the host: ioredis emits
+    // 'error' events, and an EventEmitter with no listener throws them.
+    (sub.on as Fn).call(sub, 'error', () => {});
+    (sub.on as Fn).call(sub, 'message', (ch: string, message: string) => {
+      if (ch === channel) onMessage(message);
+    });
+    try {
+      await ((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>);
+    } catch (error) {
+      (sub.disconnect as Fn).call(sub);
+      throw error;
+    }
+    return {
+      close: async () => {
+        (sub.disconnect as Fn).call(sub);
+      },
+    };
+  }
+}
+
+class NodeRedisAdapter implements Adapter {
+  readonly kind = 'node-redis';
+  constructor(
+    private readonly client: AnyClient,
+    readonly cluster: boolean,
+  ) {}
+
+  send(calls: readonly Command[]): Promise<unknown>[] {
+    const send = this.client.sendCommand as Fn;
+    return calls.map((call) => {
+      const args = [call.verb, ...argv(call)];
+      try {
+        return (
+          this.cluster
+            ? send.call(this.client, call.keys[0], false, args)
+            : send.call(this.client, args)
+        ) as Promise<unknown>;
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    });
+  }
+
+  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+    if (this.cluster) {
+      // A node-redis cluster keeps a pub/sub connection of its own.
+      await ((this.client.subscribe as Fn).call(this.client, channel, onMessage) as Promise<void>);
+      return {
+        close: async () => {
+          await ((this.client.unsubscribe as Fn).call(
+            this.client,
+            channel,
+            onMessage,
+          ) as Promise<void>);
+        },
+      };
+    }
+    const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
+    (sub.on as Fn).call(sub, 'error', () => {});
+    try {
+      await ((sub.connect as Fn).call(sub) as Promise<unknown>);
+      await ((sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>);
+    } catch (error) {
+      void Promise.resolve()
+        .then(() => (sub.destroy as Fn | undefined)?.call(sub))
+        .catch(() => {});
+      throw error;
+    }
+    return {
+      close: async () => {
+        const destroy = (sub.destroy ?? sub.disconnect) as Fn;
+        await Promise.resolve(destroy.call(sub)).catch(() => {});
+      },
+    };
+  }
+}

@@ -1,0 +1,209 @@
+import { randomBytes } from 'node:crypto';
+import { MAX_CONCURRENCY } from '../algorithms/concurrency.js';
+import type { Key } from '../limiter.js';
+import { integerOption, permitsError, rangeError } from '../validate.js';
+import {
+  type RedisLease,
+  RedisLimiter,
+  type RedisOptions,
+  readRedisCommon,
+  reportLost,
+} from './base.js';
+import type { Subscription } from './client.js';
+import { CONCURRENCY_SCRIPT } from './concurrency.lua.js';
+import { tagOf } from './keys.js';
+import { Script } from './runner.js';
+import { sleepUs, type Waiter } from './wait.js';
+
+const SCRIPT = new Script('atomic-limiter:concurrency', CONCURRENCY_SCRIPT);
+
+export interface ConcurrencyOptions extends RedisOptions {
+  /** Permits that may be held at once per key. Integer, 1 to 2^27. */
+  limit: number;
+  /**
+   * A grant's lifetime in ms (default 60 000): a process that dies holding permits gives
+   * them back when its leases expire. Hold permits no longer than this.
+   */
+  leaseMs?: number;
+}
+
+// How long the Pub/Sub connection stays after the last waiter, for the next one.
+const SUBSCRIBER_IDLE_MS = 1000;
+
+/**
+ * Concurrency with its state in Redis: at most `limit` permits held at once per key. Each
+ * grant is a lease that expires after `leaseMs`; release() gives permits back at once, and
+ * acquire() is woken by releases through Pub/Sub (or by the earliest lease's expiry).
+ */
+export class Concurrency extends RedisLimiter {
+  readonly algorithm = 'Concurrency';
+  readonly limit: number;
+  readonly leaseMs: number;
+  private readonly channel: string;
+  private readonly base: readonly string[];
+  private readonly idPrefix = randomBytes(6).toString('base64url');
+  private nextId = 0;
+  private subscription: Promise<Subscription> | undefined;
+  private readonly listening = new Map<string, Set<Waiter>>();
+  private idleTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(options: ConcurrencyOptions) {
+    const { opts, common } = readRedisCommon('Concurrency', options, ['limit', 'leaseMs']);
+    const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_CONCURRENCY);
+    const leaseMs = integerOption('Concurrency', 'leaseMs', opts.leaseMs, 1, 2 ** 31 - 1, 60_000);
+    super('Concurrency', common, SCRIPT);
+    this.limit = limit;
+    this.leaseMs = leaseMs;
+    this.channel = `${this.prefix}:Concurrency:released`;
+    this.base = [String(limit), String(leaseMs * 1000), this.channel];
+  }
+
+  protected override keysOf(tag: string): readonly string[] {
+    const base = `${this.prefix}:Concurrency:{${tag}}`;
+    return [base, `${base}:z`];
+  }
+
+  protected params(tag: string): readonly string[] {
+    return [...this.base, tag];
+  }
+
+  protected override grantId(): string {
+    return `${this.idPrefix}.${(this.nextId++).toString(36)}`;
+  }
+
+  /**
+   * Returns `permits` held for `key`, from its oldest grants. Releasing more than the key
+   * holds is a RangeError, as in memory (nothing is released then). Rejects with
+   * BackendUnavailableError when Redis cannot be reached: a release is never dropped.
+   */
+  release(key?: Key, permits = 1): Promise<void> {
+    let tag: string;
+    try {
+      this.checkPermits('Concurrency.release', permits);
+      tag = tagOf(this.owner, key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.call('l', tag, permits).then(
+      (reply) => {
+        const status = this.num(reply, 0);
+        if (status === -1) {
+          throw rangeError(
+            `Concurrency.release: permits (${permits}) exceed the permits held for this key (${this.num(reply, 1)})`,
+          );
+        }
+        if (status !== 1) throw this.badReply(reply);
+      },
+      (error) => {
+        throw this.unavailableError(error);
+      },
+    );
+  }
+
+  /** Releases one lease by its id; a lease that already expired releases nothing. */
+  private releaseLease(tag: string, permits: number, id: string): Promise<void> {
+    if (!(permits >= 1))
+      return Promise.reject(permitsError('Concurrency.release', permits, this.limit));
+    // After close() too: a lease taken is always given back.
+    return this.call('l', tag, permits, id, true).then(
+      (reply) => {
+        const status = this.num(reply, 0);
+        if (status !== 0 && status !== 1) throw this.badReply(reply);
+      },
+      (error) => {
+        throw this.unavailableError(error);
+      },
+    );
+  }
+
+  protected override lease(tag: string, permits: number, id: string): RedisLease {
+    let released: Promise<void> | undefined;
+    const release = (): Promise<void> => {
+      released ??= this.releaseLease(tag, permits, id);
+      return released;
+    };
+    return {
+      release,
+      // dispose cannot report a failure: use `await lease.release()` to see it.
+      [Symbol.dispose]: () => {
+        release().catch(reportLost);
+      },
+    };
+  }
+
+  protected override undoGrant(tag: string, permits: number, id: string): void {
+    this.releaseLease(tag, permits, id).catch(reportLost);
+  }
+
+  /** Subscribes once (lazily) to the release channel; messages wake that key's head. */
+  private subscribe(): Promise<Subscription> {
+    if (this.idleTimer) {
+      clearTimeout(this.idleTimer);
+      this.idleTimer = undefined;
+    }
+    this.subscription ??= this.adapter.subscribe(this.channel, (tag) => {
+      for (const w of this.listening.get(tag) ?? []) {
+        w.woken = true;
+        w.wake?.();
+      }
+    });
+    const s = this.subscription;
+    s.catch(() => {
+      if (this.subscription === s) this.subscription = undefined;
+    });
+    return s;
+  }
+
+  protected override async waitFor(w: Waiter): Promise<RedisLease> {
+    let set = this.listening.get(w.tag);
+    if (!set) this.listening.set(w.tag, (set = new Set()));
+    set.add(w);
+    try {
+      return await super.waitFor(w);
+    } finally {
+      set.delete(w);
+      if (set.size === 0) this.listening.delete(w.tag);
+      if (this.listening.size === 0 && this.subscription && !this.idleTimer) {
+        // Not unref'd: the subscriber's own connection would keep the process alive, and
+        // only this timer closes it when nobody calls close().
+        this.idleTimer = setTimeout(() => this.unsubscribe(), SUBSCRIBER_IDLE_MS);
+      }
+    }
+  }
+
+  private unsubscribe(): Promise<void> {
+    this.idleTimer = undefined;
+    const s = this.subscription;
+    this.subscription = undefined;
+    return s ? s.then((x) => x.close()).catch(() => {}) : Promise.resolve();
+  }
+
+  /**
+   * After a refusal: wait for a release of this key, or the earliest lease's expiry. The
+   * subscription is made before the next try, and `woken` is cleared before each try, so a
+   * release between the try and the wait is not missed.
+   */
+  protected override async pause(w: Waiter, r: { hintUs: number }): Promise<void> {
+    if (!this.subscription) {
+      try {
+        await this.subscribe();
+        return; // subscribed now: try again at once
+      } catch {
+        // No Pub/Sub: the lease expiry (or a short retry) still wakes us.
+      }
+    }
+    if (w.woken) return;
+    const woken = new Promise<void>((resolve) => {
+      w.wake = resolve;
+    });
+    const waits: Promise<void>[] = [woken];
+    if (r.hintUs >= 0) waits.push(sleepUs(this.clock, r.hintUs + 1, w));
+    else if (!this.subscription) waits.push(sleepUs(this.clock, this.timeoutMs * 1000, w));
+    await Promise.race(waits);
+  }
+
+  protected override onClose(): Promise<void> {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    return this.unsubscribe();
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * The Lua every script shares, around one algorithm's functions. An algorithm defines
+ * `load()`, `save(st)`, `drop()`, `step(st, t, p)`, `give(st, t, p, taken)`, `avail(st, t)`,
+ * `fresh(st, t)` and `est(st, t, p)`: the same functions, with the same arithmetic, as the
+ * in-memory class (src/algorithms/*.ts), on plain fields instead of a packed word. `t` is
+ * microseconds; nothing here rounds except where the in-memory class rounds.
+ *
+ * ARGV: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund,
+ * 'l' release, 's' stats, 'x' reset), 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
+ * time, or a lease id), 5 extra TTL in ms (slack for a ManualClock), 6… the algorithm's
+ * parameters. Numbers go back as strings ('%.17g' round-trips a double; Redis would
+ * truncate a Lua number to an integer).
+ */
+export const PRELUDE = `
+local OP = ARGV[1]
+local NOW
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  NOW = tonumber(ARGV[2])
+end
+local PERMITS = tonumber(ARGV[3])
+local EXTRA = ARGV[4]
+local SLACK_MS = tonumber(ARGV[5])
+local INF = math.huge
+local function fmt(x) return string.format('%.17g', x) end
+-- A figure for the reply: integers as integer replies (exact), the rest as '%.17g' strings.
+local function out(x)
+  if x == math.floor(x) and x > -9e15 and x < 9e15 then return x end
+  return fmt(x)
+end
+local function ttlMs(us) return math.ceil(us / 1000) + SLACK_MS end
+`;
+
+/** Runs the op. The retry search is the in-memory Limiter.retryAfterUs(), step for step. */
+export const DRIVER = `
+local function retryAfter(st, p)
+  local guess = est(st, NOW, p)
+  if guess ~= guess or guess == INF then return INF end
+  local function ok(r) return step(st, NOW + r, p) ~= nil end
+  local hi = math.max(0, math.ceil(guess))
+  local lo = 0
+  if ok(hi) then
+    if hi == 0 or not ok(hi - 1) then return hi end
+  else
+    local s = 1
+    repeat
+      lo = hi + 1
+      hi = hi + s
+      s = s * 2
+      if hi > 4503599627370496 then return INF end
+    until ok(hi)
+  end
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if ok(mid) then hi = mid else lo = mid + 1 end
+  end
+  return hi
+end
+
+local st = load()
+if OP == 't' then
+  -- tryAcquire(): the verdict alone, nothing else computed.
+  local nx = step(st, NOW, PERMITS)
+  if nx then
+    nx.adm = st.adm + PERMITS
+    nx.rej = st.rej
+    save(nx)
+    return 1
+  end
+  st.rej = st.rej + PERMITS
+  save(st)
+  return 0
+elseif OP == 'c' or OP == 'w' or OP == 'q' then
+  local nx = step(st, NOW, PERMITS)
+  if nx then
+    nx.adm = st.adm + PERMITS
+    nx.rej = st.rej
+    save(nx)
+    return {1, out(avail(nx, NOW)), 0, out(fresh(nx, NOW)), out(NOW)}
+  end
+  if OP == 'q' then return reserve(st) end
+  -- A caller about to wait ('w') is not refused: only count real refusals.
+  if OP == 'c' then st.rej = st.rej + PERMITS end
+  save(st)
+  return {0, out(avail(st, NOW)), out(retryAfter(st, PERMITS)), out(fresh(st, NOW)), out(NOW),
+    out(hint(st))}
+elseif OP == 'r' then
+  local taken = NOW
+  if EXTRA ~= '' then taken = tonumber(EXTRA) end
+  local nx = give(st, NOW, PERMITS, taken)
+  if nx then
+    nx.adm = st.adm
+    nx.rej = st.rej
+    save(nx)
+  end
+  return {1}
+elseif OP == 'l' then
+  return release(st)
+elseif OP == 's' then
+  return {out(avail(st, NOW)), out(st.adm), out(st.rej)}
+elseif OP == 'x' then
+  drop()
+  return {1}
+end
+return redis.error_reply('atomic-limiter: unknown op ' .. tostring(OP))
+`;

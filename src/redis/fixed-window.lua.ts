@@ -1,0 +1,74 @@
+import { DRIVER, PRELUDE } from './driver.lua.js';
+
+/**
+ * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
+ * Stored as "window count admitted rejected" with a TTL of the rest of the window.
+ *
+ * ARGV[6…]: limit, windowUs.
+ */
+export const FIXED_WINDOW_SCRIPT = `${PRELUDE}
+local LIMIT = tonumber(ARGV[6])
+local W = tonumber(ARGV[7])
+
+local function load()
+  local v = redis.call('GET', KEYS[1])
+  if not v then return {adm = 0, rej = 0} end
+  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+  return {win = tonumber(a), count = tonumber(b), adm = tonumber(c), rej = tonumber(d)}
+end
+
+-- The window the state counts in (>= the current one) and its count; 0 if stale.
+local function read(st, t)
+  local win = math.floor(t / W)
+  if not st.win then return win, 0 end
+  -- A stored window later than now means the clock went back: keep counting in it.
+  if st.win >= win then return st.win, st.count end
+  return win, 0
+end
+
+local function fresh(st, t)
+  local win, count = read(st, t)
+  if count == 0 then return 0 end
+  return (win + 1) * W - t
+end
+
+local function save(st)
+  local f = fresh(st, NOW)
+  if f <= 0 then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('SET', KEYS[1],
+      string.format('%d %d %d %d', st.win, st.count, st.adm, st.rej),
+      'PX', ttlMs(f))
+  end
+end
+
+local function drop() redis.call('DEL', KEYS[1]) end
+
+local function step(st, t, p)
+  local win, count = read(st, t)
+  if count + p > LIMIT then return nil end
+  return {win = win, count = count + p}
+end
+
+-- Permits go back to the window they were taken in; from a window that has passed, nowhere.
+local function give(st, t, p, taken)
+  local win, count = read(st, t)
+  if count == 0 or math.floor(taken / W) ~= win then return nil end
+  return {win = win, count = math.max(0, count - p)}
+end
+
+local function avail(st, t)
+  local _, count = read(st, t)
+  return LIMIT - count
+end
+
+local function est(st, t, p)
+  local win = read(st, t)
+  return (win + 1) * W - t
+end
+
+local function hint(st) return 0 end
+local function release(st) return {0} end
+local function reserve(st) return {0} end
+${DRIVER}`;

@@ -1,0 +1,48 @@
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor } from '../algorithms/window-bits.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { FIXED_WINDOW_SCRIPT } from './fixed-window.lua.js';
+import { Script } from './runner.js';
+
+const SCRIPT = new Script('atomic-limiter:fixed-window', FIXED_WINDOW_SCRIPT);
+
+export interface FixedWindowOptions extends RedisOptions {
+  /** Permits per window; the same range as the in-memory FixedWindow. */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30), aligned to time 0 of Redis TIME. */
+  windowMs: number;
+}
+
+/** FixedWindow with its state in Redis: at most `limit` permits per aligned window. */
+export class FixedWindow extends RedisLimiter {
+  readonly algorithm = 'FixedWindow';
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly args: readonly string[];
+
+  constructor(options: FixedWindowOptions) {
+    const { opts, common } = readRedisCommon('FixedWindow', options, ['limit', 'windowMs']);
+    const windowMs = positiveNumberOption(
+      'FixedWindow',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    const limit = integerOption(
+      'FixedWindow',
+      'limit',
+      opts.limit,
+      1,
+      maxLimitFor(windowMs * 1000, 1),
+    );
+    super('FixedWindow', common, SCRIPT);
+    this.limit = limit;
+    this.windowMs = windowMs;
+    this.args = [String(limit), String(windowMs * 1000)];
+  }
+
+  protected params(): readonly string[] {
+    return this.args;
+  }
+}

@@ -1,0 +1,93 @@
+import { MAX_GCRA_CAPACITY } from '../algorithms/gcra.js';
+import { QueueFullError } from '../errors.js';
+import {
+  NO_OP_LEASE,
+  type RedisCommon,
+  type RedisLease,
+  RedisLimiter,
+  reportLost,
+} from './base.js';
+import { GCRA_SCRIPT } from './gcra.lua.js';
+import { GCRA_TRY_SCRIPT } from './gcra-try.lua.js';
+import { Script } from './runner.js';
+import { sleepUs, type Waiter } from './wait.js';
+
+const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT);
+const TRY_SCRIPT = new Script('atomic-limiter:gcra-try', GCRA_TRY_SCRIPT);
+
+/**
+ * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
+ * (src/algorithms/gcra.ts), so that both give the same figures. acquire() reserves the
+ * permits' future time in the script, then sleeps here until it comes.
+ */
+export abstract class RedisGcra extends RedisLimiter {
+  readonly limit: number;
+  private readonly args: readonly string[];
+
+  protected constructor(
+    owner: string,
+    common: RedisCommon,
+    capacity: number,
+    ratePerSecond: number,
+    leaky: boolean,
+  ) {
+    super(owner, common, SCRIPT);
+    this.tryScript = TRY_SCRIPT;
+    // As in Gcra's constructor: K units per emission interval, so that the burst fits in
+    // 2^24 units and a unit is at least 1 µs.
+    const intervalUs = 1e6 / ratePerSecond;
+    const k = Math.max(
+      1,
+      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(intervalUs)),
+    );
+    const scale = k / intervalUs;
+    this.limit = capacity;
+    this.args = [
+      String(k),
+      String(scale),
+      String(capacity * k),
+      String(capacity),
+      leaky ? '1' : '0',
+      String(common.queueLimit),
+    ];
+  }
+
+  protected params(): readonly string[] {
+    return this.args;
+  }
+
+  protected override async waitFor(w: Waiter): Promise<RedisLease> {
+    const pending = this.call('q', w.tag, w.permits);
+    // A reservation that lands after the waiter left is given back.
+    pending.then(
+      (reply) => {
+        if (w.done && Array.isArray(reply) && (reply[0] === 1 || reply[0] === 3)) {
+          this.giveBack(w.tag, w.permits, '').catch(reportLost);
+        }
+      },
+      () => {},
+    );
+    const reply = await w.race(pending);
+    const status = this.num(reply, 0);
+    if (status === 1) return NO_OP_LEASE;
+    if (status === 2) {
+      const retryUs = this.num(reply, 1);
+      throw new QueueFullError(
+        this.queueLimit === 0
+          ? `${this.owner}: option "queueLimit" is 0, so acquire() never waits`
+          : `${this.owner}: more than ${this.queueLimit} permits would wait for this key (option "queueLimit"); retry after ${retryUs / 1000} ms`,
+      );
+    }
+    if (status !== 3) throw this.badReply(reply);
+    const waitUs = this.num(reply, 1);
+    try {
+      await w.race(sleepUs(this.clock, waitUs, w));
+    } catch (error) {
+      // Abort, timeout or close: the reservation goes back (later reservations keep their
+      // times; the rate is never exceeded).
+      this.giveBack(w.tag, w.permits, '').catch(reportLost);
+      throw error;
+    }
+    return NO_OP_LEASE;
+  }
+}

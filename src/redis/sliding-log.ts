@@ -1,0 +1,51 @@
+import { MAX_LOG_LIMIT } from '../algorithms/sliding-log.js';
+import { MAX_WINDOW_MS, MIN_WINDOW_MS } from '../algorithms/window-bits.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { Script } from './runner.js';
+import { SLIDING_LOG_SCRIPT } from './sliding-log.lua.js';
+
+const SCRIPT = new Script('atomic-limiter:sliding-log', SLIDING_LOG_SCRIPT);
+
+export interface SlidingLogOptions extends RedisOptions {
+  /** Permits in any trailing window. Integer, 1 to 65 536. */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30). */
+  windowMs: number;
+}
+
+/**
+ * SlidingLog with its state in Redis: exact, at most `limit` permits in any trailing
+ * `windowMs`. A key holds a list of up to `limit` grant times (about 20 bytes each).
+ */
+export class SlidingLog extends RedisLimiter {
+  readonly algorithm = 'SlidingLog';
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly args: readonly string[];
+
+  constructor(options: SlidingLogOptions) {
+    const { opts, common } = readRedisCommon('SlidingLog', options, ['limit', 'windowMs']);
+    const limit = integerOption('SlidingLog', 'limit', opts.limit, 1, MAX_LOG_LIMIT);
+    const windowMs = positiveNumberOption(
+      'SlidingLog',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    super('SlidingLog', common, SCRIPT);
+    this.limit = limit;
+    this.windowMs = windowMs;
+    this.args = [String(limit), String(windowMs * 1000)];
+  }
+
+  protected override keysOf(tag: string): readonly string[] {
+    const base = `${this.prefix}:SlidingLog:{${tag}}`;
+    return [base, `${base}:n`];
+  }
+
+  protected params(): readonly string[] {
+    return this.args;
+  }
+}

@@ -1,0 +1,48 @@
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor } from '../algorithms/window-bits.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { Script } from './runner.js';
+import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
+
+const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT);
+
+export interface SlidingWindowOptions extends RedisOptions {
+  /** Permits per window; the same range as the in-memory SlidingWindow. */
+  limit: number;
+  /** Window length in milliseconds (0.001 to 2^30). */
+  windowMs: number;
+}
+
+/** SlidingWindow with its state in Redis: the two-window weighted counter, as in memory. */
+export class SlidingWindow extends RedisLimiter {
+  readonly algorithm = 'SlidingWindow';
+  readonly limit: number;
+  readonly windowMs: number;
+  private readonly args: readonly string[];
+
+  constructor(options: SlidingWindowOptions) {
+    const { opts, common } = readRedisCommon('SlidingWindow', options, ['limit', 'windowMs']);
+    const windowMs = positiveNumberOption(
+      'SlidingWindow',
+      'windowMs',
+      opts.windowMs,
+      MIN_WINDOW_MS,
+      MAX_WINDOW_MS,
+    );
+    const limit = integerOption(
+      'SlidingWindow',
+      'limit',
+      opts.limit,
+      1,
+      maxLimitFor(windowMs * 1000, 2),
+    );
+    super('SlidingWindow', common, SCRIPT);
+    this.limit = limit;
+    this.windowMs = windowMs;
+    this.args = [String(limit), String(windowMs * 1000)];
+  }
+
+  protected params(): readonly string[] {
+    return this.args;
+  }
+}

@@ -1,0 +1,36 @@
+import { MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from '../algorithms/gcra.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
+import { type RedisOptions, readRedisCommon } from './base.js';
+import { RedisGcra } from './gcra.js';
+
+export interface TokenBucketOptions extends RedisOptions {
+  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^24. */
+  capacity: number;
+  /** Tokens added per second, continuously. From 1e-6 to 1e6, fractions allowed. */
+  refillPerSecond: number;
+}
+
+/** TokenBucket with its state in Redis: the in-memory TokenBucket's meaning and figures. */
+export class TokenBucket extends RedisGcra {
+  readonly algorithm = 'TokenBucket';
+  readonly capacity: number;
+  readonly refillPerSecond: number;
+
+  constructor(options: TokenBucketOptions) {
+    const { opts, common } = readRedisCommon('TokenBucket', options, [
+      'capacity',
+      'refillPerSecond',
+    ]);
+    const capacity = integerOption('TokenBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
+    const refill = positiveNumberOption(
+      'TokenBucket',
+      'refillPerSecond',
+      opts.refillPerSecond,
+      MIN_RATE_PER_SECOND,
+      MAX_RATE_PER_SECOND,
+    );
+    super('TokenBucket', common, capacity, refill, false);
+    this.capacity = capacity;
+    this.refillPerSecond = refill;
+  }
+}

@@ -1,0 +1,89 @@
+import type { ManualClock } from '../clock.js';
+
+/** A cancellable wait: abort, timeout or close() reject `cancelled` with their reason. */
+export class Waiter {
+  done = false;
+  readonly cancelled: Promise<never>;
+  private cancel!: (reason: unknown) => void;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private onAbort: (() => void) | undefined;
+  /** Set by a release message for this waiter's key (Concurrency). */
+  woken = false;
+  wake: (() => void) | undefined;
+
+  constructor(
+    readonly tag: string,
+    readonly permits: number,
+    private readonly signal: AbortSignal | undefined,
+    timeoutMs: number | undefined,
+  ) {
+    this.cancelled = new Promise<never>((_, reject) => {
+      this.cancel = reject;
+    });
+    this.cancelled.catch(() => {});
+    if (signal) {
+      this.onAbort = () => this.stop(signal.reason);
+      signal.addEventListener('abort', this.onAbort, { once: true });
+    }
+    if (timeoutMs !== undefined) {
+      this.timer = setTimeout(
+        () => this.stop(new DOMException('The operation timed out.', 'TimeoutError')),
+        timeoutMs,
+      );
+    }
+  }
+
+  private readonly cleanups: (() => void)[] = [];
+
+  /** Ends the wait with `reason` (the acquire() promise rejects with it). */
+  stop(reason: unknown): void {
+    if (this.done) return;
+    this.finish();
+    this.cancel(reason);
+  }
+
+  /** Runs `f` when the waiter settles (clears its sleep timers). */
+  onFinish(f: () => void): void {
+    if (this.done) f();
+    else this.cleanups.push(f);
+  }
+
+  /** Clears the timer and the abort listener; the waiter is settled. */
+  finish(): void {
+    if (!this.done) for (const f of this.cleanups.splice(0)) f();
+    this.done = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.onAbort) this.signal?.removeEventListener('abort', this.onAbort);
+  }
+
+  /** `promise`, unless the wait is cancelled first. */
+  race<T>(promise: Promise<T>): Promise<T> {
+    return Promise.race([promise, this.cancelled]);
+  }
+}
+
+/**
+ * Resolves once `us` microseconds have passed on `clock` (a ManualClock: when advance()
+ * or set() moves it that far), or on the real clock when `clock` is undefined. A pending
+ * Atomics.waitAsync keeps no process alive, so only the real timer is cleared when `w`
+ * settles.
+ */
+export function sleepUs(clock: ManualClock | undefined, us: number, w?: Waiter): Promise<void> {
+  if (!clock) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, Math.ceil(us / 1000)));
+      // A waiter that leaves does not keep the process alive until its sleep ends.
+      w?.onFinish(() => clearTimeout(timer));
+    });
+  }
+  const target = clock.nowUs() + us;
+  const { words, index } = clock.tickWord;
+  return (async () => {
+    for (;;) {
+      const seen = Atomics.load(words, index);
+      if (clock.nowUs() >= target) return;
+      const r = Atomics.waitAsync(words, index, seen);
+      if (r.async) await r.value;
+    }
+  })();
+}

@@ -1,0 +1,178 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LimiterClosedError, ManualClock, QueueFullError } from '../src/index.js';
+import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
+import { RedisServer } from './helpers/redis.js';
+
+// acquire() on Redis, driven by a ManualClock (its time goes to the scripts, and waits
+// follow it): bucket reservations in FIFO order, the queue limit, abort giving a
+// reservation back, windows retrying at retryAfterMs, close() rejecting waiters.
+
+/** Lets pending promise chains and Redis round trips run. */
+async function settle(redis: Redis): Promise<void> {
+  for (let i = 0; i < 3; i++) {
+    await redis.ping();
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+function track<T>(p: Promise<T>, log: string[], name: string): Promise<T> {
+  return p.then(
+    (v) => {
+      log.push(name);
+      return v;
+    },
+    (e) => {
+      log.push(`${name}:${e.name}`);
+      throw e;
+    },
+  );
+}
+
+describe('acquire() on Redis', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let n = 0;
+  const prefix = () => `acq${n++}`;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new Redis(server.port, '127.0.0.1');
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
+
+  it('TokenBucket reserves in FIFO order, refuses past queueLimit, and an abort gives the reservation back', async () => {
+    const clock = new ManualClock(0);
+    const b = new TokenBucket({
+      redis,
+      capacity: 2,
+      refillPerSecond: 1,
+      queueLimit: 3,
+      clock,
+      prefix: prefix(),
+    });
+    expect(await b.tryAcquire('k', 2)).toBe(true);
+    const log: string[] = [];
+    const a1 = track(b.acquire('k'), log, 'a1');
+    const ctl = new AbortController();
+    const a2 = track(b.acquire('k', 1, { signal: ctl.signal }), log, 'a2');
+    const a3 = track(b.acquire('k'), log, 'a3');
+    a2.catch(() => {});
+    await settle(redis);
+    // Three permits owed: a fourth would pass the queue limit.
+    await expect(b.acquire('k')).rejects.toBeInstanceOf(QueueFullError);
+    // Nobody jumps the line.
+    expect(await b.tryAcquire('k')).toBe(false);
+    ctl.abort();
+    await settle(redis);
+    expect(log).toEqual(['a2:AbortError']);
+    clock.advance(1000);
+    await a1;
+    await settle(redis);
+    expect(log).toEqual(['a2:AbortError', 'a1']);
+    // a3 keeps the time it reserved (3 s); a2's permit went back to the bucket, so at 3 s
+    // one newcomer gets in beside a3: 5 permits by 3 s, the rate exactly.
+    clock.advance(1500);
+    expect(await b.tryAcquire('k')).toBe(false);
+    clock.advance(500);
+    await a3;
+    expect(log).toEqual(['a2:AbortError', 'a1', 'a3']);
+    expect(await b.tryAcquire('k')).toBe(true);
+    expect(await b.tryAcquire('k')).toBe(false);
+    await b.close();
+  });
+
+  it('LeakyBucket lets waiters out at the constant rate, at most capacity waiting', async () => {
+    const clock = new ManualClock(0);
+    const b = new LeakyBucket({ redis, capacity: 3, ratePerSecond: 2, clock, prefix: prefix() });
+    const log: string[] = [];
+    const all = [0, 1, 2].map((i) => track(b.acquire('k'), log, `w${i}`));
+    await settle(redis);
+    expect(log).toEqual(['w0']);
+    await expect(b.acquire('k')).rejects.toBeInstanceOf(QueueFullError);
+    clock.advance(500);
+    await all[1];
+    await settle(redis);
+    expect(log).toEqual(['w0', 'w1']);
+    clock.advance(500);
+    await all[2];
+    expect(log).toEqual(['w0', 'w1', 'w2']);
+    await b.close();
+  });
+
+  it('FixedWindow waiters retry at the next window, in arrival order, queueLimit per key', async () => {
+    const clock = new ManualClock(0);
+    const w = new FixedWindow({
+      redis,
+      limit: 2,
+      windowMs: 1000,
+      queueLimit: 2,
+      clock,
+      prefix: prefix(),
+    });
+    expect(await w.tryAcquire('k', 2)).toBe(true);
+    const log: string[] = [];
+    const a = track(w.acquire('k'), log, 'a');
+    const b = track(w.acquire('k'), log, 'b');
+    await settle(redis);
+    await expect(w.acquire('k')).rejects.toBeInstanceOf(QueueFullError);
+    expect((await w.stats('k')).queued).toBe(2);
+    clock.advance(1000);
+    await Promise.all([a, b]);
+    expect(log).toEqual(['a', 'b']);
+    expect((await w.stats('k')).available).toBe(0);
+    await w.close();
+  });
+
+  it('Concurrency: an aborted waiter takes nothing; close() rejects the others', async () => {
+    const c = new Concurrency({ redis, limit: 1, queueLimit: 5, prefix: prefix() });
+    const held = await c.acquire('k');
+    const ctl = new AbortController();
+    const aborted = c.acquire('k', 1, { signal: ctl.signal });
+    const other = c.acquire('k');
+    ctl.abort();
+    await expect(aborted).rejects.toMatchObject({ name: 'AbortError' });
+    await held.release();
+    const lease = await other;
+    expect((await c.stats('k')).available).toBe(0);
+    const last = c.acquire('k');
+    await settle(redis);
+    const rejected = expect(last).rejects.toBeInstanceOf(LimiterClosedError);
+    await c.close();
+    await rejected;
+    await lease.release().catch(() => {});
+  });
+
+  it('close() gives back a sleeping reservation and still releases leases', async () => {
+    const clock = new ManualClock(0);
+    const p = prefix();
+    const b = new TokenBucket({
+      redis,
+      capacity: 1,
+      refillPerSecond: 1,
+      queueLimit: 1,
+      clock,
+      prefix: p,
+    });
+    expect(await b.tryAcquire('k')).toBe(true);
+    const waiting = b.acquire('k');
+    await settle(redis);
+    const closed = expect(waiting).rejects.toBeInstanceOf(LimiterClosedError);
+    await b.close();
+    await closed;
+    await settle(redis);
+    clock.advance(1000);
+    // The reservation (1 s) went back: at 1 s the bucket holds one token again.
+    const same = new TokenBucket({ redis, capacity: 1, refillPerSecond: 1, clock, prefix: p });
+    expect((await same.stats('k')).available).toBe(1);
+
+    const c = new Concurrency({ redis, limit: 1, prefix: prefix() });
+    const lease = await c.acquire('k');
+    await c.close();
+    await lease.release();
+    const again = new Concurrency({ redis, limit: 1, prefix: c.prefix });
+    expect((await again.stats('k')).available).toBe(1);
+  });
+});

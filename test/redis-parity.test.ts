@@ -1,0 +1,139 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as mem from '../src/index.js';
+import { ManualClock } from '../src/index.js';
+import * as red from '../src/redis/index.js';
+import { RedisServer } from './helpers/redis.js';
+
+// One seeded random sequence of calls (keys, permits, time steps, refunds) goes through the
+// Redis class and the in-memory class on one ManualClock; every Decision must be equal,
+// field for field (allowed, remaining, retryAfterMs, resetAfterMs, reason).
+
+function prng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+type Pair = {
+  m: mem.AnyLimiter;
+  r: red.TokenBucket | red.FixedWindow | red.Concurrency;
+  windowMs: number;
+};
+
+const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair][] = [
+  [
+    'TokenBucket',
+    (redis, clock, prefix) => ({
+      m: new mem.TokenBucket({ capacity: 10, refillPerSecond: 3.7, clock }),
+      r: new red.TokenBucket({ redis, capacity: 10, refillPerSecond: 3.7, clock, prefix }),
+      windowMs: 3000,
+    }),
+  ],
+  [
+    'LeakyBucket',
+    (redis, clock, prefix) => ({
+      m: new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }),
+      r: new red.LeakyBucket({ redis, capacity: 6, ratePerSecond: 2.5, clock, prefix }) as never,
+      windowMs: 2000,
+    }),
+  ],
+  [
+    'FixedWindow',
+    (redis, clock, prefix) => ({
+      m: new mem.FixedWindow({ limit: 9, windowMs: 1000, clock }),
+      r: new red.FixedWindow({ redis, limit: 9, windowMs: 1000, clock, prefix }),
+      windowMs: 1000,
+    }),
+  ],
+  [
+    'SlidingWindow',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingWindow({ limit: 11, windowMs: 700, clock }),
+      r: new red.SlidingWindow({ redis, limit: 11, windowMs: 700, clock, prefix }) as never,
+      windowMs: 700,
+    }),
+  ],
+  [
+    'SlidingLog',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingLog({ limit: 7, windowMs: 500, clock }),
+      r: new red.SlidingLog({ redis, limit: 7, windowMs: 500, clock, prefix }) as never,
+      windowMs: 500,
+    }),
+  ],
+  [
+    'Concurrency',
+    (redis, clock, prefix) => ({
+      m: new mem.Concurrency({ limit: 5, clock }),
+      r: new red.Concurrency({ redis, limit: 5, clock, prefix, leaseMs: 2 ** 30 }),
+      windowMs: 1000,
+    }),
+  ],
+];
+
+// Refunds of windows and the log follow the in-memory rules (a refund lands in the window
+// its permits were taken in; a refunded log entry's time is never reused).
+describe('Redis limiters decide exactly as the in-memory classes', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new Redis(server.port, '127.0.0.1');
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
+
+  for (const [name, make] of CASES) {
+    for (const withRefunds of [false, true]) {
+      it(`${name}: 400 random calls ${withRefunds ? 'with refunds ' : ''}give equal decisions`, async () => {
+        const clock = new ManualClock(0);
+        const { m, r, windowMs } = make(redis, clock, `parity-${name}-${withRefunds}`);
+        const next = prng(name.length * 1000 + (withRefunds ? 7 : 1));
+        const keys = ['a', 'b{x}', 42];
+        const limit = m.limit;
+        for (let step = 0; step < 400; step++) {
+          const x = next();
+          const key = keys[Math.floor(next() * keys.length)];
+          const permits = 1 + Math.floor(next() ** 3 * limit);
+          if (x < 0.2) {
+            clock.advance(Math.round(next() * windowMs * 1.3 * 1000) / 1000);
+          } else if (x < 0.32 && withRefunds) {
+            if (name === 'Concurrency') {
+              let memError: unknown;
+              try {
+                (m as mem.Concurrency).release(key, permits);
+              } catch (e) {
+                memError = e;
+              }
+              const redisError = await (r as red.Concurrency).release(key, permits).then(
+                () => undefined,
+                (e) => e,
+              );
+              expect([step, redisError?.constructor]).toEqual([step, memError?.constructor]);
+            } else {
+              m.refund(key, permits);
+              await r.refund(key, permits);
+            }
+          } else {
+            const dm = m.consume(key, permits);
+            const dr = await r.consume(key, permits);
+            expect({ step, key, permits, ...dr }).toEqual({ step, key, permits, ...dm });
+          }
+        }
+        for (const key of keys) {
+          const sm = m.stats(key);
+          const sr = await r.stats(key);
+          expect(sr.available).toBe(sm.available);
+        }
+      });
+    }
+  }
+});
