@@ -4,11 +4,12 @@ import { permitsError, show, typeError } from './validate.js';
 
 /**
  * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
- * chain — anything with `consume`, `refund` and a numeric `limit`. Methods may answer
- * synchronously or with a promise.
+ * chain — anything with `consume` and `refund`. Methods may answer synchronously or with a
+ * promise. `limit` may be unknown for a while (a cluster client learns it from the primary's
+ * first answer): the chain then leaves checking permits against it to that member.
  */
 export interface ChainMember {
-  readonly limit: number;
+  readonly limit: number | undefined;
   readonly algorithm?: string;
   consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
   refund(key?: Key, permits?: number): void | PromiseLike<void>;
@@ -49,20 +50,25 @@ function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
 export class Chain<M extends ChainMember = ChainMember> {
   readonly algorithm = 'chain';
   readonly limiters: readonly M[];
-  /** Largest permits one call may ask for: the smallest limit of the chain. */
-  readonly limit: number;
+  /** Largest permits one call may ask for: the smallest limit the chain knows of yet. */
+  get limit(): number {
+    let limit = Number.POSITIVE_INFINITY;
+    for (const l of this.limiters)
+      if (typeof l.limit === 'number' && l.limit < limit) limit = l.limit;
+    return limit;
+  }
   // When each in-memory member took its permits (its clock), for the rollback.
   private readonly takenUs: Float64Array;
 
   constructor(limiters: readonly M[]) {
     this.limiters = [...limiters];
-    this.limit = Math.min(...this.limiters.map((l) => l.limit));
     this.takenUs = new Float64Array(this.limiters.length);
   }
 
   private check(permits: number): void {
-    if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
-      throw permitsError('chain', permits, this.limit);
+    const limit = this.limit;
+    if (!(permits >= 1 && permits <= limit) || (permits | 0) !== permits) {
+      throw permitsError('chain', permits, limit);
     }
   }
 
@@ -192,14 +198,16 @@ export class Chain<M extends ChainMember = ChainMember> {
   private granted(decisions: Decision[]): ChainDecision {
     let remaining = Number.POSITIVE_INFINITY;
     let resetAfterMs = 0;
+    let limit = Number.POSITIVE_INFINITY;
     for (const d of decisions) {
       remaining = Math.min(remaining, d.remaining);
       resetAfterMs = Math.max(resetAfterMs, d.resetAfterMs);
+      limit = Math.min(limit, d.limit);
     }
     return {
       allowed: true,
       remaining,
-      limit: this.limit,
+      limit,
       retryAfterMs: 0,
       resetAfterMs,
       decisions,
@@ -297,8 +305,7 @@ function isMember(value: unknown): value is ChainMember {
     v !== null &&
     typeof v.consume === 'function' &&
     typeof v.refund === 'function' &&
-    typeof v.limit === 'number' &&
-    v.limit >= 1
+    (v.limit === undefined || (typeof v.limit === 'number' && v.limit >= 1))
   );
 }
 
@@ -311,7 +318,7 @@ export function chain<L extends ChainMember[]>(...limiters: L): Chain<L[number]>
   limiters.forEach((l, i) => {
     if (!isMember(l)) {
       throw typeError(
-        `chain: argument ${i} must be a limiter (with consume, refund and a limit), got ${show(l)}`,
+        `chain: argument ${i} must be a limiter (with consume and refund), got ${show(l)}`,
       );
     }
   });

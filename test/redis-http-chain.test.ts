@@ -1,0 +1,86 @@
+import http from 'node:http';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rateLimit } from '../src/http/index.js';
+import { chain, FixedWindow, ManualClock } from '../src/index.js';
+import * as redisLimiters from '../src/redis/index.js';
+import { RedisServer } from './helpers/redis.js';
+import { listen, rateFields, sequence } from './http/helpers.js';
+
+// The parts together: a Redis limiter behind the HTTP middleware (issue #10), and chain()
+// mixing a Redis limiter with an in-memory one (issue #14), against a real redis-server.
+
+describe('Redis limiters with chain() and the HTTP middleware', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new Redis(server.port, '127.0.0.1');
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
+
+  it('Express in front of a Redis TokenBucket: exactly 5 × 200, then 429 with the exact Retry-After', async () => {
+    const clock = new ManualClock();
+    const limiter = new redisLimiters.TokenBucket({
+      redis,
+      prefix: 'http-test',
+      capacity: 5,
+      refillPerSecond: 1,
+      clock,
+    });
+    const app = express();
+    const errors: unknown[] = [];
+    app.use(rateLimit({ limiter, key: () => 'one-client' }));
+    app.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+      errors.push(err);
+      res.status(500).send('error');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const replies = await sequence(port, 7);
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+      expect(rateFields(replies[5]!.headers)).toEqual({
+        'ratelimit-policy': '"5-in-5s";q=5;w=5',
+        ratelimit: '"5-in-5s";r=0;t=5',
+        'retry-after': '1',
+      });
+      expect(errors).toEqual([]);
+    } finally {
+      await close();
+      limiter.close();
+    }
+  });
+
+  it('chain(redis, memory) grants from both or neither, and answers with a promise', async () => {
+    const clock = new ManualClock();
+    const shared = new redisLimiters.FixedWindow({
+      redis,
+      prefix: 'chain-test',
+      limit: 3,
+      windowMs: 60_000,
+      clock,
+    });
+    const local = new FixedWindow({ limit: 5, windowMs: 60_000, clock });
+    const both = chain(local, shared);
+    const decisions = [];
+    for (let i = 0; i < 5; i++) {
+      const d = both.consume('k');
+      expect(d).toBeInstanceOf(Promise);
+      decisions.push(await d);
+    }
+    expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, false, false]);
+    expect(decisions[0]!.decisions).toHaveLength(2);
+    // The refused attempts gave the in-memory window its permits back.
+    expect(local.stats('k')).toMatchObject({ available: 2 });
+    expect(await shared.stats('k')).toMatchObject({ available: 0 });
+    expect(decisions[3]).toMatchObject({ allowed: false, reason: 'limited', limit: 3 });
+    shared.close();
+  });
+});
