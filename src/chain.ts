@@ -82,26 +82,10 @@ export class Chain<M extends ChainMember = ChainMember> {
     permits: number,
     times: Float64Array,
   ): Maybe<void> {
-    let failure: { error: unknown } | undefined;
-    const pending: PromiseLike<void>[] = [];
-    for (let j = upTo - 1; j >= 0; j--) {
-      const l = this.limiters[j]!;
-      try {
-        const r =
-          l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits);
-        if (isThenable(r)) pending.push(r);
-      } catch (error) {
-        failure ??= { error };
-      }
-    }
-    if (pending.length === 0) {
-      if (failure) throw failure.error;
-      return;
-    }
-    return Promise.allSettled(pending).then((results) => {
-      if (failure) throw failure.error;
-      for (const r of results) if (r.status === 'rejected') throw r.reason;
-    });
+    // Latest first; in-memory members give back to the window their permits came from.
+    return this.each(upTo - 1, -1, (l, j) =>
+      l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits),
+    );
   }
 
   /** Takes `permits` from every limiter, or from none. */
@@ -217,26 +201,34 @@ export class Chain<M extends ChainMember = ChainMember> {
   /** Gives `permits` back to every limiter of the chain. */
   refund(key?: Key, permits = 1): Answer<M, void> {
     this.check(permits);
-    return this.all((l) => l.refund(key, permits)) as Answer<M, void>;
+    return this.each(0, this.limiters.length, (l) => l.refund(key, permits)) as Answer<M, void>;
   }
 
   /** Gives held permits back to the chain's `Concurrency` members; rate limiters keep theirs. */
   release(key?: Key, permits = 1): Answer<M, void> {
     this.check(permits);
-    return this.all((l) =>
+    return this.each(0, this.limiters.length, (l) =>
       l.algorithm === 'Concurrency' || l.algorithm === 'chain'
         ? l.release?.(key, permits)
         : undefined,
     ) as Answer<M, void>;
   }
 
-  /** Calls `f` on every member (all of them, even after a failure); reports the first failure. */
-  private all(f: (l: ChainMember) => void | PromiseLike<void>): Maybe<void> {
+  /**
+   * Calls `f` on members `from` down to (or up to) `to`, exclusive — every one of them, even
+   * after a failure — and reports the first failure (thrown, or the promise rejects).
+   */
+  private each(
+    from: number,
+    to: number,
+    f: (l: ChainMember, i: number) => void | PromiseLike<void>,
+  ): Maybe<void> {
     let failure: { error: unknown } | undefined;
     const pending: PromiseLike<void>[] = [];
-    for (const l of this.limiters) {
+    const step = to > from ? 1 : -1;
+    for (let i = from; i !== to; i += step) {
       try {
-        const r = f(l);
+        const r = f(this.limiters[i]!, i);
         if (isThenable(r)) pending.push(r);
       } catch (error) {
         failure ??= { error };
