@@ -12,7 +12,8 @@ import { LeakyBucket } from './algorithms/leaky-bucket.js';
 import { SlidingLog } from './algorithms/sliding-log.js';
 import { SlidingWindow } from './algorithms/sliding-window.js';
 import { TokenBucket } from './algorithms/token-bucket.js';
-import { clockFromHandle } from './clock.js';
+import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { CoarseClock } from './coarse-clock.js';
 import { LAYOUT_VERSION } from './layout.js';
 import { Attached, headerAlgo, type LimiterHandle } from './limiter.js';
 import { show, typeError } from './validate.js';
@@ -57,4 +58,13 @@ export function attach<L extends AnyLimiter = AnyLimiter>(handle: LimiterHandle)
   const Cls = CLASSES[algo];
   if (!Cls) throw typeError(`attach: the buffer holds an unknown algorithm (${algo})`);
   return new Cls(new Attached(h.buffer, clockFromHandle(h.clock))) as L;
+}
+
+/** The clock a handle describes, in this thread: the same time line as the sender's. */
+function clockFromHandle(handle: unknown): Clock {
+  const h = handle as ClockHandle | undefined;
+  if (h && h.kind === 'monotonic') return monotonicClock;
+  if (h && h.kind === 'manual') return new ManualClock(h);
+  if (h && h.kind === 'coarse') return new CoarseClock(h);
+  throw typeError(`attach: unknown clock in handle: ${show(handle)}`);
 }

@@ -1,5 +1,4 @@
 import { performance } from 'node:perf_hooks';
-import { CoarseClock } from './coarse-clock.js';
 import { rangeError, show, typeError } from './validate.js';
 
 /**
@@ -146,12 +145,4 @@ function toUs(owner: string, name: string, ms: unknown): number {
     throw rangeError(`${owner}: ${name} is out of range, got ${show(ms)}`);
   }
   return us;
-}
-
-export function clockFromHandle(handle: unknown): Clock {
-  const h = handle as ClockHandle | undefined;
-  if (h && h.kind === 'monotonic') return monotonicClock;
-  if (h && h.kind === 'manual') return new ManualClock(h);
-  if (h && h.kind === 'coarse') return new CoarseClock(h);
-  throw typeError(`attach: unknown clock in handle: ${show(handle)}`);
 }
