@@ -1,4 +1,5 @@
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { type AttemptMode, Core, decide, ENQUEUE, HEAD, TRY, unwrapStamp } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
@@ -28,14 +29,12 @@ import {
   MAGIC,
   MAX_BUFFER_BYTES,
   PAYLOAD_MASK,
-  QUEUED_FLAG,
   REJECT,
   RESERVED,
   S_ADMITTED,
   S_REJECTED,
   S_STAMP,
   S_STATE,
-  STAMP_MASK,
   STAMP_PER_US,
   slotOfHotWord,
   W_CLOSED,
@@ -206,25 +205,12 @@ export abstract class Limiter implements SlotPolicy {
   protected readonly table: SlotTable;
   protected readonly epochUs: number;
   protected readonly buffer: SharedArrayBuffer;
-  protected readonly defaultRef: number;
   protected readonly queues: WaitQueues;
-  private readonly fifo: boolean;
+  /** What every decision reads and writes, in one shape for every class (decision.ts). */
+  protected readonly core: Core;
   /** This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
-  // Written by attempt() for consume(): the word, state and stamp the decision used.
-  // Plain fields on a per-thread object: nothing allocated per call. `lastWord` is also
-  // the slot every algorithm function is called for (SlidingLog reads its ring there).
-  protected lastWord = 0;
-  protected lastState = 0;
-  protected lastStamp = 0;
-  /** The time of the last attempt() (SlidingLog reads it while probing future times). */
-  protected decisionUs = 0;
-  /** True while retryAfterUs() evaluates step() at future times. */
-  protected probing = false;
-  /** For stepQueued(): when the head waiter being served was refused and queued. */
-  protected queuedSinceUs = 0;
-
   protected constructor(
     protected readonly owner: string,
     algo: number,
@@ -290,9 +276,19 @@ export abstract class Limiter implements SlotPolicy {
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
     this.table = new SlotTable(this.i32, this.layout, owner);
-    this.defaultRef = this.table.defaultSlot;
     this.queues = new WaitQueues(this.i32, this.layout, this.table);
-    this.fifo = this.queueOrder === 'oldest-first';
+    this.core = new Core(
+      this.i32,
+      this.clock,
+      this.epochUs,
+      this.param(0), // every algorithm stores its limit (or capacity) first
+      this.table,
+      this.queues,
+      this.queueOrder === 'oldest-first',
+      this.admitted !== Limiter.prototype.admitted,
+      owner,
+      source instanceof Attached,
+    );
   }
 
   /** The algorithm's stored options, in the order the subclass wrote them. */
@@ -302,6 +298,8 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Pass to another thread and `attach()` it there: same limiter, same state. */
   get handle(): LimiterHandle {
+    // From now on another thread may write this buffer: counters need atomic adds.
+    this.core.shared = true;
     return {
       kind: 'atomic-limiter',
       version: LAYOUT_VERSION,
@@ -348,7 +346,7 @@ export abstract class Limiter implements SlotPolicy {
   ): number;
 
   isIdle(state: number, w: number, nowUs: number): boolean {
-    this.lastWord = w;
+    this.core.lastWord = w;
     if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
     return (
       (state & PAYLOAD_MASK) === FRESH ||
@@ -368,8 +366,11 @@ export abstract class Limiter implements SlotPolicy {
     return this.step(state, stamp, nowUs, permits);
   }
 
-  /** Hook after a successful CAS (SlidingLog writes its entries here). */
-  protected admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
+  /**
+   * @internal Hook after a successful CAS (SlidingLog writes its entries here, Concurrency
+   * its holder record); decide() calls it only for classes that override it.
+   */
+  admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
   // ---- the decision path --------------------------------------------------------------
 
@@ -378,14 +379,15 @@ export abstract class Limiter implements SlotPolicy {
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
    */
   tryAcquire(key?: Key, permits = 1): boolean {
-    return this.attempt(key, permits, this.clock.nowUs());
+    // Every class overrides this with the same call from a method of its own: see decide().
+    return decide(this.core, this, this.step, key, permits, this.clock.nowUs(), TRY);
   }
 
   /** Like `tryAcquire`, and explains the outcome. */
   consume(key?: Key, permits = 1): Decision {
-    const nowUs = this.clock.nowUs();
-    const allowed = this.attempt(key, permits, nowUs);
-    if (this.lastWord === NO_SLOT) {
+    const allowed = this.tryAcquire(key, permits);
+    const core = this.core;
+    if (core.lastWord === NO_SLOT) {
       return {
         allowed: false,
         remaining: 0,
@@ -395,8 +397,9 @@ export abstract class Limiter implements SlotPolicy {
         reason: 'table-full',
       };
     }
-    const state = this.lastState;
-    const stamp = this.lastStamp;
+    const nowUs = core.decisionUs;
+    const state = core.lastState;
+    const stamp = core.lastStamp;
     const decision: Decision = {
       allowed,
       remaining: this.available(state, stamp, nowUs),
@@ -407,94 +410,10 @@ export abstract class Limiter implements SlotPolicy {
     return allowed ? decision : { ...decision, reason: 'limited' };
   }
 
-  protected attempt(
-    key: Key | undefined,
-    permits: number,
-    nowUs: number,
-    mode: AttemptMode = TRY,
-  ): boolean {
-    const i32 = this.i32;
-    // One read of the control word serves the closed check and the cache's epoch check.
-    const control = i32[H_CONTROL]!;
-    if (
-      (control & 1) !== 0 ||
-      !(permits >= 1 && permits <= this.limit) ||
-      (permits | 0) !== permits
-    ) {
-      throw this.callError(permits);
-    }
-    this.decisionUs = nowUs;
-    let ref = key === undefined ? this.defaultRef : this.table.slotOf(key, control, nowUs, this);
-    // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
-    const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
-    for (;;) {
-      if (ref === NO_SLOT) {
-        this.lastWord = NO_SLOT;
-        return false;
-      }
-      const w = ref >>> 4;
-      // A plain read is enough: the CAS below validates it.
-      const s = i32[w + S_STATE]!;
-      if (
-        s >>> GEN_SHIFT !== (ref & 15) ||
-        (s & PAYLOAD_MASK) === RESERVED ||
-        (key !== undefined && i32[H_CONTROL]! - this.table.epoch >= GEN_SAFE_SPAN)
-      ) {
-        // The slot went to another key (or is being rebuilt), or so many slots were
-        // reassigned since `ref` was derived that a matching generation proves nothing (a
-        // thread descheduled for a while): look the key up again.
-        ref = this.table.refresh(key, nowUs, this);
-        continue;
-      }
-      // Read after the state: a stamp is stored before its state's CAS, so this stamp is
-      // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
-      // decode tolerates a stamp minutes old.
-      const raw = i32[w + S_STAMP]!;
-      const stamp = unwrapStamp(raw, stampNow);
-      this.lastWord = w;
-      this.lastState = s;
-      this.lastStamp = stamp;
-      // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody
-      // takes permits ahead of them but the head waiter itself.
-      const queued = raw < 0 && this.fifo && mode !== HEAD;
-      if (queued && this.queues.sweep(w)) continue; // only dead threads waited
-      const next = queued
-        ? REJECT
-        : mode === HEAD
-          ? this.stepQueued(s, stamp, nowUs, permits)
-          : this.step(s, stamp, nowUs, permits);
-      if (next === REJECT) {
-        // A caller about to wait (or waiting) is not refused: only count real refusals.
-        if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
-        return false;
-      }
-      if (stampNow > stamp) this.raiseStamp(w, raw, stampNow);
-      if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
-        this.lastState = next;
-        Atomics.add(i32, w + S_ADMITTED, permits);
-        this.admitted(w, s, nowUs, permits);
-        return true;
-      }
-    }
-  }
-
-  /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
-  private raiseStamp(w: number, raw: number, stampNow: number): void {
-    // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
-    // next admission (a lagging stamp is harmless).
-    Atomics.compareExchange(
-      this.i32,
-      w + S_STAMP,
-      raw,
-      (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
-    );
-    this.lastStamp = stampNow;
-  }
-
-  /** The error for a call refused before deciding: closed limiter or bad permits. */
-  private callError(permits: unknown): Error {
-    if ((Atomics.load(this.i32, H_CONTROL) & 1) !== 0) return new LimiterClosedError();
-    return permitsError(this.owner, permits, this.limit);
+  /** decide() for acquire(): its first try, or the head waiter's turn. */
+  private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
+    const step = mode === HEAD ? this.stepQueued : this.step;
+    return decide(this.core, this, step, key, permits, nowUs, mode);
   }
 
   /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */
@@ -502,7 +421,7 @@ export abstract class Limiter implements SlotPolicy {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
     if (!Number.isFinite(guess)) return Number.POSITIVE_INFINITY;
     const ok = (r: number) => this.step(state, stamp, nowUs + r, permits) !== REJECT;
-    this.probing = true;
+    this.core.probing = true;
     try {
       let hi = Math.max(0, Math.ceil(guess));
       let lo = 0;
@@ -525,7 +444,7 @@ export abstract class Limiter implements SlotPolicy {
       }
       return hi;
     } finally {
-      this.probing = false;
+      this.core.probing = false;
     }
   }
 
@@ -550,12 +469,12 @@ export abstract class Limiter implements SlotPolicy {
         if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
           return Promise.resolve(this.leaseFor(key, permits));
         }
-        if (this.lastWord === NO_SLOT) {
+        if (this.core.lastWord === NO_SLOT) {
           throw new QueueFullError(
             `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
           );
         }
-        w = this.lastWord;
+        w = this.core.lastWord;
         try {
           const queueLimit = this.effectiveQueueLimit();
           if (queueLimit === 0) {
@@ -569,8 +488,8 @@ export abstract class Limiter implements SlotPolicy {
             w,
             permits,
             queueLimit,
-            !this.fifo,
-            key === undefined ? -1 : this.lastState >>> GEN_SHIFT,
+            !this.core.fifo,
+            key === undefined ? -1 : this.core.lastState >>> GEN_SHIFT,
             this.table.epoch,
           );
         } catch (error) {
@@ -582,7 +501,7 @@ export abstract class Limiter implements SlotPolicy {
         const x: Waiter = {
           key,
           permits,
-          sinceUs: this.decisionUs,
+          sinceUs: this.core.decisionUs,
           w,
           r,
           id: this.queues.id(r),
@@ -666,7 +585,7 @@ export abstract class Limiter implements SlotPolicy {
       if (this.queues.isHead(x.w, x.r)) {
         head = true;
         const nowUs = this.clock.nowUs();
-        this.queuedSinceUs = x.sinceUs;
+        this.core.queuedSinceUs = x.sinceUs;
         if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
           const was = this.queues.leave(x.w, x.r, x.id);
           if (was === W_WAITING) {
@@ -686,7 +605,8 @@ export abstract class Limiter implements SlotPolicy {
           );
           return;
         }
-        timeoutMs = this.retryAfterUs(this.lastState, this.lastStamp, nowUs, x.permits) / 1000;
+        timeoutMs =
+          this.retryAfterUs(this.core.lastState, this.core.lastStamp, nowUs, x.permits) / 1000;
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
       if (head && tick) {
@@ -799,7 +719,7 @@ export abstract class Limiter implements SlotPolicy {
 
   /** @internal The clock time of this thread's last decision (the chain's rollback reads it). */
   get lastDecisionUs(): number {
-    return this.decisionUs;
+    return this.core.decisionUs;
   }
 
   /** refund() without the closed check: a waiter settling during close() still returns what it took. */
@@ -811,7 +731,7 @@ export abstract class Limiter implements SlotPolicy {
       before = s;
       return this.giveBack(s, stamp, nowUs, permits, at);
     });
-    if (next !== NO_SLOT && next !== before) this.gaveBack(this.lastWord, before, next);
+    if (next !== NO_SLOT && next !== before) this.gaveBack(this.core.lastWord, before, next);
   }
 
   /** Hook after permits went back to slot word `w` (Concurrency updates its holder records). */
@@ -827,7 +747,7 @@ export abstract class Limiter implements SlotPolicy {
     if (ref === NO_SLOT)
       return { available: this.limitWhenFresh(), queued: 0, admitted: 0, rejected: 0 };
     const w = ref >>> 4;
-    this.lastWord = w;
+    this.core.lastWord = w;
     const s = Atomics.load(this.i32, w + S_STATE);
     const stamp = this.stampOf(w, nowUs);
     return {
@@ -895,7 +815,7 @@ export abstract class Limiter implements SlotPolicy {
         ref = this.table.find(key);
         continue;
       }
-      this.lastWord = w;
+      this.core.lastWord = w;
       const next = f(s, this.stampOf(w, nowUs));
       if (next === s) return next;
       if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
@@ -940,20 +860,6 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
   }
   return Atomics.load(i32, H_ALGO);
 }
-
-/**
- * A stamp word's stamp (its low 31 bits, a count of 2^20 µs modulo 2^31) as the nearest
- * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
- */
-function unwrapStamp(raw: number, stampNow: number): number {
-  return stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
-}
-
-/** How attempt() was called: a plain try, acquire()'s first try, or the head waiter. */
-type AttemptMode = 0 | 1 | 2;
-const TRY: AttemptMode = 0;
-const ENQUEUE: AttemptMode = 1;
-const HEAD: AttemptMode = 2;
 
 /** Options of `acquire()`. */
 export interface AcquireOptions {

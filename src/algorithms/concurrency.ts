@@ -1,3 +1,4 @@
+import { decide, TRY } from '../decision.js';
 import { Holders } from '../holders.js';
 import { FRESH, GEN_MASK, GEN_SHIFT, PAYLOAD_MASK, REJECT, RESERVED, S_STATE } from '../layout.js';
 import {
@@ -87,7 +88,7 @@ export class Concurrency extends Limiter {
         `Concurrency.release: permits (${permits}) exceed the permits held for this key (${over})`,
       );
     }
-    this.gaveBack(this.lastWord, before, next);
+    this.gaveBack(this.core.lastWord, before, next);
   }
 
   /** @internal A Lease's release: never gives back twice. */
@@ -102,7 +103,7 @@ export class Concurrency extends Limiter {
     return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
   }
 
-  protected override admitted(w: number, before: number, _nowUs: number, permits: number): void {
+  override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
   }
 
@@ -131,15 +132,18 @@ export class Concurrency extends Limiter {
     }
   }
 
+  /**
+   * The decision path of this class: decide() inlined with this class's own step. Each
+   * class has this method (the same call) so that V8 specialises it per class; see decide().
+   */
   override tryAcquire(key?: Key, permits = 1): boolean {
-    if (super.tryAcquire(key, permits)) return true;
+    const core = this.core;
+    if (decide(core, this, this.step, key, permits, core.clock.nowUs(), TRY)) return true;
     // Refused: permits of a dead thread may be what is missing (checked now and then).
-    return this.holders.refused() && super.tryAcquire(key, permits);
-  }
-
-  override consume(key?: Key, permits = 1) {
-    const d = super.consume(key, permits);
-    return d.allowed || !this.holders.refused() ? d : super.consume(key, permits);
+    // consume() calls this too, so it explains the second decision.
+    return (
+      this.holders.refused() && decide(core, this, this.step, key, permits, core.clock.nowUs(), TRY)
+    );
   }
 
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {

@@ -1,5 +1,7 @@
+import { decide, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
 import { type Attached, type Fresh, Limiter } from '../limiter.js';
+import type { Key } from '../table.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
@@ -62,6 +64,14 @@ export abstract class Gcra extends Limiter {
     return (state & GEN_MASK) | p;
   }
 
+  /**
+   * The decision path of this class: decide() inlined with this class's own step. Each
+   * class has this method (the same line) so that V8 specialises it per class; see decide().
+   */
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    return decide(this.core, this, this.step, key, permits, this.core.clock.nowUs(), TRY);
+  }
+
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.nowUnits(nowUs);
     let base = now;
@@ -91,7 +101,7 @@ export abstract class Gcra extends Limiter {
   ): number {
     const now = this.nowUnits(nowUs);
     const cost = permits * this.k;
-    const since = this.nowUnits(this.queuedSinceUs);
+    const since = this.nowUnits(this.core.queuedSinceUs);
     let base = since < now ? since : now;
     if ((state & PAYLOAD_MASK) !== FRESH) {
       const tat = this.tat(state, stamp);

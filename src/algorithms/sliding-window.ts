@@ -1,5 +1,7 @@
+import { decide, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import type { Key } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
@@ -96,6 +98,14 @@ export class SlidingWindow extends Limiter {
       (this.prev << this.countBits) |
       this.curr
     );
+  }
+
+  /**
+   * The decision path of this class: decide() inlined with this class's own step. Each
+   * class has this method (the same line) so that V8 specialises it per class; see decide().
+   */
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    return decide(this.core, this, this.step, key, permits, this.core.clock.nowUs(), TRY);
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
