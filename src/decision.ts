@@ -61,8 +61,12 @@ export class Core {
   lastWord = 0;
   lastState = 0;
   lastStamp = 0;
+  /** The state the last grant replaced (for the algorithms' `admitted()` hooks). */
+  priorState = 0;
   /** The time of the last decision (SlidingLog reads it while probing future times). */
   decisionUs = 0;
+  /** `decisionUs` as a stamp (see layout.ts). */
+  stampNow = 0;
   /** True while retryAfterUs() evaluates step() at future times. */
   probing = false;
   /** For stepQueued(): when the head waiter being served was refused and queued. */
@@ -77,8 +81,6 @@ export class Core {
     readonly table: SlotTable,
     readonly queues: WaitQueues,
     readonly fifo: boolean,
-    /** Whether the algorithm's `admitted` hook does anything. */
-    readonly hooked: boolean,
     readonly owner: string,
     shared: boolean,
   ) {
@@ -87,27 +89,30 @@ export class Core {
 }
 
 /**
- * The decision loop: takes `permits` for `key` at `nowUs` if `step` allows, by one CAS on
- * the key's state word; never waits, never allocates.
+ * A decision, in two calls: `enter()` checks the call and finds the key's slot, `run()`
+ * takes `permits` from it if `step` allows, by one CAS on the key's state word. Neither
+ * waits or allocates.
  *
- * One function serves every algorithm, and each limiter class calls it from a method of
- * its own with its own `step` (see TokenBucket.tryAcquire). V8 inlines this loop into
- * that method, where `step` is a constant, and inlines the step in turn: every class gets
- * a decision path specialised for it, and no call site in it sees another class. Kept
- * small for that reason: the rare paths (lookups, sweeps, stamps) are calls.
+ * The two serve every algorithm, and each limiter class calls them from a method of its
+ * own with its own `step` (see TokenBucket.tryAcquire). V8 inlines `run()` into that
+ * method, where `step` is a constant, and inlines the step in turn: every class gets a
+ * decision loop specialised for it, and no call site in it ever sees another class.
+ * `run()` is kept small for that (V8 inlines at most ~460 bytes of bytecode, ~920 in
+ * all): the rare paths are calls, and the algorithms' after-grant hooks run in their
+ * callers.
+ *
+ * Returns the slot reference to pass to run(), NO_SLOT when the table has none for the
+ * key; sets `core.decisionUs` and `core.stampNow`.
  */
-export function decide<A extends Algorithm>(
+export function enter(
   core: Core,
-  algo: A,
-  step: StepFn<A>,
+  algo: Algorithm,
   key: Key | undefined,
   permits: number,
   nowUs: number,
-  mode: AttemptMode,
-): boolean {
-  const i32 = core.i32;
+): number {
   // One read of the control word serves the closed check and the cache's epoch check.
-  const control = i32[H_CONTROL]!;
+  const control = core.i32[H_CONTROL]!;
   if (
     (control & 1) !== 0 ||
     !(permits >= 1 && permits <= core.limit) ||
@@ -116,12 +121,28 @@ export function decide<A extends Algorithm>(
     throw callError(core, permits);
   }
   core.decisionUs = nowUs;
-  let ref =
-    key === undefined ? core.table.defaultSlot : core.table.slotOf(key, control, nowUs, algo);
   // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
-  const stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);
+  core.stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);
+  return key === undefined ? core.table.defaultSlot : core.table.slotOf(key, control, nowUs, algo);
+}
+
+/**
+ * The decision loop after enter(); true when the permits were granted. The caller runs
+ * the algorithm's `admitted()` hook after a grant (`core.priorState` is the state it
+ * replaced).
+ */
+export function run<A extends Algorithm>(
+  core: Core,
+  algo: A,
+  step: StepFn<A>,
+  ref: number,
+  permits: number,
+  key: Key | undefined,
+  mode: AttemptMode,
+): boolean {
+  const i32 = core.i32;
   for (;;) {
-    ref = current(core, algo, key, ref, nowUs);
+    ref = current(core, algo, key, ref);
     if (ref === NO_SLOT) return false;
     const w = ref >>> 4;
     const s = core.lastState;
@@ -129,23 +150,24 @@ export function decide<A extends Algorithm>(
     // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
     // decode tolerates a stamp minutes old.
     const raw = i32[w + S_STAMP]!;
-    const stamp = unwrapStamp(raw, stampNow);
+    const stamp = unwrapStamp(raw, core.stampNow);
     core.lastStamp = stamp;
     let next = REJECT;
     // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
     // permits ahead of them but the head waiter itself.
-    if (raw >= 0 || mode === HEAD || !core.fifo) next = step.call(algo, s, stamp, nowUs, permits);
-    else if (core.queues.sweep(w)) continue; // only dead threads waited
+    if (raw >= 0 || mode === HEAD || !core.fifo) {
+      next = step.call(algo, s, stamp, core.decisionUs, permits);
+    } else if (core.queues.sweep(w)) continue; // only dead threads waited
     if (next === REJECT) {
       // A caller about to wait (or waiting) is not refused: only count real refusals.
       if (mode === TRY) count(core, w + S_REJECTED, permits);
       return false;
     }
-    if (stampNow > stamp) raiseStamp(core, w, raw, stampNow);
+    if (core.stampNow > stamp) raiseStamp(core, w, raw);
     if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
+      core.priorState = s;
       core.lastState = next;
       count(core, w + S_ADMITTED, permits);
-      if (core.hooked) algo.admitted(w, s, nowUs, permits);
       return true;
     }
   }
@@ -155,13 +177,7 @@ export function decide<A extends Algorithm>(
  * `ref` if its slot still holds the key, else the key's slot looked up again (NO_SLOT:
  * none to be had). Leaves the slot's word and state in `core.lastWord` / `lastState`.
  */
-function current(
-  core: Core,
-  algo: Algorithm,
-  key: Key | undefined,
-  ref: number,
-  nowUs: number,
-): number {
+function current(core: Core, algo: Algorithm, key: Key | undefined, ref: number): number {
   const i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
@@ -182,7 +198,7 @@ function current(
     // The slot went to another key (or is being rebuilt), or so many slots were
     // reassigned since `ref` was derived that a matching generation proves nothing (a
     // thread descheduled for a while): look the key up again.
-    ref = core.table.refresh(key, nowUs, algo);
+    ref = core.table.refresh(key, core.decisionUs, algo);
   }
 }
 
@@ -193,7 +209,8 @@ function count(core: Core, index: number, permits: number): void {
 }
 
 /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
-function raiseStamp(core: Core, w: number, raw: number, stampNow: number): void {
+function raiseStamp(core: Core, w: number, raw: number): void {
+  const stampNow = core.stampNow;
   // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
   // next admission (a lagging stamp is harmless).
   Atomics.compareExchange(

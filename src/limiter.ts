@@ -1,5 +1,5 @@
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
-import { type AttemptMode, Core, decide, ENQUEUE, HEAD, TRY, unwrapStamp } from './decision.js';
+import { type AttemptMode, Core, ENQUEUE, enter, HEAD, run, TRY, unwrapStamp } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
@@ -285,7 +285,6 @@ export abstract class Limiter implements SlotPolicy {
       this.table,
       this.queues,
       this.queueOrder === 'oldest-first',
-      this.admitted !== Limiter.prototype.admitted,
       owner,
       source instanceof Attached,
     );
@@ -367,8 +366,8 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /**
-   * @internal Hook after a successful CAS (SlidingLog writes its entries here, Concurrency
-   * its holder record); decide() calls it only for classes that override it.
+   * @internal Hook after a grant by CAS (SlidingLog writes its entries here, Concurrency
+   * its holder record), run by whoever called run(): `before` is the state replaced.
    */
   admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
@@ -379,8 +378,17 @@ export abstract class Limiter implements SlotPolicy {
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
    */
   tryAcquire(key?: Key, permits = 1): boolean {
-    // Every class overrides this with the same call from a method of its own: see decide().
-    return decide(this.core, this, this.step, key, permits, this.clock.nowUs(), TRY);
+    // Every class overrides this with the same calls from a method of its own: see enter().
+    const core = this.core;
+    return run(
+      core,
+      this,
+      this.step,
+      enter(core, this, key, permits, core.clock.nowUs()),
+      permits,
+      key,
+      TRY,
+    );
   }
 
   /** Like `tryAcquire`, and explains the outcome. */
@@ -410,10 +418,15 @@ export abstract class Limiter implements SlotPolicy {
     return allowed ? decision : { ...decision, reason: 'limited' };
   }
 
-  /** decide() for acquire(): its first try, or the head waiter's turn. */
+  /** A decision for acquire(): its first try, or the head waiter's turn. */
   private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
+    const core = this.core;
     const step = mode === HEAD ? this.stepQueued : this.step;
-    return decide(this.core, this, step, key, permits, nowUs, mode);
+    if (!run(core, this, step, enter(core, this, key, permits, nowUs), permits, key, mode)) {
+      return false;
+    }
+    this.admitted(core.lastWord, core.priorState, nowUs, permits);
+    return true;
   }
 
   /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */

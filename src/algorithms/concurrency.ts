@@ -1,4 +1,4 @@
-import { decide, TRY } from '../decision.js';
+import { enter, run, TRY } from '../decision.js';
 import { Holders } from '../holders.js';
 import { FRESH, GEN_MASK, GEN_SHIFT, PAYLOAD_MASK, REJECT, RESERVED, S_STATE } from '../layout.js';
 import {
@@ -133,17 +133,20 @@ export class Concurrency extends Limiter {
   }
 
   /**
-   * The decision path of this class: decide() inlined with this class's own step. Each
-   * class has this method (the same call) so that V8 specialises it per class; see decide().
+   * This class's decision path: run() with this class's own step (see enter()). A refusal
+   * looks for permits of dead threads now and then, and decides again if it found some;
+   * consume() calls this too, so it explains the second decision.
    */
   override tryAcquire(key?: Key, permits = 1): boolean {
+    return this.take(key, permits) || (this.holders.refused() && this.take(key, permits));
+  }
+
+  private take(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    if (decide(core, this, this.step, key, permits, core.clock.nowUs(), TRY)) return true;
-    // Refused: permits of a dead thread may be what is missing (checked now and then).
-    // consume() calls this too, so it explains the second decision.
-    return (
-      this.holders.refused() && decide(core, this, this.step, key, permits, core.clock.nowUs(), TRY)
-    );
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    return true;
   }
 
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {

@@ -1,4 +1,4 @@
-import { decide, TRY } from '../decision.js';
+import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
 import { type Attached, type Fresh, Limiter } from '../limiter.js';
 import type { Key } from '../table.js';
@@ -65,11 +65,20 @@ export abstract class Gcra extends Limiter {
   }
 
   /**
-   * The decision path of this class: decide() inlined with this class's own step. Each
-   * class has this method (the same line) so that V8 specialises it per class; see decide().
+   * This class's decision path: run() with this class's own step. Every class has this
+   * method (the same calls) so that V8 specialises it per class; see enter().
    */
   override tryAcquire(key?: Key, permits = 1): boolean {
-    return decide(this.core, this, this.step, key, permits, this.core.clock.nowUs(), TRY);
+    const core = this.core;
+    return run(
+      core,
+      this,
+      this.step,
+      enter(core, this, key, permits, core.clock.nowUs()),
+      permits,
+      key,
+      TRY,
+    );
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {

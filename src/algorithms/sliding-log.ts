@@ -1,4 +1,4 @@
-import { decide, TRY } from '../decision.js';
+import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
 import type { Key } from '../table.js';
@@ -122,11 +122,15 @@ export class SlidingLog extends Limiter {
   }
 
   /**
-   * The decision path of this class: decide() inlined with this class's own step. Each
-   * class has this method (the same line) so that V8 specialises it per class; see decide().
+   * This class's decision path: run() with this class's own step. Every class has this
+   * method (the same calls) so that V8 specialises it per class; see enter().
    */
   override tryAcquire(key?: Key, permits = 1): boolean {
-    return decide(this.core, this, this.step, key, permits, this.core.clock.nowUs(), TRY);
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    return true;
   }
 
   protected step(state: number, _stamp: number, nowUs: number, permits: number): number {
