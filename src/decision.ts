@@ -142,15 +142,31 @@ export function run<A extends Algorithm>(
 ): boolean {
   const i32 = core.i32;
   for (;;) {
-    ref = current(core, algo, key, ref);
-    if (ref === NO_SLOT) return false;
+    if (ref === NO_SLOT) {
+      core.lastWord = NO_SLOT;
+      return false;
+    }
     const w = ref >>> 4;
-    const s = core.lastState;
+    // A plain read is enough: the CAS below validates it.
+    const s = i32[w + S_STATE]!;
+    if (
+      s >>> GEN_SHIFT !== (ref & 15) ||
+      (s & PAYLOAD_MASK) === RESERVED ||
+      (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
+    ) {
+      // The slot went to another key (or is being rebuilt), or so many slots were
+      // reassigned since `ref` was derived that a matching generation proves nothing (a
+      // thread descheduled for a while): look the key up again.
+      ref = core.table.refresh(key, core.decisionUs, algo);
+      continue;
+    }
     // Read after the state: a stamp is stored before its state's CAS, so this stamp is
     // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
     // decode tolerates a stamp minutes old.
     const raw = i32[w + S_STAMP]!;
     const stamp = unwrapStamp(raw, core.stampNow);
+    core.lastWord = w;
+    core.lastState = s;
     core.lastStamp = stamp;
     let next = REJECT;
     // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
@@ -158,47 +174,16 @@ export function run<A extends Algorithm>(
     if (raw >= 0 || mode === HEAD || !core.fifo) {
       next = step.call(algo, s, stamp, core.decisionUs, permits);
     } else if (core.queues.sweep(w)) continue; // only dead threads waited
-    if (next === REJECT) {
-      // A caller about to wait (or waiting) is not refused: only count real refusals.
-      if (mode === TRY) count(core, w + S_REJECTED, permits);
-      return false;
-    }
-    if (core.stampNow > stamp) raiseStamp(core, w, raw);
-    if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
+    if (next !== REJECT) {
+      if (core.stampNow > stamp) raiseStamp(core, w, raw);
+      if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
       core.priorState = s;
       core.lastState = next;
-      count(core, w + S_ADMITTED, permits);
-      return true;
+    } else if (mode !== TRY) {
+      return false; // a caller about to wait (or waiting) is not refused
     }
-  }
-}
-
-/**
- * `ref` if its slot still holds the key, else the key's slot looked up again (NO_SLOT:
- * none to be had). Leaves the slot's word and state in `core.lastWord` / `lastState`.
- */
-function current(core: Core, algo: Algorithm, key: Key | undefined, ref: number): number {
-  const i32 = core.i32;
-  for (;;) {
-    if (ref === NO_SLOT) {
-      core.lastWord = NO_SLOT;
-      return ref;
-    }
-    // A plain read is enough: the decision's CAS validates it.
-    const s = i32[(ref >>> 4) + S_STATE]!;
-    if (
-      s >>> GEN_SHIFT === (ref & 15) &&
-      (s & PAYLOAD_MASK) !== RESERVED &&
-      (key === undefined || i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN)
-    ) {
-      core.lastWord = ref >>> 4;
-      core.lastState = s;
-      return ref;
-    }
-    // The slot went to another key (or is being rebuilt), or so many slots were
-    // reassigned since `ref` was derived that a matching generation proves nothing (a
-    // thread descheduled for a while): look the key up again.
-    ref = core.table.refresh(key, core.decisionUs, algo);
+    count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+    return next !== REJECT;
   }
 }
 
