@@ -94,7 +94,7 @@ export class Core {
  * waits or allocates.
  *
  * The two serve every algorithm, and each limiter class calls them from a method of its
- * own with its own `step` (see TokenBucket.tryAcquire). V8 inlines `run()` into that
+ * own with its own `step` (tryAcquire, e.g. in algorithms/gcra.ts). V8 inlines `run()` into that
  * method, where `step` is a constant, and inlines the step in turn: every class gets a
  * decision loop specialised for it, and no call site in it ever sees another class.
  * `run()` is kept small for that (V8 inlines at most ~460 bytes of bytecode, ~920 in

@@ -378,17 +378,10 @@ export abstract class Limiter implements SlotPolicy {
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
    */
   tryAcquire(key?: Key, permits = 1): boolean {
-    // Every class overrides this with the same calls from a method of its own: see enter().
+    // Every class overrides this with the same call, in a method of its own: see enter().
     const core = this.core;
-    return run(
-      core,
-      this,
-      this.step,
-      enter(core, this, key, permits, core.clock.nowUs()),
-      permits,
-      key,
-      TRY,
-    );
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return run(core, this, this.step, ref, permits, key, TRY);
   }
 
   /** Like `tryAcquire`, and explains the outcome. */

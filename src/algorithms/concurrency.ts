@@ -133,7 +133,7 @@ export class Concurrency extends Limiter {
   }
 
   /**
-   * This class's decision path: run() with this class's own step (see enter()). A refusal
+   * Limiter.tryAcquire again, in this class (see enter()). A refusal
    * looks for permits of dead threads now and then, and decides again if it found some;
    * consume() calls this too, so it explains the second decision.
    */

@@ -121,10 +121,7 @@ export class SlidingLog extends Limiter {
     return relNow;
   }
 
-  /**
-   * This class's decision path: run() with this class's own step. Every class has this
-   * method (the same calls) so that V8 specialises it per class; see enter().
-   */
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
     const ref = enter(core, this, key, permits, core.clock.nowUs());

@@ -100,21 +100,11 @@ export class SlidingWindow extends Limiter {
     );
   }
 
-  /**
-   * This class's decision path: run() with this class's own step. Every class has this
-   * method (the same calls) so that V8 specialises it per class; see enter().
-   */
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
-    return run(
-      core,
-      this,
-      this.step,
-      enter(core, this, key, permits, core.clock.nowUs()),
-      permits,
-      key,
-      TRY,
-    );
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return run(core, this, this.step, ref, permits, key, TRY);
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
