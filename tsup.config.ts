@@ -3,7 +3,7 @@ import { defineConfig } from 'tsup';
 export default defineConfig({
   entry: {
     index: 'src/index.ts',
-    cluster: 'src/cluster.ts',
+    cluster: 'src/cluster/index.ts',
     redis: 'src/redis/index.ts',
     http: 'src/http/index.ts',
   },

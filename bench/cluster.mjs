@@ -13,7 +13,8 @@
 // In both runs the primary also echoes raw `process.send` messages: the IPC floor, one at a
 // time and 64 in flight (one message each way per call, no batching). The ours run adds the
 // floor of a batching bridge: calls made in one tick echoed as one message of calls shaped
-// like ours ([id, name, op, key, permits, extra]), answered as one message, no limiter.
+// like ours (flat: op, key, permits per call), answered positionally in one message, no
+// limiter. Permit blocks (block: 128) are measured for tryAcquire, consume and acquire.
 // The full run does two cluster runs per subject, alternating (ours, rlf, ours, rlf), and
 // pools their samples: this VM's IPC round trip moves between runs (60–160 µs seen).
 import { spawn } from 'node:child_process';
@@ -63,27 +64,29 @@ function echoCall() {
     });
 }
 
-/** The floor of a batching bridge: the calls of one tick in one message, one answer. */
+/**
+ * The floor of a batching bridge: the calls of one tick in one message, shaped like ours
+ * (one flat array of op, key, permits per call), answered positionally in one message
+ * (one value per call), no limiter.
+ */
 function batchedEchoCall() {
-  const pending = new Map();
-  let seq = 0;
+  const waiting = []; // resolvers of the batches in flight, oldest first
+  let resolvers = [];
   let out = [];
   process.on('message', (m) => {
     if (m?.benchBatch === undefined) return;
-    for (const [id, value] of m.benchBatch) {
-      const resolve = pending.get(id);
-      pending.delete(id);
-      resolve?.(value);
-    }
+    const batch = waiting.shift();
+    for (let i = 0; i < batch.length; i++) batch[i](m.benchBatch[i] === 1);
   });
   return () =>
     new Promise((resolve) => {
-      const id = ++seq;
-      pending.set(id, resolve);
-      if (out.push([id, 'api', 'try', KEY, 1, null]) === 1) {
+      resolvers.push(resolve);
+      if (out.push(1, KEY, 1) === 3) {
         queueMicrotask(() => {
+          waiting.push(resolvers);
           process.send({ benchCalls: out });
           out = [];
+          resolvers = [];
         });
       }
     });
@@ -189,9 +192,11 @@ async function workerMain(subject, quick) {
     calls.batchedEcho = batchedEchoCall();
     calls.tryAcquire = () => api.tryAcquire(KEY);
     calls.consume = () => api.consume(KEY);
-    // Permit blocks: one trip to the primary per 64 permits, the rest spent locally.
+    // Permit blocks: one trip to the primary per block of permits, the rest spent locally.
     const blocked = connectCluster('api', { timeoutMs: 30_000, block: BLOCK });
     calls.tryAcquireBlocks = () => blocked.tryAcquire(KEY);
+    calls.consumeBlocks = () => blocked.consume(KEY);
+    calls.acquireBlocks = () => blocked.acquire(KEY);
   } else {
     const { RateLimiterCluster } = await import('rate-limiter-flexible');
     const rlf = new RateLimiterCluster({
@@ -219,7 +224,7 @@ async function primaryMain(subject, quick) {
   }
   cluster.on('message', (w, m) => {
     if (m?.benchEcho !== undefined) w.send(m);
-    else if (m?.benchCalls) w.send({ benchBatch: m.benchCalls.map((c) => [c[0], true]) });
+    else if (m?.benchCalls) w.send({ benchBatch: new Array(m.benchCalls.length / 3).fill(1) });
     else if (m?.benchCpu) w.send({ benchCpuUs: cpuUs() });
   });
   cluster.setupPrimary({
@@ -287,6 +292,8 @@ export async function runCluster({ quick }) {
     tryAcquire: pooled('ours', 'tryAcquire'),
     consume: pooled('ours', 'consume'),
     tryAcquireBlocks: pooled('ours', 'tryAcquireBlocks'),
+    consumeBlocks: pooled('ours', 'consumeBlocks'),
+    acquireBlocks: pooled('ours', 'acquireBlocks'),
   };
   const r = pooled('rlf', 'consume');
   return {
@@ -309,6 +316,16 @@ export async function runCluster({ quick }) {
       inFlight64: r.inFlight64.perCallUs / o.tryAcquire.inFlight64.perCallUs,
       consumeOneAtATimeP50: r.oneAtATime.p50Us / o.consume.oneAtATime.p50Us,
       consumeInFlight64: r.inFlight64.perCallUs / o.consume.inFlight64.perCallUs,
+      blocksInFlight64: {
+        tryAcquire: r.inFlight64.perCallUs / o.tryAcquireBlocks.inFlight64.perCallUs,
+        consume: r.inFlight64.perCallUs / o.consumeBlocks.inFlight64.perCallUs,
+        acquire: r.inFlight64.perCallUs / o.acquireBlocks.inFlight64.perCallUs,
+      },
+      blocksOneAtATimeMean: {
+        tryAcquire: r.oneAtATime.meanUs / o.tryAcquireBlocks.oneAtATime.meanUs,
+        consume: r.oneAtATime.meanUs / o.consumeBlocks.oneAtATime.meanUs,
+        acquire: r.oneAtATime.meanUs / o.acquireBlocks.oneAtATime.meanUs,
+      },
     },
     // ours ÷ the floors of our own runs (1 is the bare IPC).
     overFloor: {
@@ -324,8 +341,8 @@ export async function runCluster({ quick }) {
     permitBlocks: {
       block: BLOCK,
       goal: 'with permit blocks, ≤ 1 µs per decision',
-      // One at a time, the mean is the honest per-decision cost: 63 local calls and one
-      // round trip per block.
+      // One at a time, the mean is the honest per-decision cost: local calls and one
+      // round trip per block (asked for in the background when half of one is spent).
       met: {
         oneAtATime: o.tryAcquireBlocks.oneAtATime.meanUs <= 1,
         inFlight: o.tryAcquireBlocks.inFlight64.perCallUs <= 1,

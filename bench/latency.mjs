@@ -30,7 +30,12 @@ export async function measureSubject(name, { quick }) {
   const tasks = await subject.tasks(ctx);
   const all = [
     ...floors.map((f) => ({ ...f, batch: BATCH, kind: 'floor' })),
-    ...tasks.map((t) => ({ ...t, name: latencyRowName(subject, t), kind: subject.kind })),
+    // A task may name itself and say what it is (rows measured beside the subject).
+    ...tasks.map((t) => ({
+      ...t,
+      name: t.name ?? latencyRowName(subject, t),
+      kind: t.kind ?? subject.kind,
+    })),
   ];
   const rows = await measureTasks(subject, all, { quick, condition: 'one class' });
   if (subject.kind === 'ours') {
@@ -41,7 +46,8 @@ export async function measureSubject(name, { quick }) {
     }));
     rows.push(...(await measureTasks(subject, again, { quick, condition: 'six classes' })));
   }
-  return { subject: subject.name, kind: subject.kind, rows, sink: getSink() };
+  const notes = subject.notes ? await subject.notes(tasks, { quick }) : undefined;
+  return { subject: subject.name, kind: subject.kind, rows, notes, sink: getSink() };
 }
 
 /** Times every task of `all` (floors first) in interleaved passes; one row per task. */
@@ -77,8 +83,8 @@ async function measureTasks(subject, all, { quick, condition }) {
         t.kind === 'floor'
           ? 'floor'
           : condition === 'six classes'
-            ? `${subject.name} (six classes)`
-            : subject.name,
+            ? `${t.subject ?? subject.name} (six classes)`
+            : (t.subject ?? subject.name),
       kind: t.kind,
       condition,
       outcome: t.outcome ?? 'allowed',

@@ -19,22 +19,24 @@ export const STOP = 2;
  *   --quick            fewer iterations (CI)
  *   --threads=N        throughput over 1…N threads (default os.availableParallelism())
  *   --parts=a,b        run only these parts: native, latency, peers, acquire, threads, effective,
- *                      cluster
+ *                      growth, cluster, http
  *   --native=FILE      take the floor from a saved native-bench JSON instead of running it
  *   --json=FILE        where to write the JSON (default bench/results/latest.json)
  */
 export function parseOptions(argv = process.argv.slice(2)) {
   const value = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-  const parts = value('parts')?.split(',').filter(Boolean) ?? [
+  const known = [
     'native',
     'latency',
     'peers',
     'acquire',
     'threads',
     'effective',
+    'growth',
     'cluster',
+    'http',
   ];
-  const known = ['native', 'latency', 'peers', 'acquire', 'threads', 'effective', 'cluster'];
+  const parts = value('parts')?.split(',').filter(Boolean) ?? known;
   for (const p of parts) {
     if (!known.includes(p)) throw new RangeError(`--parts: unknown part "${p}" (${known})`);
   }

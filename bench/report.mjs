@@ -90,7 +90,46 @@ export function analyzeLatency(children, floors) {
       if (p) r.peerOverOurs[peer] = p.p50Ns / r.p50Ns;
     }
   }
-  return { rows, floorsByProcess };
+  const coarseChild = children.find((c) => c.notes?.idle);
+  const coarse = coarseChild && coarseSummary(coarseChild.notes, rows);
+  return { rows, floorsByProcess, coarse };
+}
+
+// Our TokenBucket on a CoarseClock against `limiter` measured beside it (same process): the
+// goal is limiter ÷ ours ≥ 1.3. Against our TokenBucket on the precise clock: its own process.
+const COARSE_GOAL = 1.3;
+function coarseSummary(notes, rows) {
+  const p50 = (pick) => rows.find(pick)?.p50Ns;
+  const perKeys = [1, KEYS].map((keys) => {
+    const ours = p50(
+      (r) => r.kind === 'ours' && r.subject === 'TokenBucket on CoarseClock' && r.keys === keys,
+    );
+    const limiter = p50((r) => r.kind === 'beside' && r.subject === 'limiter' && r.keys === keys);
+    const precise = p50(
+      (r) =>
+        r.kind === 'ours' &&
+        r.subject === 'TokenBucket' &&
+        r.outcome === 'allowed' &&
+        r.keys === keys,
+    );
+    const ratio = limiter / ours;
+    return {
+      keys,
+      oursNs: ours,
+      limiterNs: limiter,
+      limiterOverOurs: ratio,
+      met: ratio >= COARSE_GOAL,
+      preciseNs: precise,
+      preciseOverCoarse: precise / ours,
+    };
+  });
+  const read = (name) => p50((r) => r.subject === 'clock read' && r.name === name);
+  return {
+    ...notes,
+    goal: COARSE_GOAL,
+    perKeys,
+    readNs: { coarse: read('CoarseClock.nowUs()'), precise: read('MonotonicClock.nowUs()') },
+  };
 }
 
 export function analyzeThreads(threads, floors) {
@@ -216,6 +255,34 @@ function latencySection(latency) {
   ].join('\n');
 }
 
+function coarseSection(c) {
+  const us = (x) => `${(x / 1000).toFixed(2)} ms`;
+  const lag = (x) => `p50 ${us(x.p50Us)}, p99 ${us(x.p99Us)}, max ${us(x.maxUs)}`;
+  return [
+    `== CoarseClock (resolutionMs ${c.resolutionMs}): our TokenBucket on it, beside limiter's TokenBucket in one process`,
+    table(
+      [
+        { title: 'workload (allowed)', align: 'left' },
+        { title: 'ours on CoarseClock', align: 'right' },
+        { title: 'limiter', align: 'right' },
+        { title: 'limiter÷ours', align: 'right' },
+        { title: `goal ≥ ${c.goal}`, align: 'left' },
+        { title: 'ours, precise clock (own process)', align: 'right' },
+      ],
+      c.perKeys.map((k) => [
+        k.keys === 1 ? '1 key' : `${k.keys / 1000}k keys`,
+        fmtNs(k.oursNs),
+        fmtNs(k.limiterNs),
+        fmtRatio(k.limiterOverOurs),
+        k.met ? 'met' : 'NOT met',
+        `${fmtNs(k.preciseNs)} (${fmtRatio(k.preciseOverCoarse)}×)`,
+      ]),
+    ),
+    `clock read p50: CoarseClock.nowUs() ${fmtNs(c.readNs.coarse)}, MonotonicClock.nowUs() ${fmtNs(c.readNs.precise)}`,
+    `staleness (precise − coarse, sampled while reading; machine load average ${c.loadAverage1m.toFixed(1)}): idle ${lag(c.idle)}; ${c.loaded.busyThreads} threads spinning on every core ${lag(c.loaded)}`,
+  ].join('\n');
+}
+
 function threadsSection(threads) {
   const rows = threads.entries.map((e) => [
     e.subject,
@@ -294,10 +361,12 @@ export function formatReport(result) {
   );
   if (result.floors) out.push('', nativeSection(result.floors, result.nativeSource));
   if (result.latency) out.push('', latencySection(result.latency));
+  if (result.latency?.coarse) out.push('', coarseSection(result.latency.coarse));
   if (result.threads) out.push('', threadsSection(result.threads));
   if (result.effective) out.push('', effectiveSection(result.effective));
   if (result.acquire) out.push('', acquireSection(result.acquire, result.floors?.wake));
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
+  if (result.http) out.push('', httpSection(result.http));
   return out.join('\n');
 }
 
@@ -358,6 +427,18 @@ function clusterSection(c, nativeFigures = {}) {
           `atomic-limiter/cluster tryAcquire, blocks of ${c.permitBlocks.block}`,
           c.ours.tryAcquireBlocks,
         ),
+        ...(c.ours.consumeBlocks
+          ? [
+              row(
+                `atomic-limiter/cluster consume, blocks of ${c.permitBlocks.block}`,
+                c.ours.consumeBlocks,
+              ),
+              row(
+                `atomic-limiter/cluster acquire, blocks of ${c.permitBlocks.block}`,
+                c.ours.acquireBlocks,
+              ),
+            ]
+          : []),
         row('rate-limiter-flexible RateLimiterCluster consume', c.rlf.consume),
         row('floor: process.send echo, our runs', f.echoInOursRuns),
         row('floor: process.send echo, rlf runs', f.echoInRlfRuns),
@@ -369,6 +450,73 @@ function clusterSection(c, nativeFigures = {}) {
     `goal: ${c.goal.text} (rlf ÷ ours ≥ 5): ${c.goal.met ? 'met' : 'NOT met'}`,
     `ours ÷ floor: one at a time ${fmtRatio(c.overFloor.oneAtATimeP50)}× the echo, ${c.inFlight} in flight ${fmtRatio(c.overFloor.inFlight64)}× the batched echo${native ? `; native-bench process.send round trip ${fmtNs(native.medianNs)} p50` : ''}`,
     `the issue's figures for rate-limiter-flexible: ${c.issueFigures.rlfOneAtATimeUs} µs one at a time, ${c.issueFigures.rlfInFlight64Us} µs with ${c.inFlight} in flight`,
-    `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block - 1} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs unused, or on close()).`,
+    `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs, or on close()).`,
+    ...(r.blocksInFlight64
+      ? [
+          `rlf ÷ ours with blocks, ${c.inFlight} in flight: tryAcquire ${fmtRatio(r.blocksInFlight64.tryAcquire)}×, consume ${fmtRatio(r.blocksInFlight64.consume)}×, acquire ${fmtRatio(r.blocksInFlight64.acquire)}×; one at a time (mean): ${fmtRatio(r.blocksOneAtATimeMean.tryAcquire)}× / ${fmtRatio(r.blocksOneAtATimeMean.consume)}× / ${fmtRatio(r.blocksOneAtATimeMean.acquire)}×`,
+        ]
+      : []),
+  ].join('\n');
+}
+
+function httpSection(h) {
+  const us = (x) => `${x.toFixed(1)} µs`;
+  const verdict = (j) =>
+    j.met === undefined
+      ? 'inconclusive (the peer overhead is within noise)'
+      : `${fmtRatio(j.ratio)} (${j.met ? 'met' : 'NOT met'})`;
+  return [
+    `== HTTP middleware: "hello world", every subject keyed by an x-key header (1 key, or 10 000 in turn); medians of ${h.rounds} round(s)`,
+    `Under load: autocannon, ${h.connections} connections, ${h.durationS} s, server in a child process; each limiter with its default fields.`,
+    'wall overhead = 1/rps − 1/rps(no limiter); CPU overhead = server CPU µs per request − that with no limiter.',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'requests/s', align: 'right' },
+        { title: '÷ none', align: 'right' },
+        { title: 'wall overhead', align: 'right' },
+        { title: 'server CPU', align: 'right' },
+        { title: 'CPU overhead', align: 'right' },
+      ],
+      h.rows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        String(Math.round(r.rps)),
+        fmtRatio(r.ratioToNone),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+        us(r.serverCpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.cpuOverheadUs),
+      ]),
+    ),
+    '',
+    'In process (no network; the subjects take turns in batches in one process): Express, the middleware',
+    'alone on real req/res objects; Fastify, the app through app.inject().',
+    '',
+    table(
+      [
+        { title: 'framework', align: 'left' },
+        { title: 'limiter', align: 'left' },
+        { title: 'keys', align: 'right' },
+        { title: 'CPU per request', align: 'right' },
+        { title: 'overhead', align: 'right' },
+      ],
+      h.inProcessRows.map((r) => [
+        r.framework,
+        r.subject,
+        String(r.keys),
+        us(r.cpuUs),
+        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+      ]),
+    ),
+    '',
+    'our overhead ÷ the peer overhead (goal ≤ 0.5):',
+    ...h.goal.map(
+      (g) =>
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
+    ),
   ].join('\n');
 }

@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,cluster,http]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -12,7 +12,9 @@
 //    (effective-limit.mjs).
 // 4. The cluster bridge (cluster.mjs): a worker process asking the primary's limiter over IPC,
 //    one call at a time and 64 in flight, beside rate-limiter-flexible's RateLimiterCluster.
-// 5. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
+// 5. The HTTP middleware (http.mjs): autocannon against Express and Fastify "hello world" with
+//    no limiter, with atomic-limiter/http, and with express-rate-limit / @fastify/rate-limit.
+// 6. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -22,6 +24,8 @@ import { GROUPS, runNativeBench } from '../native-bench/run.mjs';
 import { runAcquire } from './acquire.mjs';
 import { runCluster } from './cluster.mjs';
 import { runEffective } from './effective-limit.mjs';
+import { formatGrowth, runGrowth } from './growth.mjs';
+import { runHttp } from './http.mjs';
 import { parseOptions, progress } from './lib.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
 import { SUBJECTS } from './subjects.mjs';
@@ -106,15 +110,27 @@ if (opts.parts.has('effective')) {
   result.effective = await runEffective({ maxThreads: opts.threads });
 }
 
+if (opts.parts.has('growth')) {
+  progress(`[${elapsed()}] the growing key table: created at N keys against grown to N`);
+  result.growth = await runGrowth({ quick: opts.quick });
+}
+
 // ---- 4. cluster ----------------------------------------------------------------------------
 if (opts.parts.has('cluster')) {
   progress(`[${elapsed()}] cluster: ours and rate-limiter-flexible, each in a cluster of its own`);
   result.cluster = await runCluster({ quick: opts.quick });
 }
 
-// ---- 5. report ------------------------------------------------------------------------------
+// ---- 5. HTTP -------------------------------------------------------------------------------
+if (opts.parts.has('http')) {
+  progress(`[${elapsed()}] http: Express and Fastify, no limiter / ours / their usual peer`);
+  result.http = await runHttp({ quick: opts.quick });
+}
+
+// ---- 6. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
+if (result.growth) console.log(`\n${formatGrowth(result.growth)}`);
 const dir = new URL('./results/', import.meta.url);
 mkdirSync(dir, { recursive: true });
 const jsonFile = opts.jsonFile ?? fileURLToPath(new URL('latest.json', dir));

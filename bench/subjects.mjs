@@ -4,7 +4,9 @@
 //
 // Only one subject is loaded per process (see latency.mjs), so each import below is used by
 // exactly one child and V8 sees one limiter class at each call site.
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { Worker } from 'node:worker_threads';
 import { BATCH, KEYS } from './lib.mjs';
 
 let sink = 0;
@@ -196,6 +198,122 @@ async function oursTasks(a, { keys, order }) {
   return tasks.map((t) => ({ ...t, batch: BATCH, primary: true }));
 }
 
+// ---- our TokenBucket on a CoarseClock, beside `limiter`'s TokenBucket ---------------------
+// In one process, in interleaved passes: the goal is a ratio (limiter ÷ ours ≥ 1.3), so both
+// sides share the moment. `limiter` has no keys: 100k keys is Map.get + tryRemoveTokens, as
+// in limiterTasks. The clock reads and the clock's staleness are measured here too.
+const COARSE_RESOLUTION_MS = 1;
+
+async function coarseTasks(ctx) {
+  const L = await import('../dist/index.js');
+  const { keys, order } = ctx;
+  let cursor = 0;
+  const clock = new L.CoarseClock({ resolutionMs: COARSE_RESOLUTION_MS });
+  const precise = new L.MonotonicClock();
+  const opts = { capacity: 2 ** 24, refillPerSecond: 1e6, clock };
+  const one = new L.TokenBucket(opts);
+  const many = new L.TokenBucket({ ...opts, keys: KEYS });
+  for (const k of keys) many.tryAcquire(k);
+  const peer = await limiterTasks(ctx);
+  const t = (name, keysCount, fn, extra) => ({
+    name,
+    outcome: 'allowed',
+    keys: keysCount,
+    batch: BATCH,
+    fn,
+    ...extra,
+  });
+  return [
+    t('TokenBucket on CoarseClock allowed, 1 key', 1, () => {
+      for (let i = 0; i < BATCH; i++) if (!one.tryAcquire()) sink++;
+    }),
+    t('TokenBucket on CoarseClock allowed, 100k keys', KEYS, () => {
+      for (let i = 0; i < BATCH; i++) {
+        if (!many.tryAcquire(keys[order[cursor++ & 0xfffff]])) sink++;
+      }
+    }),
+    // Beside: rows of this process that are not ours (kind 'beside', never primary).
+    ...peer
+      .filter((p) => p.outcome === 'allowed')
+      .map((p) => ({
+        ...p,
+        name: `limiter beside it allowed, ${p.keys === 1 ? '1 key' : '100k keys'}`,
+        kind: 'beside',
+        subject: 'limiter',
+        primary: false,
+      })),
+    t(
+      'CoarseClock.nowUs()',
+      1,
+      () => {
+        // A local sum stays an unboxed double; the shared sink would allocate per read.
+        let sum = 0;
+        for (let i = 0; i < BATCH; i++) sum += clock.nowUs();
+        sink += sum > 0;
+      },
+      { kind: 'beside', subject: 'clock read', outcome: 'read' },
+    ),
+    t(
+      'MonotonicClock.nowUs()',
+      1,
+      () => {
+        // A local sum stays an unboxed double; the shared sink would allocate per read.
+        let sum = 0;
+        for (let i = 0; i < BATCH; i++) sum += precise.nowUs();
+        sink += sum > 0;
+      },
+      { kind: 'beside', subject: 'clock read', outcome: 'read' },
+    ),
+  ].map((task) => ({ ...task, clock }));
+}
+
+/** Lag of the coarse clock behind this thread's precise clock, in µs: p50, p99, max. */
+function staleness(clock, precise, ms) {
+  const lags = [];
+  const end = precise.nowUs() + ms * 1000;
+  for (let i = 0; ; i++) {
+    const c = clock.nowUs();
+    const now = precise.nowUs();
+    if (now > end) break;
+    // Every 16th read: samples a few µs apart, not dominated by one stretch.
+    if ((i & 15) === 0) lags.push(now - c);
+  }
+  lags.sort((a, b) => a - b);
+  const at = (q) => lags[Math.min(lags.length - 1, Math.floor(q * lags.length))];
+  return { p50Us: at(0.5), p99Us: at(0.99), maxUs: lags[lags.length - 1], samples: lags.length };
+}
+
+/** The clock's staleness idle, then with every core kept busy by spinning threads. */
+async function coarseNotes(tasks, { quick }) {
+  const L = await import('../dist/index.js');
+  const clock = tasks[0].clock;
+  const precise = new L.MonotonicClock();
+  while (!clock.ticking) await new Promise((r) => setTimeout(r, 5));
+  const ms = quick ? 300 : 1000;
+  const idle = staleness(clock, precise, ms);
+  const busyThreads = os.availableParallelism();
+  const stop = new Int32Array(new SharedArrayBuffer(4));
+  const spinners = Array.from(
+    { length: busyThreads },
+    () =>
+      new Worker(
+        'const s = new Int32Array(require("node:worker_threads").workerData); while (Atomics.load(s, 0) === 0);',
+        { eval: true, workerData: stop.buffer },
+      ),
+  );
+  await Promise.all(spinners.map((w) => new Promise((r) => w.once('online', r))));
+  const loaded = staleness(clock, precise, ms);
+  Atomics.store(stop, 0, 1);
+  await Promise.all(spinners.map((w) => new Promise((r) => w.once('exit', r))));
+  return {
+    resolutionMs: clock.resolutionMs,
+    // Other processes of a shared machine count too: "idle" means only this sampler here.
+    loadAverage1m: os.loadavg()[0],
+    idle,
+    loaded: { ...loaded, busyThreads },
+  };
+}
+
 // ---- peers --------------------------------------------------------------------------------
 
 // `limiter` (v4): TokenBucket.tryRemoveTokens(1), synchronous. It has no keys: one bucket per
@@ -365,6 +483,7 @@ async function bottleneckTasks({ keys, order }) {
 /** Every subject, by name: `kind` is 'ours' or 'peer'. */
 export const SUBJECTS = [
   ...ALGORITHMS.map((a) => ({ name: a.name, kind: 'ours', tasks: (ctx) => oursTasks(a, ctx) })),
+  { name: 'TokenBucket on CoarseClock', kind: 'ours', tasks: coarseTasks, notes: coarseNotes },
   { name: 'limiter', kind: 'peer', tasks: limiterTasks, package: 'limiter' },
   {
     name: 'rate-limiter-flexible',

@@ -15,7 +15,7 @@ import { TokenBucket } from './algorithms/token-bucket.js';
 import { clockFromHandle } from './clock.js';
 import { LAYOUT_VERSION } from './layout.js';
 import { Attached, headerAlgo, type LimiterHandle } from './limiter.js';
-import { show } from './validate.js';
+import { show, typeError } from './validate.js';
 
 export type AnyLimiter =
   | TokenBucket
@@ -43,20 +43,18 @@ const CLASSES: Record<number, new (source: any) => AnyLimiter> = {
 export function attach<L extends AnyLimiter = AnyLimiter>(handle: LimiterHandle): L {
   const h = handle as Partial<LimiterHandle> | null | undefined;
   if (typeof h !== 'object' || h === null || h.kind !== 'atomic-limiter') {
-    throw new TypeError(
-      `attach: expected a limiter's handle (limiter.handle), got ${show(handle)}`,
-    );
+    throw typeError(`attach: expected a limiter's handle (limiter.handle), got ${show(handle)}`);
   }
   if (h.version !== LAYOUT_VERSION) {
-    throw new TypeError(
+    throw typeError(
       `attach: the handle has layout version ${show(h.version)}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
     );
   }
   if (!(h.buffer instanceof SharedArrayBuffer)) {
-    throw new TypeError(`attach: handle.buffer must be a SharedArrayBuffer, got ${show(h.buffer)}`);
+    throw typeError(`attach: handle.buffer must be a SharedArrayBuffer, got ${show(h.buffer)}`);
   }
   const algo = headerAlgo(h.buffer);
   const Cls = CLASSES[algo];
-  if (!Cls) throw new TypeError(`attach: the buffer holds an unknown algorithm (${algo})`);
+  if (!Cls) throw typeError(`attach: the buffer holds an unknown algorithm (${algo})`);
   return new Cls(new Attached(h.buffer, clockFromHandle(h.clock))) as L;
 }

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
-import { show } from './validate.js';
+import { CoarseClock } from './coarse-clock.js';
+import { rangeError, show, typeError } from './validate.js';
 
 /**
  * A clock gives microseconds as a JavaScript number. Every limiter reads it once per
@@ -15,7 +16,8 @@ export interface Clock {
 
 export type ClockHandle =
   | { readonly kind: 'monotonic' }
-  | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer };
+  | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer }
+  | { readonly kind: 'coarse'; readonly buffer: SharedArrayBuffer };
 
 // performance.now() is cheap (no BigInt, no allocation) but its origin is this process's
 // start. process.hrtime is CLOCK_MONOTONIC, whose origin is shared by every thread and
@@ -82,11 +84,11 @@ export class ManualClock implements Clock {
     if (typeof startMs === 'object' && startMs !== null) {
       const buffer = startMs.buffer;
       if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== 16) {
-        throw new TypeError('ManualClock: the handle does not hold a ManualClock buffer');
+        throw typeError('ManualClock: the handle does not hold a ManualClock buffer');
       }
       this.words = new Int32Array(buffer);
       if (Atomics.load(this.words, M_MAGIC) !== MANUAL_MAGIC) {
-        throw new TypeError('ManualClock: the handle does not hold a ManualClock buffer');
+        throw typeError('ManualClock: the handle does not hold a ManualClock buffer');
       }
       this.big = new BigInt64Array(buffer, 0, 1);
       this.handle = { kind: 'manual', buffer };
@@ -112,7 +114,7 @@ export class ManualClock implements Clock {
   /** Moves time forward by `ms` (≥ 0, microsecond resolution) for every thread. */
   advance(ms: number): void {
     const us = toUs('ManualClock.advance', 'ms', ms);
-    if (us < 0) throw new RangeError(`ManualClock.advance: ms must be ≥ 0, got ${show(ms)}`);
+    if (us < 0) throw rangeError(`ManualClock.advance: ms must be ≥ 0, got ${show(ms)}`);
     Atomics.add(this.big, 0, BigInt(us));
     this.tick();
   }
@@ -137,13 +139,11 @@ export class ManualClock implements Clock {
 
 function toUs(owner: string, name: string, ms: unknown): number {
   if (typeof ms !== 'number' || !Number.isFinite(ms)) {
-    throw new TypeError(
-      `${owner}: ${name} must be a finite number of milliseconds, got ${show(ms)}`,
-    );
+    throw typeError(`${owner}: ${name} must be a finite number of milliseconds, got ${show(ms)}`);
   }
   const us = Math.round(ms * 1000);
   if (!Number.isSafeInteger(us)) {
-    throw new RangeError(`${owner}: ${name} is out of range, got ${show(ms)}`);
+    throw rangeError(`${owner}: ${name} is out of range, got ${show(ms)}`);
   }
   return us;
 }
@@ -152,5 +152,6 @@ export function clockFromHandle(handle: unknown): Clock {
   const h = handle as ClockHandle | undefined;
   if (h && h.kind === 'monotonic') return monotonicClock;
   if (h && h.kind === 'manual') return new ManualClock(h);
-  throw new TypeError(`attach: unknown clock in handle: ${show(handle)}`);
+  if (h && h.kind === 'coarse') return new CoarseClock(h);
+  throw typeError(`attach: unknown clock in handle: ${show(handle)}`);
 }

@@ -40,6 +40,8 @@ export type StepFn<A> = (
 export interface Algorithm extends SlotPolicy {
   /** After a grant: SlidingLog writes its entries, Concurrency its holder record. */
   admitted(w: number, before: number, nowUs: number, permits: number): void;
+  /** A new key found no slot: reports it; true when `whenFull` allows it anyway. */
+  tableFull(key: Key | undefined): boolean;
 }
 
 /**
@@ -73,7 +75,8 @@ export class Core {
   queuedSinceUs = 0;
 
   constructor(
-    readonly i32: Int32Array,
+    /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
+    public i32: Int32Array,
     readonly clock: Clock,
     readonly epochUs: number,
     /** Largest permits one call may ask for. */
@@ -129,7 +132,7 @@ export function enter(
 /**
  * The decision loop after enter(); true when the permits were granted. The caller runs
  * the algorithm's `admitted()` hook after a grant (`core.priorState` is the state it
- * replaced).
+ * replaced), unless `core.lastWord` is NO_SLOT: a key with no slot allowed by `whenFull`.
  */
 export function run<A extends Algorithm>(
   core: Core,
@@ -140,11 +143,11 @@ export function run<A extends Algorithm>(
   key: Key | undefined,
   mode: AttemptMode,
 ): boolean {
-  const i32 = core.i32;
+  let i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
       core.lastWord = NO_SLOT;
-      return false;
+      return algo.tableFull(key);
     }
     const w = ref >>> 4;
     // A plain read is enough: the CAS below validates it.
@@ -158,6 +161,7 @@ export function run<A extends Algorithm>(
       // reassigned since `ref` was derived that a matching generation proves nothing (a
       // thread descheduled for a while): look the key up again.
       ref = core.table.refresh(key, core.decisionUs, algo);
+      i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
       continue;
     }
     // Read after the state: a stamp is stored before its state's CAS, so this stamp is

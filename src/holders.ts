@@ -33,12 +33,12 @@ function nowMs(): number {
 export class Holders {
   /** This thread's record per slot reference, with what this thread holds through it. */
   private readonly mine = new Map<number, Mine>();
-  private heldHere = 0;
   private timer: ReturnType<typeof setInterval> | undefined;
   private lastReapMs = 0;
 
   constructor(
-    private readonly i32: Int32Array,
+    /** Replaced by the limiter's remap() when the buffer grew. */
+    public i32: Int32Array,
     private readonly layout: Layout,
     private readonly queues: WaitQueues,
     /** Gives `permits` back to the slot `ref` (if it still has that generation). */
@@ -49,13 +49,18 @@ export class Holders {
     return this.layout.holderBase + r * HOLDER_WORDS;
   }
 
-  /** Whether record `r` is still this thread's record of `ref` (not voided by a reaper). */
+  /**
+   * Whether record `r` is still this thread's record of `ref` (not voided by a reaper).
+   * Plain reads: only a reaper changes these words under the owner, and it does so only
+   * for a thread silent for HOLDER_DEAD_MS, which this running thread is not (a thread
+   * that was, and wakes mid-call, is the documented edge: it may give back twice).
+   */
   private intact(r: number, ref: number): boolean {
     const rw = this.rec(r);
     return (
       r >= 0 &&
-      Atomics.load(this.i32, rw + H_REF) === ref + 1 &&
-      Atomics.load(this.i32, rw + H_TOKEN) === this.queues.threadToken
+      this.i32[rw + H_REF] === ref + 1 &&
+      this.i32[rw + H_TOKEN] === this.queues.threadToken
     );
   }
 
@@ -70,7 +75,6 @@ export class Holders {
       // A reaper voided the record while this thread looked dead and gave its permits back:
       // what it held there are ghosts now, which releasing must not give back again.
       m.ghost += m.held;
-      this.heldHere -= m.held;
       m.held = 0;
       this.queues.heartbeat();
       m.r = this.claim(ref);
@@ -80,7 +84,6 @@ export class Holders {
     } else {
       Atomics.add(this.i32, this.rec(m.r) + H_PERMITS, permits);
       m.held += permits;
-      this.heldHere += permits;
       this.startHeartbeat();
     }
   }
@@ -111,13 +114,11 @@ export class Holders {
     if (m === undefined) return 0;
     if (m.r >= 0 && !this.intact(m.r, ref)) {
       m.ghost += m.held;
-      this.heldHere -= m.held;
       m.held = 0;
       m.r = -1;
     }
     const n = Math.min(m.ghost, permits);
     m.ghost -= n;
-    if (m.held === 0 && m.ghost === 0) this.mine.delete(ref);
     return n;
   }
 
@@ -128,18 +129,12 @@ export class Holders {
   released(ref: number, permits: number): void {
     let left = permits;
     const m = this.mine.get(ref);
-    if (m !== undefined && m.r >= 0) {
+    if (m !== undefined && m.r >= 0 && m.held > 0) {
+      // An empty record stays this thread's until its heartbeat frees it: a key taken and
+      // released over and over does not claim a record (or start a timer) every time.
       const n = this.take(m.r, ref, Math.min(left, m.held));
       m.held -= n;
-      this.heldHere -= n;
       left -= n;
-      if (m.held === 0) {
-        // Only its owner frees a record (a reaper voids it); a new grant claims another.
-        Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
-        m.r = -1;
-        if (m.ghost === 0) this.mine.delete(ref);
-      }
-      if (this.heldHere <= 0) this.stopHeartbeat();
     }
     for (let r = 0; left > 0 && r < this.layout.holders; r++) left -= this.take(r, ref, left);
   }
@@ -148,11 +143,10 @@ export class Holders {
   private take(r: number, ref: number, want: number): number {
     const i32 = this.i32;
     const rw = this.rec(r);
+    // Plain reads find the record; the CAS on its permits is what counts.
+    if (i32[rw + H_REF] !== ref + 1 || i32[rw + H_TOKEN] === 0) return 0;
     for (;;) {
-      if (Atomics.load(i32, rw + H_REF) !== ref + 1 || Atomics.load(i32, rw + H_TOKEN) === 0) {
-        return 0;
-      }
-      const have = Atomics.load(i32, rw + H_PERMITS);
+      const have = i32[rw + H_PERMITS]!;
       if (have <= 0 || want <= 0) return 0;
       const n = Math.min(have, want);
       if (Atomics.compareExchange(i32, rw + H_PERMITS, have, have - n) === have) return n;
@@ -161,18 +155,27 @@ export class Holders {
 
   private startHeartbeat(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => {
-      this.queues.heartbeat();
-      this.reap();
-    }, HOLDER_HEARTBEAT_MS);
+    this.timer = setInterval(() => this.tick(), HOLDER_HEARTBEAT_MS);
     // Holding permits must not keep a process alive.
     this.timer.unref();
   }
 
-  private stopHeartbeat(): void {
-    this.heldHere = 0;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+  /**
+   * Every HOLDER_HEARTBEAT_MS while this thread has records: proves it alive, reaps dead
+   * holders, and frees this thread's empty records; with none left, the timer stops.
+   */
+  private tick(): void {
+    this.queues.heartbeat();
+    this.reap();
+    for (const [ref, m] of this.mine) {
+      if (m.held > 0 || m.ghost > 0) continue;
+      if (m.r >= 0) Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
+      this.mine.delete(ref);
+    }
+    if (this.mine.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
   }
 
   /** After a refused decision: look for dead holders, at most every REAP_EVERY_MS. */

@@ -7,6 +7,7 @@ export { TokenBucket, type TokenBucketOptions } from './algorithms/token-bucket.
 export { type AnyLimiter, attach } from './attach.js';
 export { Chain, type ChainDecision, type ChainMember, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';
+export { CoarseClock, type CoarseClockOptions } from './coarse-clock.js';
 export {
   ClusterTimeoutError,
   ClusterUnavailableError,
@@ -25,4 +26,6 @@ export type {
   LimiterHandle,
   QueueOrder,
   Stats,
+  WhenFull,
 } from './limiter.js';
+export { TABLE_FULL_CHANNEL } from './limiter.js';

@@ -15,11 +15,14 @@
  *                   2 per slot, of the permits each thread holds (given back if it dies)
  *   log             SlidingLog only: a ring of 16-byte entries per slot
  *
+ * The key table (locks, hot, cold, queues, log rings) is segment 0 of a table that grows
+ * by appending segments past the end of the buffer (see Segment).
+ *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 2;
+export const LAYOUT_VERSION = 3;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -36,6 +39,8 @@ export const H_LOG_RING = 10;
 export const H_BYTES_DIV64 = 11;
 export const H_MAX_WAITERS = 12;
 export const H_HOLDERS = 13; // holder records (Concurrency), 0 for the rate limiters
+export const H_WHEN_FULL = 14; // 1: a new key with no slot is allowed (whenFull: 'allow')
+export const H_MAX_KEYS = 15; // the table's ceiling of keys (it grows from H_KEYS)
 // Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
 export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
 export const F64_EPOCH_US = 15;
@@ -44,12 +49,16 @@ export const F64_EPOCH_US = 15;
 // their key → slot caches when it moved far enough that a 4-bit generation could wrap.
 export const H_CONTROL = 32;
 export const H_DEFAULT_LOCK = 33;
+// The table's segments that exist (≥ 1), and the lease lock of growing it (rarely written).
+export const H_SEGMENTS = 34;
+export const H_GROW_LOCK = 35;
 // Line 3 (bytes 192..256): counters, written only on the insert path.
 export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;
 export const H_TABLE_FULL = 50;
 export const H_LOCK_STEALS = 51;
 export const H_HOLDERS_LOST = 52; // permits granted while the holder pool was full
+export const H_GROWTHS = 53; // segments added to the table
 export const HEADER_WORDS = 64;
 
 // Hot slot fields.
@@ -84,7 +93,10 @@ export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
-export const MAX_BUFFER_BYTES = 2 ** 30;
+/** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
+export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
+/** Default budget of shared memory per limiter (option `maxBytes`). */
+export const DEFAULT_MAX_BYTES = 256 * 2 ** 20;
 
 // Queue fields, at queueBase + 4 × slot.
 export const Q_LOCK = 0;
@@ -123,7 +135,33 @@ export const T_HEARTBEAT = 1;
 export const QUEUED_FLAG = 0x80000000 | 0;
 export const STAMP_MASK = 0x7fffffff;
 
+/**
+ * One segment of the key table: its own stripes, stripe locks, hot slots, fingerprints,
+ * queue words and (SlidingLog) log rings. Segment 0 is laid out with the rest of the
+ * buffer; when it is full of active keys the table grows by appending segment 1, 2, … at
+ * the end of the (growable) buffer, each twice the capacity of the one before (segment 1:
+ * `keys`), so slot indices, and every thread's references to them, never move.
+ * Slots are numbered across segments: segment k holds slots first … first + slots − 1.
+ */
+export interface Segment {
+  readonly index: number;
+  readonly first: number;
+  readonly slots: number;
+  readonly stripes: number;
+  readonly lockBase: number;
+  /** Hot word of slot `first`. */
+  readonly hotStart: number;
+  readonly coldBase: number;
+  /** Queue words of slot `first` (segment 0: of the default slot, slot 0). */
+  readonly queueBase: number;
+  /** Byte offset of slot `first`'s log ring (segment 0: of slot 0's), 0 without a log. */
+  readonly logBaseBytes: number;
+  /** Byte offset just past the segment: the buffer's length once it exists. */
+  readonly endBytes: number;
+}
+
 export interface Layout {
+  /** Segment 0's slots and stripes (the table as created). */
   slots: number;
   stripes: number;
   lockBase: number;
@@ -138,24 +176,37 @@ export interface Layout {
   /** Byte offset of the log region, 0 when the algorithm keeps no log. */
   logBaseBytes: number;
   logRing: number;
+  /** Bytes of the buffer as created (segment 0 and everything shared). */
   bytes: number;
+  /** Every segment the table may ever have; the first `H_SEGMENTS` of them exist. */
+  segments: readonly Segment[];
+  /** Bytes of the buffer once every segment exists: what it reserves. */
+  maxBytes: number;
+  /** Keys the table may hold once every segment exists. */
+  maxKeys: number;
 }
 
 function alignWords(words: number): number {
   return Math.ceil(words / LINE_WORDS) * LINE_WORDS;
 }
 
+function stripesFor(keys: number): number {
+  return Math.max(2, Math.ceil((keys * 1.5) / STRIPE_SLOTS));
+}
+
 /**
  * Slots per key: 1.5×, so that with two candidate stripes per key (the less loaded one
- * wins) a stripe of 16 overflows with negligible probability at full occupancy.
+ * wins) a stripe of 16 overflows with negligible probability at full occupancy. The table
+ * starts with room for `keys` and may grow to `maxKeys` (≥ keys).
  */
 export function computeLayout(
   keys: number,
   logRing: number,
   maxWaiters: number,
   holders: number,
+  maxKeys = keys,
 ): Layout {
-  const stripes = Math.max(2, Math.ceil((keys * 1.5) / STRIPE_SLOTS));
+  const stripes = stripesFor(keys);
   const slots = stripes * STRIPE_SLOTS;
   const lockBase = HEADER_WORDS;
   const hotBase = alignWords(lockBase + stripes);
@@ -168,6 +219,50 @@ export function computeLayout(
   const end = alignWords(holderBase + holders * HOLDER_WORDS);
   const logBaseBytes = logRing > 0 ? end * 4 : 0;
   const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : end * 4;
+  const segments: Segment[] = [
+    {
+      index: 0,
+      first: 1,
+      slots,
+      stripes,
+      lockBase,
+      hotStart: hotBase + LINE_WORDS,
+      coldBase,
+      queueBase,
+      logBaseBytes,
+      endBytes: bytes,
+    },
+  ];
+  let capacity = keys;
+  let first = slots + 1;
+  let startWords = bytes / 4;
+  for (let k = 1; capacity < maxKeys; k++) {
+    const segKeys = keys * 2 ** (k - 1);
+    capacity += segKeys;
+    const segStripes = stripesFor(segKeys);
+    const segSlots = segStripes * STRIPE_SLOTS;
+    const segLock = alignWords(startWords);
+    const segHot = alignWords(segLock + segStripes);
+    const segCold = alignWords(segHot + segSlots * HOT_WORDS);
+    const segQueue = alignWords(segCold + segSlots * 2);
+    const segEnd = alignWords(segQueue + segSlots * QUEUE_WORDS);
+    const segLogBytes = logRing > 0 ? segEnd * 4 : 0;
+    const endBytes = logRing > 0 ? segLogBytes + segSlots * logRing * 16 : segEnd * 4;
+    segments.push({
+      index: k,
+      first,
+      slots: segSlots,
+      stripes: segStripes,
+      lockBase: segLock,
+      hotStart: segHot,
+      coldBase: segCold,
+      queueBase: segQueue,
+      logBaseBytes: segLogBytes,
+      endBytes,
+    });
+    first += segSlots;
+    startWords = endBytes / 4;
+  }
   return {
     slots,
     stripes,
@@ -183,15 +278,54 @@ export function computeLayout(
     logBaseBytes,
     logRing,
     bytes,
+    segments,
+    maxBytes: segments[segments.length - 1]!.endBytes,
+    maxKeys: capacity,
   };
+}
+
+/** The segment holding slot `s` (≥ 1). */
+export function segmentOfSlot(layout: Layout, s: number): Segment {
+  const segs = layout.segments;
+  let k = 0;
+  while (k + 1 < segs.length && s >= segs[k + 1]!.first) k++;
+  return segs[k]!;
 }
 
 /** Hot word index of slot `s` (0 = the default key). */
 export function hotWord(layout: Layout, s: number): number {
-  return s === 0 ? layout.hotBase : layout.hotBase + 12 + 4 * s;
+  if (s === 0) return layout.hotBase;
+  if (s <= layout.slots) return layout.hotBase + 12 + 4 * s;
+  const seg = segmentOfSlot(layout, s);
+  return seg.hotStart + HOT_WORDS * (s - seg.first);
 }
 
 /** Slot number of a hot word index (inverse of hotWord). */
 export function slotOfHotWord(layout: Layout, w: number): number {
-  return w === layout.hotBase ? 0 : (w - layout.hotBase - 12) / 4;
+  if (w === layout.hotBase) return 0;
+  const segs = layout.segments;
+  let k = segs.length - 1;
+  while (k > 0 && w < segs[k]!.hotStart) k--;
+  const seg = segs[k]!;
+  return seg.first + (w - seg.hotStart) / HOT_WORDS;
+}
+
+/** Word of slot `s`'s fingerprint (two words; `s` ≥ 1). */
+export function coldWord(layout: Layout, s: number): number {
+  const seg = s <= layout.slots ? layout.segments[0]! : segmentOfSlot(layout, s);
+  return seg.coldBase + 2 * (s - seg.first);
+}
+
+/** Queue words of slot `s` (0 = the default key). */
+export function queueWord(layout: Layout, s: number): number {
+  if (s <= layout.slots) return layout.queueBase + s * QUEUE_WORDS;
+  const seg = segmentOfSlot(layout, s);
+  return seg.queueBase + (s - seg.first) * QUEUE_WORDS;
+}
+
+/** Byte offset of slot `s`'s log ring (0 = the default key). */
+export function logRingBytes(layout: Layout, s: number): number {
+  if (s <= layout.slots) return layout.logBaseBytes + s * layout.logRing * 16;
+  const seg = segmentOfSlot(layout, s);
+  return seg.logBaseBytes + (s - seg.first) * layout.logRing * 16;
 }

@@ -1,8 +1,11 @@
+import diagnosticsChannel from 'node:diagnostics_channel';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { CoarseClock } from './coarse-clock.js';
 import { type AttemptMode, Core, ENQUEUE, enter, HEAD, run, TRY, unwrapStamp } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
+  DEFAULT_MAX_BYTES,
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
@@ -12,17 +15,23 @@ import {
   H_BYTES_DIV64,
   H_CONTROL,
   H_HOLDERS,
+  H_INSERTS,
   H_KEYS,
   H_LOG_RING,
   H_MAGIC,
+  H_MAX_KEYS,
   H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
+  H_RECLAIMS,
   H_SEED0,
   H_SEED1,
+  H_SEGMENTS,
   H_SLOTS,
   H_STRIPES,
+  H_TABLE_FULL,
   H_VERSION,
+  H_WHEN_FULL,
   hotWord,
   LAYOUT_VERSION,
   type Layout,
@@ -72,7 +81,10 @@ export interface Decision {
   readonly retryAfterMs: number;
   /** Time until the key is back to its initial state (full bucket, empty windows). */
   readonly resetAfterMs: number;
-  /** Why a refusal happened: the limit, or no slot for a new key (`'table-full'`). */
+  /**
+   * Why: on a refusal, the limit (`'limited'`) or no slot for a new key (`'table-full'`);
+   * `'table-full'` also on a new key allowed without state by `whenFull: 'allow'`.
+   */
   readonly reason?: 'limited' | 'table-full';
 }
 
@@ -100,11 +112,29 @@ export type AlgorithmName =
 /** Options every limiter takes. */
 export interface CommonOptions {
   /**
-   * Distinct keys the shared table holds at once (minimum 1, default 10 000). Keys idle
-   * in their initial state are reclaimed when space is needed; when every candidate slot
-   * of a new key is busy, decisions for it are refused with `reason: 'table-full'`.
+   * Distinct keys the shared table has room for when created (minimum 1, default 1024).
+   * Keys idle in their initial state are reclaimed when space is needed; when none is, the
+   * table grows (by segments of 1.5 slots per key, doubling) up to `maxKeys`.
    */
   keys?: number;
+  /**
+   * The most keys the table may grow to (default 1 048 576, or as many as `maxBytes`
+   * holds). Beyond it, when every candidate slot of a new key holds an active key,
+   * `whenFull` decides for it, with `reason: 'table-full'`. At least `keys`.
+   */
+  maxKeys?: number;
+  /**
+   * What a new key gets when no slot can be had for it: `'deny'` (default: a refusal with
+   * `reason: 'table-full'` and the time until the soonest candidate slot can be reclaimed)
+   * or `'allow'` (granted without any state: no limit applies to it until a slot frees —
+   * the choice of an HTTP API that would rather serve a new client than refuse it).
+   */
+  whenFull?: WhenFull;
+  /**
+   * Largest shared buffer this limiter may reserve, in bytes (default 256 MiB, at most
+   * 2^31 − 2^16). A configuration needing more is refused with a RangeError saying how much.
+   */
+  maxBytes?: number;
   /** Permits that may wait per key in `acquire()`; 0 (default) means never wait. */
   queueLimit?: number;
   /** `'oldest-first'` (default, FIFO) or `'newest-first'` (evicts the oldest waiter). */
@@ -126,8 +156,30 @@ export interface LimiterHandle {
   readonly clock: ClockHandle;
 }
 
-export const COMMON_OPTIONS = ['keys', 'queueLimit', 'queueOrder', 'maxWaiters', 'clock'] as const;
+export type WhenFull = 'deny' | 'allow';
+
+export const COMMON_OPTIONS = [
+  'keys',
+  'maxKeys',
+  'queueLimit',
+  'queueOrder',
+  'maxWaiters',
+  'clock',
+  'whenFull',
+  'maxBytes',
+] as const;
+
+/**
+ * Published (only when someone subscribes) each time a new key finds no slot:
+ * `{ limiter, key, whenFull }`. Subscribe with `diagnostics_channel.subscribe(name, f)`.
+ */
+export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
+const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
+/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
+const TABLE_FULL_RETRY_MS = 1000;
 const MAX_KEYS = 1 << 22;
+const DEFAULT_KEYS = 1024;
+const DEFAULT_MAX_KEYS = 1 << 20;
 
 /** A buffer and clock to attach to (from `attach()`); never built by users. */
 export class Attached {
@@ -142,10 +194,15 @@ export interface Fresh {
   readonly params: readonly number[];
   readonly logRing: number;
   readonly keys: number;
+  readonly maxKeys: number;
+  /** Whether the user chose maxKeys (else it shrinks to fit maxBytes). */
+  readonly maxKeysGiven: boolean;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
   readonly maxWaiters: number;
   readonly clock: Clock;
+  readonly whenFull: WhenFull;
+  readonly maxBytes: number;
   /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
   readonly holdersPerSlot?: number;
 }
@@ -156,7 +213,21 @@ export function readCommon(
   own: readonly string[],
 ): { opts: Record<string, unknown>; common: Omit<Fresh, 'params' | 'logRing'> } {
   const opts = checkOptionsObject(owner, options, [...own, ...COMMON_OPTIONS]);
-  const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, 10_000);
+  const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, DEFAULT_KEYS);
+  const maxKeysGiven = opts.maxKeys !== undefined;
+  const maxKeys = integerOption(
+    owner,
+    'maxKeys',
+    opts.maxKeys,
+    1,
+    MAX_KEYS,
+    Math.max(keys, DEFAULT_MAX_KEYS),
+  );
+  if (maxKeys < keys) {
+    throw rangeError(
+      `${owner}: option "maxKeys" (${maxKeys}) must be at least "keys" (${keys}): the table starts at "keys" and grows up to "maxKeys"`,
+    );
+  }
   const queueLimit = integerOption(owner, 'queueLimit', opts.queueLimit, 0, 2 ** 31 - 1, 0);
   const maxWaiters = integerOption(owner, 'maxWaiters', opts.maxWaiters, 1, 1 << 20, 4096);
   const queueOrder = enumOption<QueueOrder>(
@@ -166,18 +237,46 @@ export function readCommon(
     ['oldest-first', 'newest-first'],
     'oldest-first',
   );
+  const whenFull = enumOption<WhenFull>(
+    owner,
+    'whenFull',
+    opts.whenFull,
+    ['deny', 'allow'],
+    'deny',
+  );
+  const maxBytes = integerOption(
+    owner,
+    'maxBytes',
+    opts.maxBytes,
+    2 ** 16,
+    MAX_BUFFER_BYTES,
+    DEFAULT_MAX_BYTES,
+  );
   const clock = opts.clock ?? monotonicClock;
   if (
     typeof clock !== 'object' ||
     clock === null ||
     typeof (clock as Clock).nowUs !== 'function' ||
-    !(clock === monotonicClock || clock instanceof ManualClock)
+    !(clock === monotonicClock || clock instanceof ManualClock || clock instanceof CoarseClock)
   ) {
     throw typeError(
-      `${owner}: option "clock" must be a ManualClock (or omitted for the monotonic clock), got ${show(clock)}`,
+      `${owner}: option "clock" must be a ManualClock or a CoarseClock (or omitted for the monotonic clock), got ${show(clock)}`,
     );
   }
-  return { opts, common: { keys, queueLimit, queueOrder, maxWaiters, clock: clock as Clock } };
+  return {
+    opts,
+    common: {
+      keys,
+      maxKeys,
+      maxKeysGiven,
+      queueLimit,
+      queueOrder,
+      maxWaiters,
+      whenFull,
+      maxBytes,
+      clock: clock as Clock,
+    },
+  };
 }
 
 function randomSeed(): number {
@@ -196,10 +295,20 @@ export abstract class Limiter implements SlotPolicy {
   abstract readonly limit: number;
   /** The algorithm, as the class's name: what other parts (HTTP headers, Redis) key on. */
   abstract readonly algorithm: AlgorithmName;
+  /** Keys the table held room for when created; it grows from there up to `maxKeys`. */
   readonly keys: number;
+  /** Keys the table may hold once grown to its ceiling. */
+  readonly maxKeys: number;
+  /** What a new key gets when the table has no slot for it. */
+  readonly whenFull: WhenFull;
   readonly queueLimit: number;
   readonly queueOrder: QueueOrder;
-  protected readonly i32: Int32Array;
+  /**
+   * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
+   * length-tracking view of a growable buffer cost twice as much, so a thread maps the
+   * buffer again (remap) when its table finds a segment beyond its view.
+   */
+  protected i32: Int32Array;
   protected readonly f64: Float64Array;
   protected readonly layout: Layout;
   protected readonly table: SlotTable;
@@ -219,7 +328,7 @@ export abstract class Limiter implements SlotPolicy {
     if (source instanceof Attached) {
       this.buffer = source.buffer;
       this.clock = source.clock;
-      this.i32 = new Int32Array(this.buffer);
+      this.i32 = fixedView(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
       this.layout = computeLayout(
@@ -227,27 +336,45 @@ export abstract class Limiter implements SlotPolicy {
         i32[H_LOG_RING]!,
         i32[H_MAX_WAITERS]!,
         i32[H_HOLDERS]!,
+        i32[H_MAX_KEYS]!,
       );
-      if (i32[H_ALGO] !== algo || this.layout.bytes !== this.buffer.byteLength) {
+      const length = this.buffer.byteLength;
+      if (i32[H_ALGO] !== algo || length < this.layout.bytes || length > this.layout.maxBytes) {
         throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
       }
     } else {
       const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
-      const layout = computeLayout(
-        source.keys,
-        source.logRing,
-        source.maxWaiters,
-        slots * (source.holdersPerSlot ?? 0),
-      );
-      if (layout.bytes > MAX_BUFFER_BYTES) {
+      const layoutFor = (maxKeys: number) =>
+        computeLayout(
+          source.keys,
+          source.logRing,
+          source.maxWaiters,
+          slots * (source.holdersPerSlot ?? 0),
+          maxKeys,
+        );
+      let layout = layoutFor(source.maxKeys);
+      if (layout.bytes > source.maxBytes) {
         throw rangeError(
-          `${owner}: ${show(source.keys)} keys need ${layout.bytes} bytes of shared memory, more than the ${MAX_BUFFER_BYTES} allowed; lower "keys"`,
+          `${owner}: ${show(source.keys)} keys need ${mib(layout.bytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
+      if (layout.maxBytes > source.maxBytes && source.maxKeysGiven) {
+        throw rangeError(
+          `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.maxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
+        );
+      }
+      // Without an explicit maxKeys, the ceiling is as many segments as maxBytes holds.
+      while (layout.maxBytes > source.maxBytes) {
+        layout = layoutFor(source.keys * 2 ** (layout.segments.length - 2));
+      }
       this.layout = layout;
-      this.buffer = new SharedArrayBuffer(layout.bytes);
+      // A growable buffer reserves its maximum (address space) and commits what exists.
+      this.buffer =
+        layout.maxBytes > layout.bytes
+          ? new SharedArrayBuffer(layout.bytes, { maxByteLength: layout.maxBytes })
+          : new SharedArrayBuffer(layout.bytes);
       this.clock = source.clock;
-      this.i32 = new Int32Array(this.buffer);
+      this.i32 = fixedView(this.buffer);
       this.f64 = new Float64Array(this.buffer, 0, 16);
       const i32 = this.i32;
       i32[H_VERSION] = LAYOUT_VERSION;
@@ -257,11 +384,14 @@ export abstract class Limiter implements SlotPolicy {
       i32[H_SEED0] = randomSeed();
       i32[H_SEED1] = randomSeed();
       i32[H_KEYS] = source.keys;
+      i32[H_MAX_KEYS] = layout.maxKeys;
+      i32[H_SEGMENTS] = 1;
       i32[H_QUEUE_LIMIT] = source.queueLimit;
       i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
       i32[H_LOG_RING] = source.logRing;
       i32[H_MAX_WAITERS] = source.maxWaiters;
       i32[H_HOLDERS] = layout.holders;
+      i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
       i32[H_BYTES_DIV64] = layout.bytes / 64;
       source.params.forEach((p, k) => {
         this.f64[F64_PARAMS + k] = p;
@@ -272,10 +402,12 @@ export abstract class Limiter implements SlotPolicy {
       Atomics.store(i32, H_MAGIC, MAGIC);
     }
     this.keys = this.i32[H_KEYS]!;
+    this.maxKeys = this.layout.maxKeys;
+    this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
     this.queueLimit = this.i32[H_QUEUE_LIMIT]!;
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
-    this.table = new SlotTable(this.i32, this.layout, owner);
+    this.table = new SlotTable(this.i32, this.layout, owner, () => this.remap());
     this.queues = new WaitQueues(this.i32, this.layout, this.table);
     this.core = new Core(
       this.i32,
@@ -289,6 +421,21 @@ export abstract class Limiter implements SlotPolicy {
       source instanceof Attached,
     );
   }
+
+  /**
+   * Maps the buffer again as far as it has grown (the table grew, here or in another
+   * thread): every view this thread's objects hold is replaced by one over the new length.
+   */
+  protected remap(): void {
+    this.i32 = fixedView(this.buffer);
+    this.table.i32 = this.i32;
+    this.queues.i32 = this.i32;
+    this.core.i32 = this.i32;
+    this.remapped();
+  }
+
+  /** Hook after remap() (views an algorithm keeps of its own). */
+  protected remapped(): void {}
 
   /** The algorithm's stored options, in the order the subclass wrote them. */
   protected param(k: number): number {
@@ -304,6 +451,37 @@ export abstract class Limiter implements SlotPolicy {
       version: LAYOUT_VERSION,
       buffer: this.buffer,
       clock: this.clock.handle,
+    };
+  }
+
+  /** Bytes of shared memory this limiter's buffer holds now (every thread shares them). */
+  get byteLength(): number {
+    return this.buffer.byteLength;
+  }
+
+  /** Bytes the buffer may grow to (address space reserved; committed as the table grows). */
+  get maxByteLength(): number {
+    return this.layout.maxBytes;
+  }
+
+  /**
+   * The key table's counters, shared by every thread: slots, keys inserted, idle slots
+   * reclaimed for new keys, and new keys that found no slot (`tableFull`).
+   */
+  tableStats(): {
+    slots: number;
+    segments: number;
+    inserts: number;
+    reclaims: number;
+    tableFull: number;
+  } {
+    const i32 = this.i32;
+    return {
+      slots: this.table.slotCount(),
+      segments: Atomics.load(i32, H_SEGMENTS),
+      inserts: Atomics.load(i32, H_INSERTS) >>> 0,
+      reclaims: Atomics.load(i32, H_RECLAIMS) >>> 0,
+      tableFull: Atomics.load(i32, H_TABLE_FULL) >>> 0,
     };
   }
 
@@ -388,17 +566,17 @@ export abstract class Limiter implements SlotPolicy {
   consume(key?: Key, permits = 1): Decision {
     const allowed = this.tryAcquire(key, permits);
     const core = this.core;
+    const nowUs = core.decisionUs;
     if (core.lastWord === NO_SLOT) {
       return {
-        allowed: false,
+        allowed,
         remaining: 0,
         limit: this.limit,
-        retryAfterMs: Number.POSITIVE_INFINITY,
+        retryAfterMs: allowed ? 0 : this.tableFullRetryUs(key!, nowUs) / 1000,
         resetAfterMs: 0,
         reason: 'table-full',
       };
     }
-    const nowUs = core.decisionUs;
     const state = core.lastState;
     const stamp = core.lastStamp;
     const decision: Decision = {
@@ -418,8 +596,30 @@ export abstract class Limiter implements SlotPolicy {
     if (!run(core, this, step, enter(core, this, key, permits, nowUs), permits, key, mode)) {
       return false;
     }
-    this.admitted(core.lastWord, core.priorState, nowUs, permits);
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) this.admitted(core.lastWord, core.priorState, nowUs, permits);
     return true;
+  }
+
+  /** @internal A new key found no slot: report it, and decide by `whenFull`. */
+  tableFull(key: Key | undefined): boolean {
+    if (tableFullChannel.hasSubscribers) {
+      tableFullChannel.publish({ limiter: this, key, whenFull: this.whenFull });
+    }
+    return this.whenFull === 'allow';
+  }
+
+  /**
+   * When a slot for `key` may be free: the soonest time one of its candidate slots
+   * returns to its initial state (and so can be reclaimed). Whole µs, finite.
+   */
+  private tableFullRetryUs(key: Key, nowUs: number): number {
+    const us = this.table.soonestIdleUs(key, (state, w) => {
+      this.core.lastWord = w;
+      return this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs);
+    });
+    this.core.lastWord = NO_SLOT;
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
   }
 
   /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */
@@ -613,6 +813,11 @@ export abstract class Limiter implements SlotPolicy {
         }
         timeoutMs =
           this.retryAfterUs(this.core.lastState, this.core.lastStamp, nowUs, x.permits) / 1000;
+        // A coarse clock moves once per resolution: waiting less would wake to the same
+        // time and wait again, spinning until its next tick.
+        if (this.clock instanceof CoarseClock) {
+          timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
+        }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
       if (head && tick) {
@@ -849,6 +1054,15 @@ export abstract class Limiter implements SlotPolicy {
   }
 }
 
+function mib(bytes: number): string {
+  return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+}
+
+/** A fixed-length Int32 view of the whole buffer as long as it is now. */
+function fixedView(buffer: SharedArrayBuffer): Int32Array {
+  return new Int32Array(buffer, 0, buffer.byteLength >> 2);
+}
+
 /** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
 export function headerAlgo(buffer: SharedArrayBuffer): number {
   const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
@@ -861,7 +1075,7 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
       `attach: the buffer has layout version ${version}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
     );
   }
-  if (Atomics.load(i32, H_BYTES_DIV64) * 64 !== buffer.byteLength) {
+  if (Atomics.load(i32, H_BYTES_DIV64) * 64 > buffer.byteLength) {
     throw typeError('attach: the buffer size does not match its header');
   }
   return Atomics.load(i32, H_ALGO);

@@ -9,8 +9,8 @@ import {
   Q_LOCK,
   Q_PERMITS,
   Q_TAIL,
-  QUEUE_WORDS,
   QUEUED_FLAG,
+  queueWord,
   R_FUTEX,
   R_ID,
   R_NEXT,
@@ -23,6 +23,7 @@ import {
   RESERVED,
   S_STAMP,
   S_STATE,
+  slotOfHotWord,
   T_HEARTBEAT,
   T_TOKEN,
   THREAD_ENTRIES,
@@ -63,14 +64,14 @@ export class WaitQueues {
   private cursor = 0;
 
   constructor(
-    private readonly i32: Int32Array,
+    /** Replaced by the limiter's remap() when the buffer grew. */
+    public i32: Int32Array,
     private readonly layout: Layout,
     private readonly table: SlotTable,
   ) {}
 
   private q(w: number): number {
-    const s = w === this.layout.hotBase ? 0 : (w - this.layout.hotBase - 12) / 4;
-    return this.layout.queueBase + s * QUEUE_WORDS;
+    return queueWord(this.layout, slotOfHotWord(this.layout, w));
   }
 
   /** Word index of record `r`. */

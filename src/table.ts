@@ -1,16 +1,20 @@
 import { monotonicClock } from './clock.js';
 import { hashKey } from './hash.js';
 import {
+  coldWord,
   FRESH,
   GEN_MASK,
   GEN_SHIFT,
   H_CONTROL,
   H_DEFAULT_LOCK,
+  H_GROW_LOCK,
+  H_GROWTHS,
   H_INSERTS,
   H_LOCK_STEALS,
   H_RECLAIMS,
   H_SEED0,
   H_SEED1,
+  H_SEGMENTS,
   H_TABLE_FULL,
   hotWord,
   type Layout,
@@ -20,7 +24,9 @@ import {
   S_REJECTED,
   S_STAMP,
   S_STATE,
+  type Segment,
   STRIPE_SLOTS,
+  segmentOfSlot,
   slotOfHotWord,
 } from './layout.js';
 import { isKey, keyError } from './validate.js';
@@ -66,13 +72,17 @@ export class SlotTable {
   /** The control word when the cache was last cleared: every reference is derived after it. */
   epoch: number;
   private readonly hash = new Int32Array(2);
+  private readonly pair = new Int32Array(2);
   private readonly seed0: number;
   private readonly seed1: number;
 
   constructor(
-    readonly i32: Int32Array,
+    /** Replaced by remap() when the buffer grew (see Limiter.i32). */
+    public i32: Int32Array,
     readonly layout: Layout,
     private readonly owner: string,
+    /** Maps the grown buffer into every view of this thread's limiter. */
+    private readonly remap: () => void,
   ) {
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
@@ -103,6 +113,34 @@ export class SlotTable {
   private clearCache(control: number): void {
     this.cache.clear();
     this.epoch = control & ~1;
+  }
+
+  /**
+   * The least of `untilIdleUs` over the slots `key` could use (its two stripes) that have
+   * no waiters: how long until one of them can be reclaimed. Infinity if none ever frees
+   * by time alone. For a table-full refusal's retryAfterMs; reads, never locks.
+   */
+  soonestIdleUs(key: Key, untilIdleUs: (state: number, w: number) => number): number {
+    hashKey(key, this.seed0, this.seed1, this.hash);
+    const fp0 = this.hash[0]!;
+    const fp1 = this.hash[1]!;
+    let best = Number.POSITIVE_INFINITY;
+    const n = this.mapped();
+    for (let k = 0; k < n; k++) {
+      const seg = this.candidates(k, fp0, fp1);
+      for (const stripe of [this.pair[0]!, this.pair[1]!]) {
+        const first = seg.first + stripe * STRIPE_SLOTS;
+        for (let s = first; s < first + STRIPE_SLOTS; s++) {
+          const w = this.hotOf(seg, s);
+          const st = Atomics.load(this.i32, w + S_STATE);
+          if ((st & PAYLOAD_MASK) === RESERVED || Atomics.load(this.i32, w + S_STAMP) < 0) {
+            continue;
+          }
+          best = Math.min(best, untilIdleUs(st, w));
+        }
+      }
+    }
+    return best;
   }
 
   /**
@@ -143,13 +181,10 @@ export class SlotTable {
     let fp0 = this.hash[0]!;
     const fp1 = this.hash[1]!;
     if (fp0 === 0 && fp1 === 0) fp0 = 1; // (0, 0) marks an empty slot
-    const stripes = this.layout.stripes;
-    const a = (fp0 >>> 0) % stripes;
-    let b = (fp1 >>> 0) % stripes;
-    if (b === a) b = (a + 1) % stripes;
-    let found = this.scan(a, fp0, fp1);
-    if (found === NO_SLOT) found = this.scan(b, fp0, fp1);
-    if (found === NO_SLOT && insert && policy) found = this.insert(a, b, fp0, fp1, nowUs, policy);
+    const n = this.mapped();
+    let found = NO_SLOT;
+    for (let k = 0; k < n && found === NO_SLOT; k++) found = this.scanBoth(k, fp0, fp1);
+    if (found === NO_SLOT && insert && policy) found = this.insert(fp0, fp1, nowUs, policy);
     if (found !== NO_SLOT) {
       if (this.cache.size >= CACHE_MAX_ENTRIES) this.cache.clear();
       this.cache.set(key, found);
@@ -157,18 +192,59 @@ export class SlotTable {
     return found;
   }
 
-  private coldWord(s: number): number {
-    return this.layout.coldBase + 2 * (s - 1);
+  /**
+   * The number of segments that exist, with this thread's views covering all of them (a
+   * segment added by another thread is mapped here before any of its slots is used).
+   */
+  private mapped(): number {
+    const n = Atomics.load(this.i32, H_SEGMENTS);
+    if (this.layout.segments[n - 1]!.endBytes > this.i32.byteLength) this.remap();
+    return n;
   }
 
-  /** Finds the usable slot holding fingerprint (fp0, fp1) in `stripe`. */
-  private scan(stripe: number, fp0: number, fp1: number): number {
+  /** The fingerprint's two candidate stripes in segment `k`, into this.pair. */
+  private candidates(k: number, fp0: number, fp1: number): Segment {
+    const seg = this.layout.segments[k]!;
+    const a = (fp0 >>> 0) % seg.stripes;
+    let b = (fp1 >>> 0) % seg.stripes;
+    if (b === a) b = (a + 1) % seg.stripes;
+    this.pair[0] = a;
+    this.pair[1] = b;
+    return seg;
+  }
+
+  private scanBoth(k: number, fp0: number, fp1: number): number {
+    const seg = this.candidates(k, fp0, fp1);
+    const b = this.pair[1]!;
+    const found = this.scan(seg, this.pair[0]!, fp0, fp1);
+    return found !== NO_SLOT ? found : this.scan(seg, b, fp0, fp1);
+  }
+
+  private coldWord(s: number): number {
+    return coldWord(this.layout, s);
+  }
+
+  /** Hot word of slot `s` of segment `seg` (no search: the caller knows the segment). */
+  private hotOf(seg: Segment, s: number): number {
+    return seg.hotStart + 4 * (s - seg.first);
+  }
+
+  /** Fingerprint word of slot `s` of segment `seg`. */
+  private coldOf(seg: Segment, s: number): number {
+    return seg.coldBase + 2 * (s - seg.first);
+  }
+
+  /** Finds the usable slot holding fingerprint (fp0, fp1) in `stripe` of `seg`. */
+  private scan(seg: Segment, stripe: number, fp0: number, fp1: number): number {
     const i32 = this.i32;
-    const first = 1 + stripe * STRIPE_SLOTS;
+    const first = seg.first + stripe * STRIPE_SLOTS;
     for (let s = first; s < first + STRIPE_SLOTS; s++) {
-      const c = this.coldWord(s);
+      const c = this.coldOf(seg, s);
+      // Plain reads to skip the other keys' slots (an Atomics.load is a call here, not a
+      // move); a match is confirmed by the ordered reads below.
+      if (i32[c] !== fp0 || i32[c + 1] !== fp1) continue;
       if (Atomics.load(i32, c) !== fp0 || Atomics.load(i32, c + 1) !== fp1) continue;
-      const w = hotWord(this.layout, s);
+      const w = this.hotOf(seg, s);
       const st = Atomics.load(i32, w + S_STATE);
       if ((st & PAYLOAD_MASK) === RESERVED) continue;
       // The fingerprint is written while the slot is RESERVED; reading it again after a
@@ -179,59 +255,106 @@ export class SlotTable {
     return NO_SLOT;
   }
 
-  private insert(
-    a: number,
-    b: number,
-    fp0: number,
-    fp1: number,
-    nowUs: number,
-    policy: SlotPolicy,
-  ): number {
-    const lo = Math.min(a, b);
-    const hi = Math.max(a, b);
-    const lockLo = this.layout.lockBase + lo;
-    const lockHi = this.layout.lockBase + hi;
-    const tokenLo = this.lock(lockLo);
-    const tokenHi = this.lock(lockHi);
-    try {
-      let found = this.scan(a, fp0, fp1);
-      if (found === NO_SLOT) found = this.scan(b, fp0, fp1);
-      if (found !== NO_SLOT) return found;
-      // Only holders of a stripe's lock reserve its slots, and we hold it: any RESERVED
-      // slot here was left by a thread that died or overstayed its lease. Void it.
-      this.voidReserved(a);
-      this.voidReserved(b);
-      const order = this.load(a) <= this.load(b) ? [a, b] : [b, a];
-      for (const stripe of order) {
-        const s = this.pickEmpty(stripe);
-        if (s !== 0) {
-          const r = this.claim(s, fp0, fp1, policy, false);
-          if (r !== NO_SLOT) return r;
+  /**
+   * Inserts the fingerprint. It holds the key's two stripe locks in every segment that
+   * exists (segment order, then stripe order: no two inserters wait on each other in a
+   * cycle), so two threads inserting one key never put it in two places. Prefers an empty
+   * slot in any segment, then an idle one to reclaim; when there is none and the table is
+   * below its ceiling, it grows by one segment and tries again.
+   */
+  private insert(fp0: number, fp1: number, nowUs: number, policy: SlotPolicy): number {
+    const words: number[] = [];
+    const tokens: number[] = [];
+    for (;;) {
+      const n = this.mapped();
+      const stripes: { seg: Segment; a: number; b: number }[] = [];
+      for (let k = 0; k < n; k++) {
+        const seg = this.candidates(k, fp0, fp1);
+        const a = this.pair[0]!;
+        const b = this.pair[1]!;
+        stripes.push({ seg, a, b });
+        for (const stripe of a < b ? [a, b] : [b, a]) {
+          words.push(seg.lockBase + stripe);
+          tokens.push(this.lock(seg.lockBase + stripe));
         }
       }
-      for (const stripe of order) {
-        const first = 1 + stripe * STRIPE_SLOTS;
-        for (let s = first; s < first + STRIPE_SLOTS; s++) {
-          const w = hotWord(this.layout, s);
-          const st = Atomics.load(this.i32, w + S_STATE);
-          if ((st & PAYLOAD_MASK) === RESERVED || !policy.isIdle(st, w, nowUs)) continue;
-          const r = this.claim(s, fp0, fp1, policy, true, st);
-          if (r !== NO_SLOT) return r;
+      try {
+        // Grown meanwhile: take the new segment's locks too.
+        if (Atomics.load(this.i32, H_SEGMENTS) !== n) continue;
+        for (const { seg, a, b } of stripes) {
+          const found = this.scan(seg, a, fp0, fp1);
+          if (found !== NO_SLOT) return found;
+          const other = this.scan(seg, b, fp0, fp1);
+          if (other !== NO_SLOT) return other;
         }
+        // Only holders of a stripe's lock reserve its slots, and we hold them: any RESERVED
+        // slot here was left by a thread that died or overstayed its lease. Void it.
+        for (const { seg, a, b } of stripes) {
+          this.voidReserved(seg, a);
+          this.voidReserved(seg, b);
+        }
+        for (const { seg, a, b } of stripes) {
+          for (const stripe of this.load(seg, a) <= this.load(seg, b) ? [a, b] : [b, a]) {
+            const s = this.pickEmpty(seg, stripe);
+            if (s !== 0) {
+              const r = this.claim(s, fp0, fp1, policy, false);
+              if (r !== NO_SLOT) return r;
+            }
+          }
+        }
+        for (const { seg, a, b } of stripes) {
+          for (const stripe of [a, b]) {
+            const first = seg.first + stripe * STRIPE_SLOTS;
+            for (let s = first; s < first + STRIPE_SLOTS; s++) {
+              const w = this.hotOf(seg, s);
+              const st = Atomics.load(this.i32, w + S_STATE);
+              if ((st & PAYLOAD_MASK) === RESERVED || !policy.isIdle(st, w, nowUs)) continue;
+              const r = this.claim(s, fp0, fp1, policy, true, st);
+              if (r !== NO_SLOT) return r;
+            }
+          }
+        }
+        if (n < this.layout.segments.length) {
+          this.grow(n);
+          continue;
+        }
+        Atomics.add(this.i32, H_TABLE_FULL, 1);
+        return NO_SLOT;
+      } finally {
+        while (words.length > 0) this.unlock(words.pop()!, tokens.pop()!);
       }
-      Atomics.add(this.i32, H_TABLE_FULL, 1);
-      return NO_SLOT;
-    } finally {
-      this.unlock(lockHi, tokenHi);
-      this.unlock(lockLo, tokenLo);
     }
   }
 
-  private load(stripe: number): number {
+  /**
+   * Adds segment `n` (if nobody did meanwhile): grows the buffer — every thread's views
+   * track its length — writes the new slots' initial states, then publishes the segment.
+   * Decisions on existing keys go on meanwhile: nothing they touch moves.
+   */
+  private grow(n: number): void {
+    const i32 = this.i32;
+    const token = this.lock(H_GROW_LOCK);
+    try {
+      if (Atomics.load(i32, H_SEGMENTS) !== n) return;
+      const seg = this.layout.segments[n]!;
+      const buffer = i32.buffer as SharedArrayBuffer;
+      if (buffer.byteLength < seg.endBytes) buffer.grow(seg.endBytes);
+      // A view of the new segment alone, to write its initial states before publishing it.
+      const fresh = new Int32Array(buffer, seg.hotStart * 4, seg.slots * 4);
+      for (let k = 0; k < seg.slots; k++) Atomics.store(fresh, 4 * k + S_STATE, FRESH);
+      Atomics.store(i32, H_SEGMENTS, n + 1);
+      Atomics.add(i32, H_GROWTHS, 1);
+      this.remap();
+    } finally {
+      this.unlock(H_GROW_LOCK, token);
+    }
+  }
+
+  private load(seg: Segment, stripe: number): number {
     let n = 0;
-    const first = 1 + stripe * STRIPE_SLOTS;
+    const first = seg.first + stripe * STRIPE_SLOTS;
     for (let s = first; s < first + STRIPE_SLOTS; s++) {
-      const c = this.coldWord(s);
+      const c = this.coldOf(seg, s);
       if (this.i32[c] !== 0 || this.i32[c + 1] !== 0) n++;
     }
     return n;
@@ -241,8 +364,8 @@ export class SlotTable {
    * An empty slot of the stripe, preferring a cache line with the fewest keys already in
    * it, so that the first keys of a stripe never share a line. 0 when none.
    */
-  private pickEmpty(stripe: number): number {
-    const first = 1 + stripe * STRIPE_SLOTS;
+  private pickEmpty(seg: Segment, stripe: number): number {
+    const first = seg.first + stripe * STRIPE_SLOTS;
     let best = 0;
     let bestLoad = 5;
     for (let line = 0; line < STRIPE_SLOTS / 4; line++) {
@@ -250,7 +373,7 @@ export class SlotTable {
       let empty = 0;
       for (let k = 0; k < 4; k++) {
         const s = first + line * 4 + k;
-        const c = this.coldWord(s);
+        const c = this.coldOf(seg, s);
         if (this.i32[c] !== 0 || this.i32[c + 1] !== 0) used++;
         else if (empty === 0) empty = s;
       }
@@ -306,18 +429,19 @@ export class SlotTable {
     return w * 16 + gen;
   }
 
-  private voidReserved(stripe: number): void {
+  private voidReserved(seg: Segment, stripe: number): void {
     const i32 = this.i32;
-    const first = 1 + stripe * STRIPE_SLOTS;
+    const first = seg.first + stripe * STRIPE_SLOTS;
     for (let s = first; s < first + STRIPE_SLOTS; s++) {
-      const w = hotWord(this.layout, s);
-      const st = Atomics.load(i32, w + S_STATE);
+      const w = this.hotOf(seg, s);
+      // A plain read finds the candidates; the CAS below acts only on what it validates.
+      const st = i32[w + S_STATE]!;
       if ((st & PAYLOAD_MASK) !== RESERVED) continue;
       Atomics.add(i32, H_CONTROL, 2);
       const gen = ((st >>> GEN_SHIFT) + 1) & 15;
       const reserved = (gen << GEN_SHIFT) | RESERVED;
       if (Atomics.compareExchange(i32, w + S_STATE, st, reserved) !== st) continue;
-      const c = this.coldWord(s);
+      const c = this.coldOf(seg, s);
       Atomics.store(i32, c, 0);
       Atomics.store(i32, c + 1, 0);
       Atomics.store(i32, w + S_STATE, (gen << GEN_SHIFT) | FRESH);
@@ -395,6 +519,16 @@ export class SlotTable {
 
   /** The lock word guarding slot `s` (its stripe's, or the default key's). */
   lockWordOf(s: number): number {
-    return s === 0 ? H_DEFAULT_LOCK : this.layout.lockBase + Math.floor((s - 1) / STRIPE_SLOTS);
+    if (s === 0) return H_DEFAULT_LOCK;
+    const seg = segmentOfSlot(this.layout, s);
+    return seg.lockBase + Math.floor((s - seg.first) / STRIPE_SLOTS);
+  }
+
+  /** Slots in the segments that exist now. */
+  slotCount(): number {
+    const n = this.mapped();
+    let slots = 0;
+    for (let k = 0; k < n; k++) slots += this.layout.segments[k]!.slots;
+    return slots;
   }
 }

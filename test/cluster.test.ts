@@ -32,13 +32,16 @@ describe('atomic-limiter/cluster', () => {
     expect(r.errors).toEqual([[], [], []]);
   });
 
-  it('delivers errors as the same classes with the same codes, and times out calls nobody answers', async () => {
+  it('delivers errors as the same classes with the same codes, and says at once when a name is not served', async () => {
     const r = await run('errors');
     expect(r.tooMany).toMatchObject({ name: 'RangeError', range: true });
     expect(r.queueFull).toMatchObject({ code: 'ERR_QUEUE_FULL', full: true });
     expect(r.decision).toEqual({ allowed: false, retryIsInfinity: true });
     expect(r.closed).toMatchObject({ code: 'ERR_LIMITER_CLOSED', closed: true });
-    expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_TIMEOUT', timeout: true });
+    expect(r.unknown).toMatchObject({ code: 'ERR_CLUSTER_UNAVAILABLE', timeout: false });
+    expect((r.unknown as { message: string }).message).toMatch(
+      /does not serve this name.*"sem", "closed"/,
+    );
   });
 
   it('spends permit blocks locally and gives the unspent rest back: exact in total', async () => {

@@ -58,10 +58,10 @@ describe('examples', () => {
       expect(s).toBeGreaterThanOrEqual(1);
       expect(s).toBeLessThanOrEqual((r.windowMs as number) / 1000);
     }
-    expect(first.firstLimitedHeaders).toMatchObject({
-      'ratelimit-limit': String(limit),
-      'ratelimit-remaining': '0',
-    });
+    // Written by atomic-limiter/http from the cluster client's decision: remaining 0.
+    expect(first.firstLimitedHeaders['retry-after']).toBe(String(first.retryAfter[0]));
+    expect(first.firstLimitedHeaders['ratelimit-policy']).toMatch(new RegExp(`;q=${limit}(;|$)`));
+    expect(first.firstLimitedHeaders.ratelimit).toMatch(/^"[^"]+";r=0;t=\d+$/);
     // Each worker answered some of them: the limit held across processes, not per process.
     const answered = { ...first.allowedBy };
     for (const [w, n] of Object.entries(first.limitedBy)) answered[w] = (answered[w] ?? 0) + n;
@@ -72,6 +72,36 @@ describe('examples', () => {
       expect(second[200]).toBe(limit);
       expect(second[429]).toBe(requests - limit);
     }
+  });
+
+  it('express: per-IP and per-API-key limits, a chain listing both policies, a per-route cost', async () => {
+    const r = await runExample('express');
+    expect(r.alpha).toEqual([200, 200, 429]); // 5 + 5 permits, then the second is full
+    expect(r.alphaRefused).toEqual({
+      retryAfter: '1',
+      ratelimit: '"30-in-60s";r=27;t=60, "per-second";r=0;t=1',
+      body: { error: 'rate limited' },
+    });
+    const first = r.firstAllowed as { ratelimit: string; policy: string };
+    expect(first.policy).toBe(
+      '"30-in-60s";q=30;w=60, "per-second";q=10;w=1, "per-day";q=1000;w=86400',
+    );
+    expect(first.ratelimit).toMatch(
+      /^"30-in-60s";r=29;t=60, "per-second";r=5;t=1, "per-day";r=995;t=\d+$/,
+    );
+    expect(r.beta).toEqual({ 200: 10, 429: 2 });
+  });
+
+  it('fastify: the plugin on every route, an exempt route, a Concurrency route that waits', async () => {
+    const r = await runExample('fastify');
+    expect(r.hello).toEqual([200, 200, 200, 200, 200, 429, 429]);
+    expect(r.retryAfter).toBe('10');
+    expect(r.firstRateLimit).toBe('"5-in-10s";r=4;t=10');
+    expect(r.health).toEqual([200, 200, 200]);
+    expect(r.healthHasRateLimit).toBe(false);
+    expect(r.uploads).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(r.uploadsServed).toBe(6);
+    expect(r.maxInFlight).toBe(2);
   });
 
   it('piscina-batch: every request done, FIFO grants, the configured rate within wide bounds', async () => {

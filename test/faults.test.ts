@@ -105,7 +105,7 @@ describe('window refunds land in the window the permits came from (issue #9, ite
 describe('cached lookups never reach another key (issue #9, item 4)', () => {
   it('stats, reset and refund of a key whose slot was reused 16+ times act on nobody else', () => {
     const clock = new ManualClock();
-    const mine = new FixedWindow({ limit: 5, windowMs: 1000, keys: 1, clock });
+    const mine = new FixedWindow({ limit: 5, windowMs: 1000, keys: 1, maxKeys: 1, clock });
     const other = attach<FixedWindow>(mine.handle); // another cache, as another thread has
     expect(mine.tryAcquire('K', 3)).toBe(true); // cached here: K → its slot and generation
     for (let n = 0; n < 1500; n++) {
@@ -136,7 +136,7 @@ describe('a waiter never queues on a slot that went to another key (issue #9, it
 
   it('the slot is reclaimed between the refusal and the enqueue: the waiter follows its key', async () => {
     // keys: 1 → 32 slots, and every key may use any of them.
-    const c = new Interleaved({ limit: 1, keys: 1, queueLimit: 4 });
+    const c = new Interleaved({ limit: 1, keys: 1, maxKeys: 1, queueLimit: 4 });
     const other = attach<Concurrency>(c.handle);
     expect(c.tryAcquire('hot')).toBe(true);
     c.between = () => {
@@ -162,7 +162,7 @@ describe('a waiter never queues on a slot that went to another key (issue #9, it
   });
 
   it('stress: two waiter threads and two key-churning threads, every acquire served', async () => {
-    const limiter = new Concurrency({ limit: 1, keys: 2, queueLimit: 8 });
+    const limiter = new Concurrency({ limit: 1, keys: 2, maxKeys: 2, queueLimit: 8 });
     const stop = new SharedArrayBuffer(4);
     const script = new URL('./workers/slot-move-waiter.mjs', import.meta.url);
     const group = startWorkers<{ granted?: number; timeouts?: number; inserted?: number }>(

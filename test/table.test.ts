@@ -5,7 +5,7 @@ describe('the shared key table', () => {
   it('refuses a new key with reason "table-full" when every candidate slot is busy', () => {
     const clock = new ManualClock();
     // keys: 1 still makes 2 stripes of 16 slots: 32 keyed slots in all.
-    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, clock });
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1, clock });
     let inserted = 0;
     for (let i = 0; i < 100; i++) if (bucket.tryAcquire(`k${i}`)) inserted++;
     expect(inserted).toBe(32);
@@ -20,7 +20,7 @@ describe('the shared key table', () => {
 
   it('reclaims idle slots when space is needed, and each key still gets exactly its limit', () => {
     const clock = new ManualClock();
-    const bucket = new TokenBucket({ capacity: 2, refillPerSecond: 1, keys: 1, clock });
+    const bucket = new TokenBucket({ capacity: 2, refillPerSecond: 1, keys: 1, maxKeys: 1, clock });
     for (let round = 0; round < 5; round++) {
       // 32 fresh keys per round fill the table; the previous round's keys are idle (full
       // buckets) by now, so their slots are reclaimed.
@@ -36,7 +36,7 @@ describe('the shared key table', () => {
 
   it('never lets a thread holding a stale slot index charge the key that took the slot over', () => {
     const clock = new ManualClock();
-    const a = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, clock });
+    const a = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1, clock });
     const b = attach<TokenBucket>(a.handle); // its own key → slot cache, as another thread's
     // Forty rounds: more than the 16 values of a slot's generation, so a wrapped
     // generation would be caught too.

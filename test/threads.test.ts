@@ -21,7 +21,12 @@ const IDLE_MS = 10_000;
 
 interface Algorithm {
   name: string;
-  make: (options: { limit: number; clock: ManualClock; keys?: number }) => AnyLimiter;
+  make: (options: {
+    limit: number;
+    clock: ManualClock;
+    keys?: number;
+    maxKeys?: number;
+  }) => AnyLimiter;
   /** Permits a fresh key grants while time stands still. */
   frozenBurst: (limit: number) => number;
 }
@@ -215,7 +220,7 @@ describe.each(byName('TokenBucket', 'FixedWindow', 'SlidingLog'))(
     it('stays consistent and usable: once idle, every key gets exactly its limit and new keys still fit', async () => {
       const limit = 5;
       const clock = new ManualClock();
-      const limiter = algorithm.make({ limit, clock, keys: 256 });
+      const limiter = algorithm.make({ limit, clock, keys: 256, maxKeys: 256 });
       // Three generations of workers, each terminated while hammering the limiter
       // (inserting keys, reclaiming idle slots, refunding), at whatever instruction.
       for (let round = 0; round < 3; round++) {
@@ -270,7 +275,7 @@ describe.each(byName('TokenBucket', 'FixedWindow', 'SlidingLog'))(
       const limit = 3;
       const keys = 100;
       const clock = new ManualClock();
-      const limiter = algorithm.make({ limit, clock, keys: 16 });
+      const limiter = algorithm.make({ limit, clock, keys: 16, maxKeys: 16 });
       type Result = { admitted: Int32Array; tableFull: number; limited: number };
 
       const phase = async (prefix: string) => {

@@ -71,12 +71,12 @@ describe('attach()', () => {
     const loose = attach as Loose;
     expect(() => loose({})).toThrow(/expected a limiter's handle/);
     expect(() => loose(null)).toThrow(TypeError);
-    expect(() => loose({ kind: 'atomic-limiter', version: 2, buffer: new ArrayBuffer(8) })).toThrow(
+    expect(() => loose({ kind: 'atomic-limiter', version: 3, buffer: new ArrayBuffer(8) })).toThrow(
       /SharedArrayBuffer/,
     );
     const foreign = new SharedArrayBuffer(4096);
     expect(() =>
-      loose({ kind: 'atomic-limiter', version: 2, buffer: foreign, clock: { kind: 'monotonic' } }),
+      loose({ kind: 'atomic-limiter', version: 3, buffer: foreign, clock: { kind: 'monotonic' } }),
     ).toThrow(/wrong magic/);
   });
 

@@ -1,6 +1,15 @@
 import { enter, run, TRY } from '../decision.js';
 import { Holders } from '../holders.js';
-import { FRESH, GEN_MASK, GEN_SHIFT, PAYLOAD_MASK, REJECT, RESERVED, S_STATE } from '../layout.js';
+import {
+  FRESH,
+  GEN_MASK,
+  GEN_SHIFT,
+  H_CONTROL,
+  PAYLOAD_MASK,
+  REJECT,
+  RESERVED,
+  S_STATE,
+} from '../layout.js';
 import {
   Attached,
   type CommonOptions,
@@ -9,7 +18,7 @@ import {
   Limiter,
   readCommon,
 } from '../limiter.js';
-import { NO_SLOT } from '../table.js';
+import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
@@ -69,26 +78,39 @@ export class Concurrency extends Limiter {
     if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
       throw permitsError('Concurrency.release', permits, this.limit);
     }
-    const rest = permits - this.ghostsOf(key, permits);
+    // One lookup serves the ghost check, the swap and the records (this is half of every
+    // acquire/release cycle).
+    let ref = this.table.find(key);
+    const rest = ref === NO_SLOT ? permits : permits - this.holders.ghosts(ref, permits);
     if (rest === 0) return;
-    let over = -1;
-    let before = 0;
-    const next = this.update(key, 0, (s) => {
-      before = s;
-      const held = this.held(s);
-      if (held < rest) {
-        over = held;
-        return s;
+    const i32 = this.i32;
+    for (;;) {
+      if (ref === NO_SLOT) throw this.overRelease(permits, 0);
+      const w = ref >>> 4;
+      const s = Atomics.load(i32, w + S_STATE);
+      if (
+        s >>> GEN_SHIFT !== (ref & 15) ||
+        (s & PAYLOAD_MASK) === RESERVED ||
+        (key !== undefined && Atomics.load(i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN)
+      ) {
+        ref = this.table.find(key);
+        continue;
       }
-      return (s & GEN_MASK) | (held - rest);
-    });
-    if (next === NO_SLOT) over = 0;
-    if (over >= 0) {
-      throw rangeError(
-        `Concurrency.release: permits (${permits}) exceed the permits held for this key (${over})`,
-      );
+      const held = this.held(s);
+      if (held < rest) throw this.overRelease(permits, held);
+      const next = (s & GEN_MASK) | (held - rest);
+      if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
+        this.wakeWaiters(w);
+        this.holders.released(ref, rest);
+        return;
+      }
     }
-    this.gaveBack(this.core.lastWord, before, next);
+  }
+
+  private overRelease(permits: number, held: number): RangeError {
+    return rangeError(
+      `Concurrency.release: permits (${permits}) exceed the permits held for this key (${held})`,
+    );
   }
 
   /** @internal A Lease's release: never gives back twice. */
@@ -116,9 +138,15 @@ export class Concurrency extends Limiter {
     this.holders.reap();
   }
 
+  protected override remapped(): void {
+    this.holders.i32 = this.i32;
+  }
+
   /** A dead holder's permits, back to the slot they were taken from. */
   private giveBackRef(ref: number, permits: number): void {
     const w = ref >>> 4;
+    // Another thread's record may name a slot of a segment this thread has not mapped yet.
+    if (w >= this.i32.length) this.remap();
     for (;;) {
       const s = Atomics.load(this.i32, w + S_STATE);
       // Another generation: the key was reset and its slot reused; nothing to give back.
@@ -145,7 +173,10 @@ export class Concurrency extends Limiter {
     const core = this.core;
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
-    this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) {
+      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    }
     return true;
   }
 

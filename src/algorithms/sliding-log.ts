@@ -1,7 +1,7 @@
 import { enter, run, TRY } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT } from '../layout.js';
+import { FRESH, GEN_MASK, logRingBytes, PAYLOAD_MASK, REJECT } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
-import type { Key } from '../table.js';
+import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
@@ -43,7 +43,7 @@ export class SlidingLog extends Limiter {
   readonly windowMs: number;
   private readonly windowUs: number;
   private readonly ring: number;
-  private readonly log: Float64Array;
+  private log: Float64Array;
 
   constructor(options: SlidingLogOptions) {
     super('SlidingLog', ALGO_SLIDING_LOG, SlidingLog.prepare(options));
@@ -51,7 +51,7 @@ export class SlidingLog extends Limiter {
     this.windowMs = this.param(1);
     this.windowUs = this.windowMs * 1000;
     this.ring = this.layout.logRing;
-    this.log = new Float64Array(this.buffer);
+    this.log = new Float64Array(this.buffer, 0, this.buffer.byteLength >> 3);
     // The default key's ring is built here once per buffer (attach() finds it built).
     if (!(options instanceof Attached)) this.initSlot(0);
   }
@@ -71,9 +71,13 @@ export class SlidingLog extends Limiter {
     return { ...common, params: [limit, windowMs], logRing: ring };
   }
 
+  protected override remapped(): void {
+    this.log = new Float64Array(this.buffer, 0, this.buffer.byteLength >> 3);
+  }
+
   /** Byte offset of the entry for log position `pos` of slot `s`. */
   private entry(s: number, pos: number): number {
-    return this.layout.logBaseBytes + (s * this.ring + (pos & (this.ring - 1))) * 16;
+    return logRingBytes(this.layout, s) + (pos & (this.ring - 1)) * 16;
   }
 
   private slot(): number {
@@ -126,7 +130,10 @@ export class SlidingLog extends Limiter {
     const core = this.core;
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
-    this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) {
+      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    }
     return true;
   }
 

@@ -71,10 +71,14 @@ if (cluster.isPrimary) {
     serveCluster({ b });
     const w = cluster.fork();
     await new Promise((r) => w.on('message', (m) => m?.holding && r()));
+    // Read while the worker waits for 'go': its release cannot have been sent yet (it
+    // used to go out at once, and could be handled before this line ran).
     const held = [a.stats().available, b.stats().available];
-    // The worker's drop travels after its 'released' message is sent; a stats round trip
-    // through the same channel orders it.
-    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    const done = new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    w.send('go');
+    // The worker's drop travels before its stats calls in the same channel: by its 'done'
+    // the primary has handled the drop.
+    const r = await done;
     console.log(JSON.stringify({ held, after: [a.stats().available, b.stats().available], r }));
     w.kill();
   } else if (scenario === 'late') {
@@ -164,7 +168,10 @@ if (cluster.isPrimary) {
       retryIsInfinity: d.retryAfterMs === Number.POSITIVE_INFINITY,
     };
     out.closed = await connectCluster('closed').tryAcquire().catch(describe);
-    out.unknown = await connectCluster('nobody', { timeoutMs: 100 }).tryAcquire().catch(describe);
+    // A name the primary does not serve: answered at once, whatever the timeout.
+    out.unknown = await connectCluster('nobody', { timeoutMs: 60_000 })
+      .tryAcquire()
+      .catch((e) => ({ ...describe(e), message: e.message }));
     process.send(out);
   } else if (scenario === 'blocks') {
     const api = connectCluster('api', { block: 8 });
@@ -178,9 +185,11 @@ if (cluster.isPrimary) {
   } else if (scenario === 'leases') {
     const a = connectCluster('a');
     const b = connectCluster('b');
+    const go = new Promise((r) => process.on('message', (m) => m === 'go' && r()));
     const la = await a.acquire();
     await b.acquire();
     process.send({ holding: true });
+    await go;
     la.release();
     const stats = [await a.stats(), await b.stats()]; // after the release, in channel order
     process.send({ done: true, available: stats.map((x) => x.available) });

@@ -1,0 +1,516 @@
+/**
+ * A worker process's side of the wire: one per process, shared by every client. Calls made
+ * in one tick leave in one batch (see protocol.ts); answers come back in call order.
+ */
+import { performance } from 'node:perf_hooks';
+import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
+import type { Decision, Key } from '../limiter.js';
+import {
+  ABORT,
+  ACQUIRE,
+  answerWidth,
+  CONSUME,
+  type Description,
+  DROP,
+  fromWire,
+  type Grant,
+  isOurs,
+  MARK,
+  MAX_CALLS_PER_BATCH,
+  type Message,
+  NAME,
+  REFUND,
+  RELEASE,
+  RESET,
+  readAnswer,
+  STATS,
+  TAKE,
+  TRY,
+  type Value,
+  type WireError,
+} from './protocol.js';
+
+/** What a client needs of itself here. */
+export interface Caller {
+  readonly name: string;
+  readonly timeoutMs: number;
+  readonly maxPending: number;
+  /** Whether the served limiter holds permits (Concurrency): late grants are released. */
+  readonly concurrency: boolean;
+}
+
+/** One call waiting for its answer. */
+export interface Pending {
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+  caller: Caller;
+  op: number;
+  key: Key | undefined;
+  permits: number;
+  /** Extra record value: TAKE's max, ACQUIRE's timeoutMs (−1: none). */
+  extra: number;
+  /** Answered, timed out, aborted or rejected: a late answer only gives permits back. */
+  settled: boolean;
+  /** When its wait started (ms); −1: when its batch left. */
+  since: number;
+  /** ACQUIRE: its id, and its own timeout (the primary waits first). */
+  id: number;
+  timeoutMs: number;
+  /** Runs once the description is known, before sending; a throw rejects the call. */
+  check: Check | undefined;
+}
+
+export type Check = (d: Description, key: Key | undefined, permits: number) => void;
+
+interface Batch {
+  sentAt: number;
+  calls: Pending[];
+}
+
+const ignore = () => {};
+const MAX_UNANSWERED_BATCHES = 10_000;
+
+export class Channel {
+  /** What the primary serves; undefined until its first 'ready'. */
+  private served: Map<string, Description> | undefined;
+  /** Calls made before the first 'ready', in order. */
+  private early: Pending[] = [];
+  private out: Value[] = [];
+  private outCalls: Pending[] = [];
+  private outName: string | undefined;
+  private flushing = false;
+  private seq = 0;
+  /** Batches sent and not answered yet, oldest first. */
+  private readonly sent = new Map<number, Batch>();
+  /** acquire() calls waiting for their outcome, by id. */
+  private readonly acquiring = new Map<number, Pending>();
+  private nextId = 1;
+  private inFlight = 0;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private helloSent = false;
+  private closed = false;
+  private readonly waitingForReady = new Set<() => void>();
+
+  constructor() {
+    process.on('message', (msg: unknown) => {
+      if (!isOurs(msg)) return;
+      const m = msg as Message;
+      if (m.t === 'r') this.onResults(m.s, m.v, m.e);
+      else if (m.t === 'a') this.onAcquired(m.v);
+      else if (m.t === 'ready') this.onReady(m.served);
+    });
+    process.once('disconnect', () => this.shutDown());
+  }
+
+  /** The served limiter's description, once the primary told it. */
+  describe(name: string): Description | undefined {
+    return this.served?.get(name);
+  }
+
+  /** Resolves once the primary has said what it serves. */
+  whenReady(): Promise<void> {
+    if (this.served) return Promise.resolve();
+    this.hello();
+    return new Promise((resolve) => this.waitingForReady.add(resolve));
+  }
+
+  hello(): void {
+    if (this.helloSent) return;
+    this.helloSent = true;
+    this.send({ mark: MARK, t: 'hello' });
+  }
+
+  /**
+   * Starts a call; its promise settles with the answer's value. Calls made before the
+   * primary's first 'ready' wait for it (within their timeout); `check` runs then, and a
+   * thrown error rejects the call without sending it.
+   */
+  call(
+    caller: Caller,
+    op: number,
+    key: Key | undefined,
+    permits: number,
+    extra = 0,
+    check?: Check,
+  ): Promise<unknown> {
+    if (this.closed || !process.connected) {
+      return Promise.reject(
+        new ClusterUnavailableError(
+          `${caller.name}: the IPC channel to the cluster primary is closed`,
+        ),
+      );
+    }
+    return new Promise((resolve, reject) => {
+      const p: Pending = {
+        resolve,
+        reject,
+        caller,
+        op,
+        key,
+        permits,
+        extra,
+        settled: false,
+        since: -1,
+        id: 0,
+        timeoutMs: caller.timeoutMs,
+        check,
+      };
+      this.start(p);
+    });
+  }
+
+  /** acquire(): waits at the primary; `timeoutMs` is this call's own IPC deadline. */
+  acquire(
+    caller: Caller,
+    key: Key | undefined,
+    permits: number,
+    waitMs: number | undefined,
+    check: Check,
+  ): { id: number; promise: Promise<unknown> } {
+    const id = this.nextId++;
+    if (this.closed || !process.connected) {
+      const error = new ClusterUnavailableError(
+        `${caller.name}: the IPC channel to the cluster primary is closed`,
+      );
+      return { id, promise: Promise.reject(error) };
+    }
+    const promise = new Promise((resolve, reject) => {
+      const p: Pending = {
+        resolve,
+        reject,
+        caller,
+        op: ACQUIRE,
+        key,
+        permits,
+        extra: waitMs ?? -1,
+        settled: false,
+        since: performance.now(),
+        id,
+        // Waiting is the point of acquire(): the IPC timeout covers only the answer's
+        // trip after the primary's own timeoutMs (none: as long as it takes).
+        timeoutMs: waitMs === undefined ? Number.POSITIVE_INFINITY : waitMs + caller.timeoutMs,
+        check,
+      };
+      this.start(p);
+    });
+    return { id, promise };
+  }
+
+  private start(p: Pending): void {
+    const maxPending = p.caller.maxPending;
+    if (this.inFlight >= maxPending) {
+      p.settled = true;
+      p.reject(
+        new ClusterUnavailableError(
+          `${p.caller.name}: ${maxPending} calls are already in flight (option "maxPending")`,
+        ),
+      );
+      return;
+    }
+    this.inFlight++;
+    if (p.op === ACQUIRE) this.acquiring.set(p.id, p);
+    if (!this.served) {
+      if (p.since < 0) p.since = performance.now();
+      this.early.push(p);
+      this.hello();
+      this.sweepSoon();
+      return;
+    }
+    if (this.checked(p)) this.push(p);
+  }
+
+  /** Runs the call's check if the limiter is described; false when it refused the call. */
+  private checked(p: Pending): boolean {
+    const d = p.check && this.served?.get(p.caller.name);
+    if (!d) return true;
+    try {
+      (p.check as Check)(d, p.key, p.permits);
+      return true;
+    } catch (error) {
+      this.settle(p, error);
+      return false;
+    }
+  }
+
+  /** Settles an acquire() locally (its signal aborted); a late lease is given back. */
+  settleAcquire(id: number, error: unknown): void {
+    const p = this.acquiring.get(id);
+    if (p) this.settle(p, error);
+  }
+
+  /** Settles a call locally (abort, timeout, a failed check) before its answer comes. */
+  settle(p: Pending, error: unknown): void {
+    if (p.settled) return;
+    p.settled = true;
+    this.inFlight--;
+    p.reject(error);
+  }
+
+  /** Gives a lease back to the primary (fire and forget). */
+  drop(name: string, leaseId: number): void {
+    this.record(name, DROP, leaseId);
+  }
+
+  /** Tells the primary to stop a pending acquire() (fire and forget). */
+  abort(name: string, id: number): void {
+    this.record(name, ABORT, id);
+  }
+
+  /** Gives permits back on the primary (fire and forget; its answer is ignored). */
+  giveBack(caller: Caller, op: typeof REFUND | typeof RELEASE, key: Key | undefined, n: number) {
+    if (this.closed || !process.connected) return;
+    this.push({
+      resolve: ignore,
+      reject: ignore,
+      caller,
+      op,
+      key,
+      permits: n,
+      extra: 0,
+      settled: true,
+      since: -1,
+      id: 0,
+      timeoutMs: Number.POSITIVE_INFINITY,
+      check: undefined,
+    });
+  }
+
+  /** Rejects every call of `caller` still waiting (its client was closed). */
+  closeCaller(caller: Caller, error: Error): void {
+    for (const p of this.early) if (p.caller === caller) this.settle(p, error);
+    for (const p of this.outCalls) if (p.caller === caller) this.settle(p, error);
+    for (const b of this.sent.values()) {
+      for (const p of b.calls) if (p.caller === caller) this.settle(p, error);
+    }
+    for (const p of this.acquiring.values()) if (p.caller === caller) this.settle(p, error);
+  }
+
+  private record(name: string, op: number, value: number): void {
+    if (this.closed || !process.connected) return;
+    if (this.outName !== name) {
+      this.out.push(NAME, name);
+      this.outName = name;
+    }
+    this.out.push(op, value);
+    this.schedule();
+  }
+
+  private push(p: Pending): void {
+    const name = p.caller.name;
+    if (this.outName !== name) {
+      this.out.push(NAME, name);
+      this.outName = name;
+    }
+    const key = p.key === undefined ? null : p.key;
+    switch (p.op) {
+      case STATS:
+      case RESET:
+        this.out.push(p.op, key);
+        break;
+      case TAKE:
+        this.out.push(TAKE, key, p.permits, p.extra);
+        break;
+      case ACQUIRE:
+        this.out.push(ACQUIRE, p.id, key, p.permits, p.extra);
+        this.schedule();
+        return; // answered on its own, by id
+      default:
+        this.out.push(p.op, key, p.permits);
+    }
+    this.outCalls.push(p);
+    if (this.outCalls.length >= MAX_CALLS_PER_BATCH) this.flush();
+    else this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.flushing) return;
+    this.flushing = true;
+    // Every call made in this tick leaves in one message.
+    queueMicrotask(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushing = false;
+    if (this.out.length === 0) return;
+    const calls = this.outCalls;
+    const c = this.out;
+    this.out = [];
+    this.outCalls = [];
+    this.outName = undefined;
+    const s = ++this.seq;
+    if (calls.length > 0) {
+      this.sent.set(s, { sentAt: performance.now(), calls });
+      // Batches whose answers never came (a primary that stopped answering) are forgotten
+      // once their calls timed out, oldest first, so that they cannot pile up.
+      if (this.sent.size > MAX_UNANSWERED_BATCHES) this.forgetOldest();
+      this.sweepSoon();
+    }
+    this.send({ mark: MARK, t: 'c', s, c }, calls);
+  }
+
+  private forgetOldest(): void {
+    for (const [s, b] of this.sent) {
+      if (this.sent.size <= MAX_UNANSWERED_BATCHES / 2) return;
+      if (b.calls.some((p) => !p.settled)) return;
+      this.sent.delete(s);
+    }
+  }
+
+  private send(msg: Message, calls?: Pending[]): void {
+    if (!process.connected || !process.send) return;
+    try {
+      process.send(msg, undefined, undefined, (error: Error | null) => {
+        if (!error || !calls) return;
+        const e = new ClusterUnavailableError(
+          `the call could not be sent to the cluster primary: ${error.message}`,
+        );
+        for (const p of calls) this.settle(p, e);
+      });
+    } catch (error) {
+      if (!calls) return;
+      for (const p of calls) this.settle(p, error);
+    }
+  }
+
+  private onReady(served: Record<string, Description>): void {
+    if (typeof served !== 'object' || served === null) return;
+    this.served = new Map(Object.entries(served));
+    const early = this.early;
+    this.early = [];
+    for (const p of early) {
+      if (p.settled || !this.checked(p)) {
+        if (p.op === ACQUIRE) this.acquiring.delete(p.id); // never sent: no outcome comes
+        continue;
+      }
+      this.push(p);
+    }
+    for (const resolve of this.waitingForReady) resolve();
+    this.waitingForReady.clear();
+  }
+
+  private onResults(s: number, v: unknown[], e: WireError | undefined): void {
+    const batch = this.sent.get(s);
+    if (!batch) return;
+    this.sent.delete(s);
+    let i = 0;
+    for (const p of batch.calls) {
+      if (i >= v.length) {
+        const error = e
+          ? fromWire(e)
+          : new ClusterUnavailableError('the cluster primary did not answer this call');
+        if (!p.settled) this.settle(p, error);
+        continue;
+      }
+      const x = v[i];
+      if (typeof x === 'object' && x !== null) {
+        i++;
+        if (!p.settled) this.settle(p, fromWire(x as WireError));
+        continue;
+      }
+      const value = readAnswer(p.op, v, i);
+      i += answerWidth(p.op);
+      if (!p.settled) {
+        p.settled = true;
+        this.inFlight--;
+        p.resolve(value);
+      } else this.late(p, value);
+    }
+  }
+
+  /** An answer after its caller stopped waiting: permits it granted go back. */
+  private late(p: Pending, value: unknown): void {
+    if (p.op === TAKE) {
+      const granted = (value as Grant).granted;
+      if (granted > 0) this.giveBack(p.caller, REFUND, p.key, granted);
+    } else if (p.caller.concurrency && (p.op === TRY || p.op === CONSUME)) {
+      const allowed = p.op === TRY ? value === true : (value as Decision).allowed;
+      if (allowed) this.giveBack(p.caller, RELEASE, p.key, p.permits);
+    }
+  }
+
+  private onAcquired(v: unknown[]): void {
+    for (let i = 0; i + 2 < v.length; i += 3) {
+      const id = v[i] as number;
+      const p = this.acquiring.get(id);
+      if (!p) continue;
+      this.acquiring.delete(id);
+      if (v[i + 1] === 1) {
+        const leaseId = v[i + 2] as number;
+        if (!p.settled) {
+          p.settled = true;
+          this.inFlight--;
+          p.resolve(leaseId);
+        } else if (p.caller.concurrency) this.drop(p.caller.name, leaseId);
+      } else if (!p.settled) this.settle(p, fromWire(v[i + 2] as WireError));
+    }
+  }
+
+  /**
+   * One coarse sweep for every deadline; unref'd: pending IPC keeps the process up. It
+   * stops at a sweep that finds nothing in flight (not at every answer: one call at a
+   * time would otherwise make and clear a timer per call).
+   */
+  private sweepSoon(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => this.expire(), 25);
+    this.timer.unref();
+  }
+
+  private idle(): void {
+    if (this.inFlight === 0 && this.early.length === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  private expire(): void {
+    const now = performance.now();
+    for (const p of this.early) this.expireOne(p, p.since, now);
+    for (const b of this.sent.values()) {
+      for (const p of b.calls) this.expireOne(p, p.since < 0 ? b.sentAt : p.since, now);
+    }
+    for (const p of this.acquiring.values()) {
+      this.expireOne(p, p.since, now);
+      // Its outcome is still wanted (a late lease goes back); only a settled entry
+      // whose answer never comes would stay: bounded below.
+    }
+    if (this.acquiring.size > 100_000) {
+      for (const [id, p] of this.acquiring) {
+        if (!p.settled) continue;
+        this.acquiring.delete(id);
+        if (this.acquiring.size <= 50_000) break;
+      }
+    }
+    this.early = this.early.filter((p) => {
+      if (p.settled && p.op === ACQUIRE) this.acquiring.delete(p.id); // never sent
+      return !p.settled;
+    });
+    this.idle();
+  }
+
+  private expireOne(p: Pending, since: number, now: number): void {
+    if (p.settled || since + p.timeoutMs > now) return;
+    this.settle(
+      p,
+      new ClusterTimeoutError(
+        `${p.caller.name}: no answer from the cluster primary within ${p.caller.timeoutMs} ms`,
+      ),
+    );
+  }
+
+  /** The channel closed: every call in flight rejects, later calls reject at once. */
+  private shutDown(): void {
+    this.closed = true;
+    const error = new ClusterUnavailableError('the IPC channel to the cluster primary closed');
+    for (const p of this.early) this.settle(p, error);
+    for (const p of this.outCalls) this.settle(p, error);
+    for (const b of this.sent.values()) for (const p of b.calls) this.settle(p, error);
+    for (const p of this.acquiring.values()) this.settle(p, error);
+    this.early = [];
+    this.sent.clear();
+    this.acquiring.clear();
+    this.idle();
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}

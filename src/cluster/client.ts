@@ -1,0 +1,535 @@
+/**
+ * A worker process's view of one limiter served by the primary: the limiter's methods,
+ * each returning a promise, its description (algorithm, limit, …) once the primary told
+ * it, and optional permit blocks spent locally.
+ */
+import { performance } from 'node:perf_hooks';
+import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
+import type { AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
+import {
+  checkKey,
+  checkOptionsObject,
+  integerOption,
+  permitsError,
+  positiveNumberOption,
+  rangeError,
+  show,
+  typeError,
+} from '../validate.js';
+import type { Caller, Channel, Check } from './channel.js';
+import {
+  CONSUME,
+  type Description,
+  type Grant,
+  REFUND,
+  RELEASE,
+  RESET,
+  STATS,
+  TAKE,
+  TRY,
+} from './protocol.js';
+
+/** Options of `connectCluster`. */
+export interface ConnectOptions {
+  /** Longest wait for the primary's answer, in ms (default 5000); then ClusterTimeoutError. */
+  timeoutMs?: number;
+  /** Calls in flight at most in this process (default 10 000); past it calls reject at once. */
+  maxPending?: number;
+  /**
+   * Permit blocks (rate limiters only; default off): `tryAcquire`, `consume` and
+   * `acquire` take up to `block` permits per trip to the primary and spend them locally,
+   * so most calls cost no IPC. When half a block is spent, the next one is asked for in
+   * the background. The trade: up to `block` permits per worker and key sit in its block,
+   * unavailable to other workers until spent, or given back after `blockTtlMs` or on
+   * `close()`. Integer ≥ 2.
+   */
+  block?: number;
+  /** How long a block's permits may be spent before they go back (ms, default 1000). */
+  blockTtlMs?: number;
+}
+
+/** The primary's limiter, seen from a worker process: the same methods, each a promise. */
+export interface ClusterLimiter {
+  readonly name: string;
+  /** The served limiter's algorithm ('TokenBucket', …); undefined until the primary told it. */
+  readonly algorithm: AlgorithmName | undefined;
+  /** The served limiter's limit; undefined until known. */
+  readonly limit: number | undefined;
+  /** FixedWindow, SlidingWindow, SlidingLog: the window; undefined otherwise or until known. */
+  readonly windowMs: number | undefined;
+  /** TokenBucket, LeakyBucket: the capacity; undefined otherwise or until known. */
+  readonly capacity: number | undefined;
+  /** TokenBucket: the refill rate; undefined otherwise or until known. */
+  readonly refillPerSecond: number | undefined;
+  /** LeakyBucket: the leak rate; undefined otherwise or until known. */
+  readonly ratePerSecond: number | undefined;
+  /**
+   * Resolves with this client once the primary has described the limiter (the properties
+   * above are set; the type says so, e.g. for `chain()`). Rejects with
+   * ClusterUnavailableError when the primary does not serve this name, and
+   * ClusterTimeoutError when no primary answers within `timeoutMs`.
+   */
+  ready(): Promise<DescribedClusterLimiter>;
+  tryAcquire(key?: Key, permits?: number): Promise<boolean>;
+  consume(key?: Key, permits?: number): Promise<Decision>;
+  acquire(
+    key?: Key,
+    permits?: number,
+    options?: { signal?: AbortSignal; timeoutMs?: number },
+  ): Promise<Lease>;
+  /** Concurrency: gives held permits back. */
+  release(key?: Key, permits?: number): Promise<void>;
+  refund(key?: Key, permits?: number): Promise<void>;
+  stats(key?: Key): Promise<Stats>;
+  reset(key?: Key): Promise<void>;
+  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
+  close(): void;
+}
+
+/** A cluster client whose limiter the primary has described (after `ready()`). */
+export interface DescribedClusterLimiter extends ClusterLimiter {
+  readonly algorithm: AlgorithmName;
+  readonly limit: number;
+}
+
+interface Block {
+  left: number;
+  /** performance.now() after which the block is given back instead of spent. */
+  expires: number;
+  /** When the key would be fresh again, as the primary said at the last grant (ms). */
+  resetAt: number;
+  /** False after a background top-up was refused: no more until a call needs one. */
+  topUp: boolean;
+}
+
+/** A call waiting for a block request in flight. */
+interface Waiter {
+  permits: number;
+  done: (d: Decision) => void;
+  fail: (e: unknown) => void;
+}
+
+/** A block request in flight: at least `min` permits were asked for. */
+interface Fetch {
+  min: number;
+  waiters: Waiter[];
+}
+
+const TRUE = Promise.resolve(true);
+const MAX_MS = 2 ** 31 - 1;
+const NO_OP_LEASE: Lease = Object.freeze({
+  release(): void {},
+  [Symbol.dispose](): void {},
+});
+
+function checkPermits(owner: string, permits: unknown, limit: number): void {
+  if (!((permits as number) >= 1 && (permits as number) <= limit)) {
+    throw permitsError(owner, permits, limit);
+  }
+  if (((permits as number) | 0) !== permits) throw permitsError(owner, permits, limit);
+}
+
+function checkAcquireOptions(owner: string, options: unknown): void {
+  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw typeError(
+      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(opts.signal)}`,
+    );
+  }
+  const timeoutMs = opts.timeoutMs;
+  if (timeoutMs === undefined) return;
+  if (typeof timeoutMs !== 'number') {
+    throw typeError(
+      `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
+    );
+  }
+  if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+    throw rangeError(
+      `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
+    );
+  }
+}
+
+/** Checks connectCluster's options (before anything else: they are the caller's bug). */
+export function connectOptions(options: unknown): Required<ConnectOptions> {
+  const owner = 'connectCluster';
+  const opts = checkOptionsObject(owner, options, [
+    'timeoutMs',
+    'maxPending',
+    'block',
+    'blockTtlMs',
+  ]);
+  const ms = (name: string, fallback: number) =>
+    opts[name] === undefined ? fallback : positiveNumberOption(owner, name, opts[name], 1, MAX_MS);
+  return {
+    timeoutMs: ms('timeoutMs', 5000),
+    maxPending: integerOption(owner, 'maxPending', opts.maxPending, 1, MAX_MS, 10_000),
+    // 1 would be a block that is one call: say so rather than pay for it silently.
+    block: opts.block === undefined ? 1 : integerOption(owner, 'block', opts.block, 2, MAX_MS),
+    blockTtlMs: ms('blockTtlMs', 1000),
+  };
+}
+
+export class Client implements ClusterLimiter, Caller {
+  readonly timeoutMs: number;
+  readonly maxPending: number;
+  private readonly block: number;
+  private readonly blockTtlMs: number;
+  private readonly blocks = new Map<Key | undefined, Block>();
+  /** A block request in flight per key: later calls wait for it instead of asking too. */
+  private readonly fetching = new Map<Key | undefined, Fetch>();
+  private sweeper: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
+
+  // Checks run before a call is sent, once the description is known: the same errors,
+  // with the same messages, as the in-memory limiter's.
+  private readonly checkCall: Check = (d, key, permits) => {
+    this.checkBlock(d);
+    checkPermits(d.algorithm, permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkRelease: Check = (d, key, permits) => {
+    if (d.algorithm !== 'Concurrency') {
+      throw typeError(
+        `${d.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
+      );
+    }
+    checkPermits('Concurrency.release', permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkRefund: Check = (d, key, permits) => {
+    checkPermits(`${d.algorithm}.refund`, permits, d.limit);
+    checkKey(d.algorithm, key);
+  };
+  private readonly checkKeyOnly: Check = (d, key) => checkKey(d.algorithm, key);
+
+  constructor(
+    readonly name: string,
+    private readonly channel: Channel,
+    options: Required<ConnectOptions>,
+  ) {
+    this.timeoutMs = options.timeoutMs;
+    this.maxPending = options.maxPending;
+    this.block = options.block;
+    this.blockTtlMs = options.blockTtlMs;
+  }
+
+  private get description(): Description | undefined {
+    return this.channel.describe(this.name);
+  }
+  get algorithm(): AlgorithmName | undefined {
+    return this.description?.algorithm;
+  }
+  get limit(): number | undefined {
+    return this.description?.limit;
+  }
+  get windowMs(): number | undefined {
+    return this.description?.windowMs;
+  }
+  get capacity(): number | undefined {
+    return this.description?.capacity;
+  }
+  get refillPerSecond(): number | undefined {
+    return this.description?.refillPerSecond;
+  }
+  get ratePerSecond(): number | undefined {
+    return this.description?.ratePerSecond;
+  }
+  get concurrency(): boolean {
+    return this.description?.algorithm === 'Concurrency';
+  }
+
+  async ready(): Promise<DescribedClusterLimiter> {
+    if (this.description) return this as DescribedClusterLimiter;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new ClusterTimeoutError(
+              `${this.name}: no answer from the cluster primary within ${this.timeoutMs} ms`,
+            ),
+          ),
+        this.timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.channel.whenReady(), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+    // The primary has answered; its list decides (stats() asks it, in case a server was
+    // added since: a name it does not serve rejects with ClusterUnavailableError).
+    if (!this.description) await this.stats();
+    return this as DescribedClusterLimiter;
+  }
+
+  private checkBlock(d: Description): void {
+    if (this.block > 1 && d.algorithm === 'Concurrency') {
+      throw typeError(
+        `connectCluster(${JSON.stringify(this.name)}): option "block" is for rate limiters; this name serves a Concurrency limiter`,
+      );
+    }
+  }
+
+  private refusedWhenClosed(): Promise<never> {
+    return Promise.reject(new ClusterUnavailableError(`${this.name}: the client was closed`));
+  }
+
+  // ---- permit blocks ----------------------------------------------------------------
+
+  /** Spends `permits` from the key's block, if it has them and is fresh. */
+  private spend(key: Key | undefined, permits: number): Block | undefined {
+    const b = this.blocks.get(key);
+    // Bad permits (0, 1.5, NaN, '1') go the slow way, whose check refuses them.
+    if (b === undefined || !(b.left >= permits && permits >= 1) || (permits | 0) !== permits) {
+      return undefined;
+    }
+    const now = performance.now();
+    if (b.expires <= now) {
+      this.giveBack(key, b);
+      return undefined;
+    }
+    b.left -= permits;
+    // Half spent: ask for the rest in the background, so the next calls need not wait.
+    if (b.topUp && b.left * 2 < this.block && !this.fetching.has(key)) this.topUp(key);
+    return b;
+  }
+
+  /**
+   * Tops the key's block up to `block` permits. The size is taken when the request leaves
+   * (after the calls already queued in this tick): calls that spend in a burst get a
+   * full block per round trip, and the block never holds more than `block`.
+   */
+  private topUp(key: Key | undefined): void {
+    const f: Fetch = { min: 1, waiters: [] };
+    this.fetching.set(key, f);
+    queueMicrotask(() => {
+      const max = this.block - (this.blocks.get(key)?.left ?? 0);
+      if (this.closed || max < 1) {
+        if (this.fetching.get(key) === f) this.fetching.delete(key);
+        return;
+      }
+      this.request(key, f, max);
+    });
+  }
+
+  /**
+   * A decision the block could not make at once: joins the key's request in flight (the
+   * permits it brings are handed out in arrival order), or asks the primary itself.
+   */
+  private wait(
+    key: Key | undefined,
+    permits: number,
+    done: (d: Decision) => void,
+    fail: (e: unknown) => void,
+  ): void {
+    const d = this.description;
+    if (d) {
+      // Checked before joining: a bad call must not fail the calls it would wait with.
+      try {
+        this.checkCall(d, key, permits);
+      } catch (error) {
+        fail(error);
+        return;
+      }
+    }
+    const waiter: Waiter = { permits, done, fail };
+    const inFlight = this.fetching.get(key);
+    if (inFlight && d) {
+      inFlight.waiters.push(waiter);
+      return;
+    }
+    const left = this.blocks.get(key)?.left ?? 0;
+    this.fetch(key, permits, Math.max(Math.max(this.block, permits) - left, permits), waiter);
+  }
+
+  /**
+   * Asks the primary for between `min` and `max` permits for the key's block; `first` is
+   * the call that asked (it is served first), others may join while it is in flight.
+   */
+  private fetch(key: Key | undefined, min: number, max: number, first: Waiter): void {
+    const f: Fetch = { min, waiters: [first] };
+    this.fetching.set(key, f);
+    this.request(key, f, max);
+  }
+
+  private request(key: Key | undefined, f: Fetch, max: number): void {
+    (this.channel.call(this, TAKE, key, f.min, max, this.checkCall) as Promise<Grant>).then(
+      (grant) => this.fetched(key, f, grant),
+      (error) => {
+        if (this.fetching.get(key) === f) this.fetching.delete(key);
+        for (const w of f.waiters) w.fail(error);
+      },
+    );
+  }
+
+  private fetched(key: Key | undefined, f: Fetch, grant: Grant): void {
+    if (this.fetching.get(key) === f) this.fetching.delete(key);
+    let b = this.blocks.get(key);
+    if (this.closed) {
+      // The waiters were rejected by close(); what came goes back.
+      if (grant.granted > 0) this.channel.giveBack(this, REFUND, key, grant.granted);
+      return;
+    }
+    if (grant.granted > 0) {
+      const now = performance.now();
+      if (!b) {
+        b = { left: 0, expires: 0, resetAt: 0, topUp: true };
+        this.blocks.set(key, b);
+        this.sweep();
+      }
+      b.left += grant.granted;
+      b.expires = now + this.blockTtlMs;
+      b.resetAt = now + grant.decision.resetAfterMs;
+      b.topUp = true;
+    } else if (b) b.topUp = false;
+    for (const w of f.waiters) {
+      const spent = this.spend(key, w.permits);
+      if (spent) w.done(this.localDecision(spent));
+      else if (grant.granted === 0 && w.permits >= f.min) {
+        // The primary could not give f.min permits just now: nor these. What this worker
+        // could still spend is the primary's remaining and its own block's.
+        const own = this.blocks.get(key)?.left ?? 0;
+        w.done({ ...grant.decision, remaining: grant.decision.remaining + own });
+      } else this.wait(key, w.permits, w.done, w.fail); // others took the grant: ask again
+    }
+  }
+
+  /** A grant from the block: `remaining` is what this worker may still spend locally. */
+  private localDecision(b: Block): Decision {
+    return {
+      allowed: true,
+      remaining: b.left,
+      limit: this.limit as number,
+      retryAfterMs: 0,
+      resetAfterMs: Math.max(0, b.resetAt - performance.now()),
+    };
+  }
+
+  private giveBack(key: Key | undefined, b: Block): void {
+    if (this.blocks.get(key) === b) this.blocks.delete(key);
+    if (b.left > 0) this.channel.giveBack(this, REFUND, key, b.left);
+    b.left = 0;
+  }
+
+  /** Gives unspent blocks back once they expire (one unref'd timer per client). */
+  private sweep(): void {
+    if (this.sweeper) return;
+    this.sweeper = setInterval(
+      () => {
+        const now = performance.now();
+        for (const [key, b] of this.blocks) if (b.expires <= now) this.giveBack(key, b);
+        if (this.blocks.size === 0 && this.sweeper) {
+          clearInterval(this.sweeper);
+          this.sweeper = undefined;
+        }
+      },
+      Math.max(1, this.blockTtlMs / 2),
+    );
+    this.sweeper.unref();
+  }
+
+  // ---- the limiter's methods ----------------------------------------------------------
+
+  tryAcquire(key?: Key, permits = 1): Promise<boolean> {
+    if (this.closed) return this.refusedWhenClosed();
+    if (this.block > 1) {
+      if (this.spend(key, permits)) return TRUE;
+      return new Promise((resolve, reject) =>
+        this.wait(key, permits, (d) => resolve(d.allowed), reject),
+      );
+    }
+    return this.channel.call(this, TRY, key, permits, 0, this.checkCall) as Promise<boolean>;
+  }
+
+  consume(key?: Key, permits = 1): Promise<Decision> {
+    if (this.closed) return this.refusedWhenClosed();
+    if (this.block > 1) {
+      const b = this.spend(key, permits);
+      if (b) return Promise.resolve(this.localDecision(b));
+      return new Promise((resolve, reject) => this.wait(key, permits, resolve, reject));
+    }
+    return this.channel.call(this, CONSUME, key, permits, 0, this.checkCall) as Promise<Decision>;
+  }
+
+  release(key?: Key, permits = 1): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, RELEASE, key, permits, 0, this.checkRelease) as Promise<void>;
+  }
+
+  refund(key?: Key, permits = 1): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, REFUND, key, permits, 0, this.checkRefund) as Promise<void>;
+  }
+
+  stats(key?: Key): Promise<Stats> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, STATS, key, 1, 0, this.checkKeyOnly) as Promise<Stats>;
+  }
+
+  reset(key?: Key): Promise<void> {
+    if (this.closed) return this.refusedWhenClosed();
+    return this.channel.call(this, RESET, key, 1, 0, this.checkKeyOnly) as Promise<void>;
+  }
+
+  async acquire(
+    key?: Key,
+    permits = 1,
+    options: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<Lease> {
+    if (this.closed) return this.refusedWhenClosed();
+    const check: Check = (d) => {
+      checkAcquireOptions(d.algorithm, options);
+      this.checkCall(d, key, permits);
+    };
+    const d = this.description;
+    if (d) check(d, key, permits); // throws into the returned promise (an async function)
+    const { signal, timeoutMs } = options;
+    if (signal?.aborted) throw signal.reason;
+    if (this.block > 1) {
+      // Through the block first; wait at the primary only when it has nothing now.
+      if (this.spend(key, permits)) return NO_OP_LEASE;
+      const decision = await new Promise<Decision>((resolve, reject) =>
+        this.wait(key, permits, resolve, reject),
+      );
+      if (decision.allowed) return NO_OP_LEASE;
+      if (signal?.aborted) throw signal.reason;
+    }
+    const ch = this.channel;
+    const made = ch.acquire(this, key, permits, timeoutMs, check);
+    const onAbort = () => {
+      ch.abort(this.name, made.id);
+      ch.settleAcquire(made.id, signal?.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const leaseId = (await made.promise) as number;
+      if (!this.concurrency) return NO_OP_LEASE;
+      let held = true;
+      const release = () => {
+        if (!held) return;
+        held = false;
+        ch.drop(this.name, leaseId);
+      };
+      return { release, [Symbol.dispose]: release };
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
+  close(): void {
+    if (this.closed) return;
+    for (const [key, b] of this.blocks) this.giveBack(key, b);
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    this.closed = true;
+    const closed = new ClusterUnavailableError(`${this.name}: the client was closed`);
+    for (const f of this.fetching.values()) for (const w of f.waiters) w.fail(closed);
+    this.channel.closeCaller(
+      this,
+      new ClusterUnavailableError(`${this.name}: the client was closed`),
+    );
+  }
+}

@@ -1,0 +1,459 @@
+/**
+ * The cluster primary's side: answers every worker's batches with the named limiters.
+ *
+ * Everything a worker process sends is untrusted input: each message's shape and size are
+ * checked, a call that fails becomes an error answer, and a message that is not ours or
+ * not well formed is dropped (or answered with an error when it names its batch) — never
+ * an exception in the primary. A worker that dies gives back everything it held, and no
+ * state is ever made for a worker that is already dead.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import type { AnyLimiter } from '../attach.js';
+import { ClusterUnavailableError } from '../errors.js';
+import type { Key, Lease } from '../limiter.js';
+import { show, typeError } from '../validate.js';
+import {
+  ABORT,
+  ACQUIRE,
+  CONSUME,
+  type Description,
+  DROP,
+  isOurs,
+  MARK,
+  MAX_RECORD_VALUES,
+  type Message,
+  NAME,
+  pushDecision,
+  REFUND,
+  RELEASE,
+  RESET,
+  STATS,
+  TAKE,
+  TRY,
+  toWire,
+  type Value,
+} from './protocol.js';
+
+type Releasable = AnyLimiter & { release(key?: Key, permits?: number): void };
+
+export interface Served {
+  limiter: AnyLimiter;
+  description: Description;
+  concurrency: boolean;
+}
+
+interface WorkerState {
+  worker: Worker;
+  dead: boolean;
+  /** acquire() outcomes waiting for this tick's message: [id, ok, value, …]. */
+  out: unknown[];
+  /** Leases from acquire() the worker still holds, by lease id. */
+  leases: Map<number, Lease>;
+  /** Pending acquire() calls, by call id, to abort when the worker goes. */
+  waiting: Map<number, AbortController>;
+  /** Concurrency permits taken by tryAcquire/consume and not yet released. */
+  held: Map<Releasable, Map<Key | undefined, number>>;
+  /**
+   * When this worker's latest permit block of a key was taken (the limiter's clock): its
+   * permits come back as refunds of what was taken then, so a window that has passed
+   * since is not credited (issue #9, item 6).
+   */
+  blockTakenUs: Map<AnyLimiter, Map<Key | undefined, number>>;
+}
+
+const ignore = () => {};
+
+/** Values per record, by op (NAME, DROP and ABORT are handled before). */
+const WIDTHS: Record<number, number> = {
+  [TRY]: 3,
+  [CONSUME]: 3,
+  [TAKE]: 4,
+  [REFUND]: 3,
+  [RELEASE]: 3,
+  [STATS]: 2,
+  [RESET]: 2,
+  [ACQUIRE]: 5,
+};
+
+/**
+ * The names served in this process, shared by every serveCluster() of it: one batch may
+ * address limiters of several servers and is answered in one message.
+ */
+export class Dispatcher {
+  readonly named = new Map<string, Served>();
+  private readonly states = new Map<number, WorkerState>();
+  private leaseIds = 0;
+  private listening = false;
+
+  private readonly onMessage = (worker: Worker, msg: unknown) => {
+    if (!isOurs(msg)) return;
+    try {
+      this.handle(worker, msg);
+    } catch {
+      // Nothing a worker sends may take the primary down; what failed here was the
+      // worker's message (for example an object whose fields throw when read).
+    }
+  };
+
+  private readonly onExit = (worker: Worker) => {
+    const s = this.states.get(worker.id);
+    if (!s) return;
+    this.states.delete(worker.id);
+    s.dead = true;
+    // Each give-back may throw (the limiter was closed meanwhile: nothing left to give
+    // back); none may stop the others, nor reach the 'exit' event's emitter.
+    for (const controller of s.waiting.values()) attempt(() => controller.abort());
+    for (const lease of s.leases.values()) attempt(() => lease.release());
+    for (const [limiter, keys] of s.held) {
+      for (const [key, n] of keys) attempt(() => limiter.release(key, n));
+    }
+  };
+
+  add(entries: [string, Served][]): void {
+    for (const [name, served] of entries) this.named.set(name, served);
+    if (!this.listening) {
+      this.listening = true;
+      cluster.on('message', this.onMessage);
+      cluster.on('exit', this.onExit);
+    }
+    this.announce();
+  }
+
+  remove(names: string[], served: Served[]): void {
+    names.forEach((name, i) => {
+      if (this.named.get(name) === served[i]) this.named.delete(name);
+    });
+    this.announce();
+  }
+
+  /** Tells every worker what is served now; workers waiting for it send their calls. */
+  private announce(): void {
+    const msg = this.readyMessage();
+    for (const worker of Object.values(cluster.workers ?? {})) if (worker) send(worker, msg);
+  }
+
+  private readyMessage(): Message {
+    const served: Record<string, Description> = {};
+    for (const [name, s] of this.named) served[name] = s.description;
+    return { mark: MARK, t: 'ready', served };
+  }
+
+  private handle(worker: Worker, msg: { t: unknown } & Record<string, unknown>): void {
+    // A dead worker's calls are never run: nobody waits for their answers, and permits
+    // taken for it now would have nobody to give them back (its exit has been handled).
+    if (worker.isDead()) return;
+    if (msg.t === 'hello') {
+      send(worker, this.readyMessage());
+      return;
+    }
+    if (msg.t !== 'c') return;
+    const seq = msg.s;
+    if (typeof seq !== 'number' || !Number.isSafeInteger(seq)) return; // cannot be answered
+    const records = msg.c;
+    if (!Array.isArray(records) || records.length > MAX_RECORD_VALUES) {
+      const got = Array.isArray(records) ? `${records.length} values` : show(records);
+      send(worker, {
+        mark: MARK,
+        t: 'r',
+        s: seq,
+        v: [],
+        e: toWire(
+          typeError(
+            `cluster primary: a batch must be an array of at most ${MAX_RECORD_VALUES} values, got ${got}`,
+          ),
+        ),
+      });
+      return;
+    }
+    let s = this.states.get(worker.id);
+    if (!s) {
+      s = {
+        worker,
+        dead: false,
+        out: [],
+        leases: new Map(),
+        waiting: new Map(),
+        held: new Map(),
+        blockTakenUs: new Map(),
+      };
+      this.states.set(worker.id, s);
+    }
+    const answers: unknown[] = [];
+    const broken = this.run(s, records as Value[], answers);
+    // A batch of only DROP/ABORT records (a lease given back) expects no answer.
+    if (answers.length === 0 && !broken) return;
+    send(worker, {
+      mark: MARK,
+      t: 'r',
+      s: seq,
+      v: answers,
+      ...(broken ? { e: toWire(broken) } : {}),
+    });
+  }
+
+  /**
+   * Runs a batch's records, appending one answer per answered call. Returns the error
+   * that stopped it when a record is malformed (the rest of the batch is not run).
+   */
+  private run(s: WorkerState, c: Value[], v: unknown[]): Error | undefined {
+    let served: Served | undefined;
+    let name = '';
+    let i = 0;
+    const n = c.length;
+    while (i < n) {
+      const op = c[i];
+      if (op === NAME) {
+        const next = c[i + 1];
+        if (typeof next !== 'string') return malformed(i, 'a name', next);
+        name = next;
+        served = this.named.get(name);
+        i += 2;
+        continue;
+      }
+      if (op === DROP) {
+        const leaseId = c[i + 1];
+        i += 2;
+        if (typeof leaseId !== 'number') continue;
+        const lease = s.leases.get(leaseId);
+        s.leases.delete(leaseId);
+        if (lease) attempt(() => lease.release()); // no answer: a closed limiter is fine
+        continue;
+      }
+      if (op === ABORT) {
+        const id = c[i + 1];
+        i += 2;
+        const controller = typeof id === 'number' ? s.waiting.get(id) : undefined;
+        if (controller) attempt(() => controller.abort());
+        continue;
+      }
+      const width = typeof op === 'number' ? WIDTHS[op] : undefined;
+      if (width === undefined || i + width > n) return malformed(i, 'a call', op);
+      if (served === undefined) {
+        // The whole call is answered: the worker learns at once that the name is wrong.
+        if (op !== ACQUIRE) v.push(toWire(this.notServed(name)));
+        else this.settleAcquire(s, c[i + 1], 0, toWire(this.notServed(name)));
+        i += width;
+        continue;
+      }
+      const rawKey = c[op === ACQUIRE ? i + 2 : i + 1];
+      const key = rawKey === null ? undefined : (rawKey as Key);
+      try {
+        this.call(s, served, op as number, key, c, i, v);
+      } catch (error) {
+        if (op !== ACQUIRE) v.push(toWire(error));
+        else this.settleAcquire(s, c[i + 1], 0, toWire(error));
+      }
+      i += width;
+    }
+    return undefined;
+  }
+
+  private call(
+    s: WorkerState,
+    served: Served,
+    op: number,
+    key: Key | undefined,
+    c: Value[],
+    i: number,
+    v: unknown[],
+  ): void {
+    const limiter = served.limiter;
+    const permits = c[i + 2] as number;
+    switch (op) {
+      case TRY: {
+        const ok = limiter.tryAcquire(key, permits);
+        if (ok && served.concurrency) this.hold(s, limiter as Releasable, key, permits);
+        v.push(ok ? 1 : 0);
+        return;
+      }
+      case CONSUME: {
+        const d = limiter.consume(key, permits);
+        if (d.allowed && served.concurrency) this.hold(s, limiter as Releasable, key, permits);
+        pushDecision(v, d);
+        return;
+      }
+      case TAKE:
+        this.take(s, served, key, permits, c[i + 3], v);
+        return;
+      case REFUND: {
+        const takenUs = s.blockTakenUs.get(limiter)?.get(key);
+        if (takenUs === undefined) limiter.refund(key, permits);
+        else limiter.refundTaken(key, permits, takenUs);
+        if (served.concurrency) this.unhold(s, limiter as Releasable, key, permits);
+        v.push(0);
+        return;
+      }
+      case RELEASE:
+        if (!served.concurrency) {
+          throw typeError(
+            `${served.description.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
+          );
+        }
+        (limiter as Releasable).release(key, permits);
+        this.unhold(s, limiter as Releasable, key, permits);
+        v.push(0);
+        return;
+      case STATS: {
+        const st = limiter.stats(key);
+        v.push(st.available, st.queued, st.admitted, st.rejected);
+        return;
+      }
+      case RESET:
+        limiter.reset(key);
+        v.push(0);
+        return;
+      default:
+        this.acquire(s, served, c[i + 1], key, c[i + 3] as number, c[i + 4]);
+    }
+  }
+
+  /**
+   * A permit block: between `min` and `max` permits, as many as are there, and the
+   * Decision of the grant (on a refusal, the Decision of asking for `min`).
+   */
+  private take(
+    s: WorkerState,
+    served: Served,
+    key: Key | undefined,
+    min: number,
+    max: unknown,
+    v: unknown[],
+  ) {
+    const limiter = served.limiter;
+    if (served.concurrency) {
+      throw typeError('Concurrency: permit blocks (option "block") are for rate limiters');
+    }
+    if (typeof max !== 'number' || !Number.isInteger(max) || !(max >= min)) {
+      throw typeError(`cluster primary: a block's size must be an integer, got ${show(max)}`);
+    }
+    const want = Math.min(max, limiter.limit);
+    let n = Math.max(min, Math.min(want, limiter.stats(key).available));
+    let d = limiter.consume(key, n);
+    // The estimate was high (a sliding window's weight, another thread): ask for min.
+    if (!d.allowed && n > min) d = limiter.consume(key, (n = min));
+    if (d.allowed) {
+      let times = s.blockTakenUs.get(limiter);
+      if (!times) s.blockTakenUs.set(limiter, (times = new Map()));
+      times.set(key, limiter.lastDecisionUs);
+    }
+    v.push(d.allowed ? n : 0);
+    pushDecision(v, d);
+  }
+
+  private acquire(
+    s: WorkerState,
+    served: Served,
+    id: unknown,
+    key: Key | undefined,
+    permits: number,
+    timeoutMs: unknown,
+  ): void {
+    if (typeof id !== 'number') return; // cannot be answered
+    const controller = new AbortController();
+    s.waiting.set(id, controller);
+    served.limiter
+      .acquire(key, permits, {
+        signal: controller.signal,
+        ...(timeoutMs === -1 ? {} : { timeoutMs: timeoutMs as number }),
+      })
+      .then(
+        (lease) => {
+          s.waiting.delete(id);
+          if (s.dead) {
+            attempt(() => lease.release()); // the worker is gone
+            return;
+          }
+          const leaseId = ++this.leaseIds;
+          if (served.concurrency) s.leases.set(leaseId, lease);
+          this.settleAcquire(s, id, 1, leaseId);
+        },
+        (error) => {
+          s.waiting.delete(id);
+          this.settleAcquire(s, id, 0, toWire(error));
+        },
+      );
+  }
+
+  /** acquire() outcomes of one tick leave in one message. */
+  private settleAcquire(s: WorkerState, id: unknown, ok: 0 | 1, value: unknown): void {
+    if (typeof id !== 'number' || s.dead) return;
+    if (s.out.push(id, ok, value) > 3) return;
+    queueMicrotask(() => {
+      const v = s.out;
+      s.out = [];
+      send(s.worker, { mark: MARK, t: 'a', v });
+    });
+  }
+
+  private hold(s: WorkerState, limiter: Releasable, key: Key | undefined, n: number): void {
+    let keys = s.held.get(limiter);
+    if (!keys) s.held.set(limiter, (keys = new Map()));
+    keys.set(key, (keys.get(key) ?? 0) + n);
+  }
+
+  // Permits given back: first from what this worker holds, then (a worker may release
+  // another's permits) from the others, so that a dead worker never releases permits a
+  // live one took after them.
+  private unhold(s: WorkerState, limiter: Releasable, key: Key | undefined, n: number): void {
+    for (const t of [s, ...this.states.values()]) {
+      const keys = t.held.get(limiter);
+      const have = keys?.get(key) ?? 0;
+      if (have === 0 || !keys) continue;
+      const take = Math.min(have, n);
+      if (have === take) keys.delete(key);
+      else keys.set(key, have - take);
+      n -= take;
+      if (n === 0) return;
+    }
+  }
+
+  private notServed(name: string): ClusterUnavailableError {
+    const names = [...this.named.keys()];
+    const list =
+      names.length === 0
+        ? 'it serves no limiter'
+        : `it serves ${names
+            .slice(0, 10)
+            .map((x) => JSON.stringify(x))
+            .join(', ')}${names.length > 10 ? ', …' : ''}`;
+    return new ClusterUnavailableError(
+      `connectCluster(${JSON.stringify(name)}): the cluster primary does not serve this name (${list})`,
+    );
+  }
+}
+
+/** Runs a give-back whose failure has nobody to tell (its limiter was closed). */
+function attempt(giveBack: () => void): void {
+  try {
+    giveBack();
+  } catch {
+    // LimiterClosedError: the permits went with the limiter.
+  }
+}
+
+function malformed(at: number, expected: string, got: unknown): TypeError {
+  return typeError(
+    `cluster primary: malformed batch: expected ${expected} at value ${at}, got ${show(got)}`,
+  );
+}
+
+/** Sends without ever throwing: a worker that just died makes the write fail (EPIPE). */
+function send(worker: Worker, msg: Message): void {
+  if (!worker.isConnected()) return;
+  try {
+    // The callback takes the write error that would otherwise be an 'error' event
+    // nobody listens to, which would end the primary.
+    worker.send(msg, undefined, undefined, ignore);
+  } catch {
+    // The channel closed between the check and the write.
+  }
+}
+
+// One dispatcher per process, shared by every copy of this module (an ESM and a CJS copy
+// serving different names must still answer each batch in one message).
+const DISPATCHER = Symbol.for('atomic-limiter.cluster-dispatcher@2');
+export function dispatcher(): Dispatcher {
+  const g = globalThis as { [DISPATCHER]?: Dispatcher };
+  g[DISPATCHER] ??= new Dispatcher();
+  return g[DISPATCHER];
+}

@@ -1,0 +1,330 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { QueueFullError } from '../errors.js';
+import type { Decision, Key, Lease } from '../limiter.js';
+import { isKey, rangeError, show, typeError } from '../validate.js';
+import { clientAddress } from './address.js';
+import {
+  flattenLimiters,
+  type HeaderSink,
+  type LimiterFace,
+  retryAfterSeconds,
+} from './headers.js';
+import type { Config } from './options.js';
+
+/**
+ * The one decision path every server style shares. `run()` answers synchronously while
+ * everything it calls does (an in-memory limiter: no promise, nothing allocated beyond the
+ * header strings) and returns a promise as soon as something answers with one (a key
+ * function, a cluster client, Redis, a chain with such members, `wait`).
+ */
+
+/** Which middlewares have seen a request: one engine, or a set of them when stacked. */
+const seen = Symbol('atomic-limiter.http.seen');
+
+/** The request may go on. */
+export const GO = 1;
+/** The request was answered (refused), or its client is gone: do not go on. */
+export const ANSWERED = 0;
+export type Outcome = typeof GO | typeof ANSWERED;
+
+/** What the engine needs from a server style (Express/Connect/node:http, Fastify). */
+export interface Host<Req, Res> extends HeaderSink<Res> {
+  raw(req: Req): IncomingMessage;
+  rawRes(res: Res): ServerResponse;
+  /** The framework's own idea of the client address (`req.ip`), if it has one. */
+  ip(req: Req): unknown;
+  /** Whether the response has started (headers may no longer be written). */
+  started(res: Res): boolean;
+  /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
+  send(res: Res, statusCode: number, body: unknown): void;
+}
+
+/** The client is gone (or the response ended) when this is true. */
+function closed(res: ServerResponse): boolean {
+  return res.destroyed || res.writableEnded;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
+}
+
+/** An error the limiter (its backend) raised, rather than the middleware's configuration. */
+const limiterErrors = new WeakSet<object>();
+export function isLimiterError(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && limiterErrors.has(error);
+}
+function markLimiterError(error: unknown): unknown {
+  if (typeof error === 'object' && error !== null) limiterErrors.add(error);
+  return error;
+}
+
+/** Whether the limiter holds permits until released (Concurrency, or a chain with one). */
+function holdsPermits(limiter: unknown): boolean | undefined {
+  let unknown = false;
+  for (const l of flattenLimiters(limiter) as LimiterFace[]) {
+    if (l.algorithm === 'Concurrency') return true;
+    if (typeof l.algorithm !== 'string') unknown = true;
+  }
+  return unknown ? undefined : false;
+}
+
+/** Reports a failure that has no request left to go to (a release after the response). */
+function reportLate(error: unknown): void {
+  process.emitWarning(
+    `atomic-limiter/http: giving permits back failed: ${(error as Error)?.message ?? show(error)}`,
+    { code: 'ATOMIC_LIMITER_RELEASE_FAILED', detail: String((error as Error)?.stack ?? '') },
+  );
+}
+
+export class Engine<Req, Res> {
+  // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
+  private holds: boolean | undefined;
+  private warnedNoAddress = false;
+
+  constructor(
+    private readonly host: Host<Req, Res>,
+    private readonly c: Config<Req, Res>,
+    private readonly owner: string,
+  ) {
+    this.holds = holdsPermits(c.limiter);
+  }
+
+  run(req: Req, res: Res): Outcome | Promise<Outcome> {
+    const c = this.c;
+    // The same middleware mounted twice on a path (app.use and a router) must not count
+    // one request twice, nor write its fields twice.
+    const raw = this.host.raw(req) as IncomingMessage & { [seen]?: Set<object> | object };
+    const was = raw[seen];
+    if (was === undefined) raw[seen] = this;
+    else if (was === this || (was instanceof Set && was.has(this))) return GO;
+    else raw[seen] = was instanceof Set ? was.add(this) : new Set([was, this]);
+    if (c.skip !== undefined && this.skipped(req)) return GO;
+    const key = c.key === undefined ? this.addressKey(req) : c.key(req);
+    if (isThenable(key)) return this.keyLater(req, res, key);
+    return this.decide(req, res, this.checkKey(key));
+  }
+
+  /** Whether this is the only middleware of this package that has seen the request. */
+  private alone(req: Req): boolean {
+    return (this.host.raw(req) as IncomingMessage & { [seen]?: unknown })[seen] === this;
+  }
+
+  private skipped(req: Req): boolean {
+    const s = this.c.skip!(req);
+    if (typeof s !== 'boolean') {
+      throw typeError(`${this.owner}: option "skip" must return a boolean, got ${show(s)}`);
+    }
+    return s;
+  }
+
+  private addressKey(req: Req): string {
+    const address = clientAddress(this.host.raw(req), this.host.ip(req), this.c.trust);
+    const key = address === undefined ? undefined : this.c.addresses.keyOf(address);
+    if (key === undefined) {
+      // Never one shared bucket for every address-less request: that would let one client
+      // starve all the others (or, keyed on "undefined", let all of them through as one).
+      const error = new Error(
+        `${this.owner}: no client address for this request (${address === undefined ? 'the socket has none' : `not an IP address: ${show(address)}`}); give a "key" option (for example an API key, or the address your proxy or framework reports)`,
+      );
+      Object.defineProperty(error, 'code', { value: 'ERR_NO_CLIENT_ADDRESS', enumerable: true });
+      // Every such request takes the error path; the configuration problem is also reported
+      // once as a process warning, where operators see it whatever the error handler does.
+      if (!this.warnedNoAddress) {
+        this.warnedNoAddress = true;
+        process.emitWarning(error.message, { code: 'ERR_NO_CLIENT_ADDRESS' });
+      }
+      throw error;
+    }
+    return key;
+  }
+
+  private checkKey(key: unknown): Key {
+    if (!isKey(key)) {
+      const what = typeof key === 'string' ? 'a string over 4096 bytes of UTF-8' : show(key);
+      throw typeError(
+        `${this.owner}: option "key" must return a string (at most 4096 bytes of UTF-8) or a finite number, got ${what}`,
+      );
+    }
+    return key;
+  }
+
+  private permitsOf(req: Req): number {
+    const p = this.c.permitsFn!(req);
+    if (typeof p !== 'number') {
+      throw typeError(`${this.owner}: option "permits" must return an integer, got ${show(p)}`);
+    }
+    if (!Number.isInteger(p) || p < 1 || p > this.c.maxPermits) {
+      throw rangeError(
+        `${this.owner}: option "permits" must return an integer from 1 to ${this.c.maxPermits} (the limiter's limit), got ${show(p)}`,
+      );
+    }
+    return p;
+  }
+
+  private async keyLater(req: Req, res: Res, key: PromiseLike<unknown>): Promise<Outcome> {
+    const k = this.checkKey(await key);
+    return this.decide(req, res, k);
+  }
+
+  private decide(req: Req, res: Res, key: Key): Outcome | Promise<Outcome> {
+    const c = this.c;
+    const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(req);
+    let d: Decision | PromiseLike<Decision>;
+    try {
+      d = c.limiter.consume(key, permits);
+    } catch (error) {
+      throw markLimiterError(error);
+    }
+    if (isThenable(d)) return this.decideLater(req, res, key, permits, d);
+    return this.conclude(req, res, key, permits, d);
+  }
+
+  private async decideLater(
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    pending: PromiseLike<Decision>,
+  ): Promise<Outcome> {
+    let d: Decision;
+    try {
+      d = await pending;
+    } catch (error) {
+      throw markLimiterError(error);
+    }
+    if (closed(this.host.rawRes(res))) {
+      // The client left while the limiter decided: nothing to answer; give held permits back.
+      if (d.allowed && this.holding()) this.release(key, permits);
+      return ANSWERED;
+    }
+    return this.conclude(req, res, key, permits, d);
+  }
+
+  private holding(): boolean {
+    if (this.holds !== undefined) return this.holds;
+    const h = holdsPermits(this.c.limiter);
+    if (h !== undefined) this.holds = h;
+    return h === true;
+  }
+
+  private conclude(
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    d: Decision,
+  ): Outcome | Promise<Outcome> {
+    const c = this.c;
+    if (d.allowed) {
+      if (!this.host.started(res)) c.headers.write(this.host, res, d, this.alone(req));
+      if (this.holding()) this.holdUntilClosed(res, key, permits);
+      return GO;
+    }
+    if (c.wait !== false && d.reason !== 'table-full')
+      return this.waitFor(req, res, key, permits, d);
+    return this.refuse(req, res, d);
+  }
+
+  /** Keeps held permits for the response's life: released once, when it closes for any reason. */
+  private holdUntilClosed(res: Res, key: Key, permits: number): void {
+    const raw = this.host.rawRes(res);
+    if (raw.closed) {
+      this.release(key, permits);
+      return;
+    }
+    // 'close' comes once, after the response finished or when the connection went away
+    // first (a client abort, a handler that threw and had its socket destroyed).
+    raw.once('close', () => this.release(key, permits));
+  }
+
+  private release(key: Key, permits: number): void {
+    try {
+      const r = this.c.limiter.release?.(key, permits);
+      if (isThenable(r)) r.then(undefined, reportLate);
+    } catch (error) {
+      reportLate(error);
+    }
+  }
+
+  /**
+   * `wait`: the request queues in the limiter's FIFO (`acquire()`). A client that goes away
+   * meanwhile leaves the queue; a full queue or a timeout gets the refusal response.
+   * Requests that waited carry no RateLimit fields: the figures seen before waiting are stale.
+   */
+  private async waitFor(
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    refused: Decision,
+  ): Promise<Outcome> {
+    const raw = this.host.rawRes(res);
+    if (raw.closed) return ANSWERED; // the client left before its turn to queue
+    const left = new AbortController();
+    const onClose = () => left.abort();
+    raw.once('close', onClose);
+    let lease: Lease;
+    try {
+      lease = await this.c.limiter.acquire!(key, permits, {
+        signal: left.signal,
+        timeoutMs: (this.c.wait as { timeoutMs: number | undefined }).timeoutMs,
+      });
+    } catch (error) {
+      if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
+      raw.off('close', onClose);
+      if (error instanceof QueueFullError || (error as Error)?.name === 'TimeoutError') {
+        return this.refuse(req, res, refused);
+      }
+      throw markLimiterError(error);
+    }
+    raw.off('close', onClose);
+    if (closed(raw)) {
+      lease.release();
+      return ANSWERED;
+    }
+    if (this.holding()) raw.once('close', () => lease.release());
+    return GO;
+  }
+
+  private refuse(req: Req, res: Res, d: Decision): Outcome | Promise<Outcome> {
+    const host = this.host;
+    const c = this.c;
+    if (!host.started(res)) {
+      c.headers.write(host, res, d, this.alone(req));
+      const retry = retryAfterSeconds(d);
+      if (retry !== undefined) host.setHeader(res, 'Retry-After', retry);
+    }
+    if (c.onRejected !== undefined) {
+      const r = c.onRejected(req, res, d);
+      return isThenable(r) ? Promise.resolve(r).then(() => ANSWERED) : ANSWERED;
+    }
+    let body = c.message;
+    if (typeof body === 'function') {
+      body = body(req, d);
+      if (isThenable(body)) return this.sendLater(res, body);
+    }
+    this.send(res, body);
+    return ANSWERED;
+  }
+
+  private async sendLater(res: Res, body: PromiseLike<unknown>): Promise<Outcome> {
+    this.send(res, await body);
+    return ANSWERED;
+  }
+
+  private send(res: Res, body: unknown): void {
+    if (body === undefined || body === null || typeof body === 'function') {
+      throw typeError(
+        `${this.owner}: option "message" must give a string or a value to send as JSON, got ${show(body)}`,
+      );
+    }
+    // A client that left needs no answer. A response another middleware already started
+    // cannot become a refusal: sending fails, and that failure takes the error path.
+    if (closed(this.host.rawRes(res))) return;
+    this.host.send(res, this.c.statusCode, body);
+  }
+}

@@ -1,0 +1,133 @@
+// Types only: fastify is an optional peer, never loaded by this module.
+import type {
+  FastifyInstance,
+  FastifyPluginCallback,
+  FastifyReply,
+  FastifyRequest,
+  RouteOptions,
+} from 'fastify';
+import { show, typeError } from '../validate.js';
+import { ANSWERED, Engine, GO, type Host, type Outcome } from './core.js';
+import { OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
+
+/** Options of the Fastify plugin: those of `rateLimit()` but `trustProxy` (Fastify has its own). */
+export type FastifyRateLimitOptions = Omit<
+  RateLimitOptions<FastifyRequest, FastifyReply>,
+  'trustProxy'
+>;
+
+/** A route's `config.rateLimit`: false to skip it, or options merged over the plugin's. */
+export type RouteRateLimit = false | Partial<FastifyRateLimitOptions>;
+
+const fastifyHost: Host<FastifyRequest, FastifyReply> = {
+  raw: (request) => request.raw,
+  rawRes: (reply) => reply.raw,
+  ip: (request) => request.ip,
+  started: (reply) => reply.sent || reply.raw.headersSent,
+  setHeader: (reply, name, value) => {
+    reply.header(name, value);
+  },
+  getHeader: (reply, name) => reply.getHeader(name),
+  send(reply, statusCode, body) {
+    reply.code(statusCode).send(body);
+  },
+};
+
+const KNOWN = OPTION_NAMES.filter((n) => n !== 'trustProxy');
+// What Fastify itself may leave in a plugin's options object.
+const FASTIFY_KEYS = new Set(['prefix', 'logLevel', 'logSerializers']);
+
+function ownOptions(owner: string, options: unknown): Record<string, unknown> {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw typeError(`${owner}: options must be an object, got ${show(options)}`);
+  }
+  if ('trustProxy' in options) {
+    throw typeError(
+      `${owner}: option "trustProxy" is Fastify's own: pass it to fastify({ trustProxy }), and request.ip follows it`,
+    );
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(options)) if (!FASTIFY_KEYS.has(k)) out[k] = v;
+  return out;
+}
+
+function hookFor(engine: Engine<FastifyRequest, FastifyReply>) {
+  return function atomicLimiterOnRequest(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    done: (error?: Error) => void,
+  ): void {
+    let r: Outcome | Promise<Outcome>;
+    try {
+      r = engine.run(request, reply);
+    } catch (error) {
+      done(error as Error);
+      return;
+    }
+    // ANSWERED: the reply was sent from the hook, so `done` is not called (Fastify's rule).
+    if (r === GO) done();
+    else if (r !== ANSWERED) {
+      r.then(
+        (o) => {
+          if (o === GO) done();
+        },
+        (error) => done(error as Error),
+      );
+    }
+  };
+}
+
+function addOnRequest(route: RouteOptions, hook: ReturnType<typeof hookFor>): void {
+  const existing = route.onRequest as unknown;
+  if (Array.isArray(existing)) route.onRequest = [...existing, hook] as RouteOptions['onRequest'];
+  else if (typeof existing === 'function') {
+    route.onRequest = [existing, hook] as RouteOptions['onRequest'];
+  } else route.onRequest = hook as RouteOptions['onRequest'];
+}
+
+/**
+ * The Fastify 5 plugin: every route registered after it (in this app and its child
+ * contexts) is rate-limited by an `onRequest` hook. A route's `config: { rateLimit }` is
+ * `false` to leave it out, or options merged over the plugin's (a `limiter` of its own for a
+ * separate budget). Options are checked when the plugin and each route are registered.
+ *
+ * ```ts
+ * await app.register(fastifyRateLimit, { limiter });
+ * ```
+ */
+export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = (
+  app: FastifyInstance,
+  options: FastifyRateLimitOptions,
+  done: (error?: Error) => void,
+) => {
+  const owner = 'fastifyRateLimit';
+  let base: Record<string, unknown>;
+  let engine: Engine<FastifyRequest, FastifyReply>;
+  try {
+    base = ownOptions(owner, options);
+    engine = new Engine(fastifyHost, readOptions(owner, base, KNOWN), owner);
+  } catch (error) {
+    done(error as Error);
+    return;
+  }
+  const shared = hookFor(engine);
+  app.addHook('onRoute', (route) => {
+    const own = (route.config as { rateLimit?: unknown } | undefined)?.rateLimit;
+    if (own === false) return;
+    if (own === undefined || own === true) {
+      addOnRequest(route, shared);
+      return;
+    }
+    const where = `${owner} (route ${show(route.method)} ${route.url})`;
+    const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
+    addOnRequest(route, hookFor(new Engine(fastifyHost, readOptions(where, merged, KNOWN), where)));
+  });
+  done();
+};
+
+// Applies to the whole app rather than its own encapsulated context: what the
+// fastify-plugin package does, without depending on it.
+Object.assign(fastifyRateLimit, {
+  [Symbol.for('skip-override')]: true,
+  [Symbol.for('fastify.display-name')]: 'atomic-limiter',
+});

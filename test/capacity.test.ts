@@ -1,0 +1,136 @@
+import diagnosticsChannel from 'node:diagnostics_channel';
+import { describe, expect, it } from 'vitest';
+import {
+  Concurrency,
+  FixedWindow,
+  ManualClock,
+  SlidingLog,
+  TABLE_FULL_CHANNEL,
+  TokenBucket,
+} from '../src/index.js';
+
+// Issue #12: honest refusals when the key table is full, and memory a user can predict.
+
+/** keys: 1 makes 2 stripes of 16 slots: 32 keyed slots, every key may use any of them. */
+function fill(limiter: { tryAcquire(key: string): boolean }, prefix = 'k'): number {
+  let inserted = 0;
+  for (let i = 0; i < 32; i++) if (limiter.tryAcquire(`${prefix}${i}`)) inserted++;
+  return inserted;
+}
+
+describe('a full table', () => {
+  it("whenFull 'deny' (default): a refusal whose retryAfterMs is when a slot frees, exactly", () => {
+    const clock = new ManualClock();
+    // Each key's bucket is back to full 1000 ms after its one token was taken.
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1, clock });
+    expect(fill(bucket)).toBe(32);
+    clock.advance(250);
+    const refused = bucket.consume('new');
+    expect(refused).toMatchObject({ allowed: false, reason: 'table-full', remaining: 0 });
+    expect(refused.retryAfterMs).toBe(750);
+    expect(bucket.tryAcquire('new')).toBe(false);
+    clock.advance(749);
+    expect(bucket.tryAcquire('new')).toBe(false);
+    clock.advance(1);
+    expect(bucket.tryAcquire('new')).toBe(true); // a slot was idle, and was reclaimed
+  });
+
+  it("whenFull 'allow': a new key is granted without state, and says so", () => {
+    const clock = new ManualClock();
+    const bucket = new TokenBucket({
+      capacity: 1,
+      refillPerSecond: 1,
+      keys: 1,
+      maxKeys: 1,
+      whenFull: 'allow',
+      clock,
+    });
+    expect(bucket.whenFull).toBe('allow');
+    expect(fill(bucket)).toBe(32);
+    for (let i = 0; i < 5; i++) {
+      expect(bucket.consume('new')).toMatchObject({
+        allowed: true,
+        reason: 'table-full',
+        retryAfterMs: 0,
+      });
+    }
+    // Keys that have a slot are still limited.
+    expect(bucket.consume('k0')).toMatchObject({ allowed: false, reason: 'limited' });
+  });
+
+  it('a held Concurrency table refuses with a finite retryAfterMs (no slot frees by time)', () => {
+    const c = new Concurrency({ limit: 1, keys: 1, maxKeys: 1 });
+    expect(fill(c)).toBe(32);
+    const refused = c.consume('new');
+    expect(refused).toMatchObject({ allowed: false, reason: 'table-full' });
+    expect(Number.isFinite(refused.retryAfterMs)).toBe(true);
+    expect(refused.retryAfterMs).toBeGreaterThan(0);
+  });
+
+  it('counts new keys that found no slot, and publishes them on a diagnostics channel', () => {
+    const bucket = new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 1, maxKeys: 1 });
+    const seen: unknown[] = [];
+    const onMessage = (message: unknown) => seen.push(message);
+    fill(bucket);
+    expect(bucket.tableStats()).toMatchObject({ slots: 32, inserts: 32, tableFull: 0 });
+    bucket.tryAcquire('unseen-1'); // nobody listens yet
+    diagnosticsChannel.subscribe(TABLE_FULL_CHANNEL, onMessage);
+    try {
+      bucket.tryAcquire('unseen-2');
+      bucket.consume('unseen-3');
+    } finally {
+      diagnosticsChannel.unsubscribe(TABLE_FULL_CHANNEL, onMessage);
+    }
+    expect(seen).toEqual([
+      { limiter: bucket, key: 'unseen-2', whenFull: 'deny' },
+      { limiter: bucket, key: 'unseen-3', whenFull: 'deny' },
+    ]);
+    expect(bucket.tableStats().tableFull).toBe(3);
+  });
+});
+
+describe('memory a user can predict', () => {
+  it('byteLength tells the shared memory in use; it grows with keys', () => {
+    const small = new FixedWindow({ limit: 10, windowMs: 1000, keys: 1000 });
+    const large = new FixedWindow({ limit: 10, windowMs: 1000, keys: 100_000 });
+    expect(small.byteLength).toBeGreaterThan(0);
+    expect(small.byteLength % 64).toBe(0);
+    // About 40 bytes per slot, 1.5 slots per key: between 50 and 80 bytes per key.
+    const perKey = (large.byteLength - small.byteLength) / 99_000;
+    expect(perKey).toBeGreaterThan(50);
+    expect(perKey).toBeLessThan(80);
+  });
+
+  it('refuses a configuration over maxBytes (256 MiB by default), saying how much it needs', () => {
+    // 10 000 keys of a 1 000-permit log: 2 048 entries of 16 bytes per slot.
+    expect(() => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 10_000 })).toThrow(
+      /need 469\.\d MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "keys" or "limit", or raise "maxBytes"/,
+    );
+    expect(
+      () => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 1000, maxKeys: 100_000 }),
+    ).toThrow(
+      /a table growing to 100000 keys reserves .* MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "maxKeys" or "limit"/,
+    );
+    // Without maxKeys the ceiling is what the budget holds: the defaults always construct.
+    const log = new SlidingLog({ limit: 1000, windowMs: 60_000 });
+    expect(log.maxByteLength).toBeLessThanOrEqual(256 * 2 ** 20);
+    expect(log.maxKeys).toBeGreaterThanOrEqual(log.keys);
+    expect(log.byteLength).toBeLessThan(64 * 2 ** 20);
+    expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, maxBytes: 1000 })).toThrow(
+      RangeError,
+    );
+    expect(
+      () => new TokenBucket({ capacity: 1, refillPerSecond: 1, keys: 100_000, maxBytes: 2 ** 20 }),
+    ).toThrow(/lower "keys", or raise "maxBytes"/);
+  });
+
+  it('rejects bad whenFull and maxBytes values, naming the option', () => {
+    // @ts-expect-error: not a policy
+    expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, whenFull: 'maybe' })).toThrow(
+      /option "whenFull" must be one of "deny", "allow"/,
+    );
+    expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, maxBytes: 2 ** 40 })).toThrow(
+      /option "maxBytes" must be an integer/,
+    );
+  });
+});

@@ -1,0 +1,173 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterEach, describe, expect, it } from 'vitest';
+import { fastifyRateLimit } from '../src/http/index.js';
+import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
+import { rateFields, request, sequence, until } from './http/helpers.js';
+
+const apps: FastifyInstance[] = [];
+afterEach(async () => {
+  while (apps.length > 0) await apps.pop()!.close();
+});
+
+async function start(app: FastifyInstance): Promise<number> {
+  apps.push(app);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+describe('fastifyRateLimit with Fastify 5', () => {
+  it('applies to the whole app: 5 × 200, then 429 with Retry-After; routes can opt out or override', async () => {
+    const clock = new ManualClock();
+    const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1, clock });
+    const own = new FixedWindow({ limit: 1, windowMs: 60_000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limiter });
+    app.get('/', async () => 'ok');
+    app.get('/free', { config: { rateLimit: false } }, async () => 'free');
+    app.get(
+      '/strict',
+      { config: { rateLimit: { limiter: own, statusCode: 503, policyName: 'strict' } } },
+      async () => 'strict',
+    );
+    // A child context registered later is covered too (the plugin is not encapsulated).
+    await app.register(async (child) => {
+      child.get('/child', async () => 'child');
+    });
+    const port = await start(app);
+
+    const replies = await sequence(port, 6);
+    expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429]);
+    expect(rateFields(replies[0]!.headers)).toEqual({
+      'ratelimit-policy': '"5-in-5s";q=5;w=5',
+      ratelimit: '"5-in-5s";r=4;t=1',
+    });
+    expect(rateFields(replies[5]!.headers)).toEqual({
+      'ratelimit-policy': '"5-in-5s";q=5;w=5',
+      ratelimit: '"5-in-5s";r=0;t=5',
+      'retry-after': '1',
+    });
+    expect(replies[5]!.body).toBe('Too Many Requests');
+    expect((await request(port, { path: '/child' })).status).toBe(429);
+
+    const free = await sequence(port, 3, { path: '/free' });
+    expect(free.map((r) => [r.status, r.headers.ratelimit])).toEqual([
+      [200, undefined],
+      [200, undefined],
+      [200, undefined],
+    ]);
+
+    const strict = await sequence(port, 2, { path: '/strict' });
+    expect(strict.map((r) => r.status)).toEqual([200, 503]);
+    expect(strict[0]!.headers.ratelimit).toBe('"strict";r=0;t=60');
+    expect(strict[1]!.headers['retry-after']).toBe('60');
+    expect(own.stats('127.0.0.1').admitted).toBe(1);
+    expect(limiter.stats('127.0.0.1').admitted).toBe(5);
+  });
+
+  it('key, permits and a JSON message; a chain reports every member', async () => {
+    const clock = new ManualClock();
+    const perSecond = new TokenBucket({ capacity: 10, refillPerSecond: 10, clock });
+    const perDay = new FixedWindow({ limit: 1000, windowMs: 86_400_000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, {
+      limiter: chain(perSecond, perDay),
+      key: (request) => String(request.headers['x-api-key']),
+      permits: (request) => (request.url === '/bulk' ? 4 : 1),
+      message: { error: 'rate limited' },
+    });
+    app.get('/', async () => 'ok');
+    app.get('/bulk', async () => 'bulk');
+    const port = await start(app);
+    const k = { headers: { 'x-api-key': 'k1' } };
+    const first = await request(port, { ...k, path: '/bulk' });
+    expect(first.headers.ratelimit).toBe('"10-in-1s";r=6;t=1, "1000-in-86400s";r=996;t=86400');
+    await request(port, { ...k, path: '/bulk' });
+    const refused = await request(port, { ...k, path: '/bulk' });
+    expect(refused.status).toBe(429);
+    expect(JSON.parse(refused.body)).toEqual({ error: 'rate limited' });
+    expect(refused.headers['content-type']).toMatch(/^application\/json/);
+    expect((await request(port, { headers: { 'x-api-key': 'k2' } })).status).toBe(200);
+    expect(perDay.stats('k1').admitted).toBe(8);
+  });
+
+  it("errors go to Fastify's error handler: a rejecting limiter, a key function that throws", async () => {
+    const app = Fastify();
+    const seen: string[] = [];
+    app.setErrorHandler((error, _request, reply) => {
+      seen.push((error as Error).message);
+      reply.code(503).send('handled');
+    });
+    await app.register(fastifyRateLimit, {
+      limiter: { limit: 5, consume: () => Promise.reject(new Error('backend down')) },
+    });
+    app.get('/', async () => 'ok');
+    app.get(
+      '/key',
+      {
+        config: {
+          rateLimit: {
+            limiter: new FixedWindow({ limit: 5, windowMs: 1000 }),
+            key: () => {
+              throw new Error('no key');
+            },
+          },
+        },
+      },
+      async () => 'ok',
+    );
+    const port = await start(app);
+    expect((await request(port)).body).toBe('handled');
+    expect((await request(port, { path: '/key' })).body).toBe('handled');
+    expect(seen).toEqual(['backend down', 'no key']);
+  });
+
+  it('bad options fail at registration, naming the option', async () => {
+    const app = Fastify();
+    await expect(
+      app.register(fastifyRateLimit, {
+        limiter: new FixedWindow({ limit: 1, windowMs: 1 }),
+        statusCode: 200,
+      }),
+    ).rejects.toThrow(/option "statusCode" must be an integer from 400 to 599, got 200/);
+    const other = Fastify();
+    await expect(
+      other.register(fastifyRateLimit, {
+        limiter: new FixedWindow({ limit: 1, windowMs: 1 }),
+        trustProxy: true,
+      } as never),
+    ).rejects.toThrow(/"trustProxy" is Fastify's own/);
+    const route = Fastify();
+    await route.register(fastifyRateLimit, { limiter: new FixedWindow({ limit: 1, windowMs: 1 }) });
+    expect(() =>
+      route.get('/x', { config: { rateLimit: { headers: 'draft-9' as never } } }, async () => 'x'),
+    ).toThrow(/route "GET" \/x.*option "headers"/);
+    await route.close();
+    await app.close().catch(() => {});
+    await other.close().catch(() => {});
+  });
+
+  it('Concurrency: released once when the reply finishes and when the client aborts', async () => {
+    const limiter = new Concurrency({ limit: 2 });
+    const gates: (() => void)[] = [];
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limiter, key: () => 'all' });
+    app.get('/slow', (_request, reply) => {
+      gates.push(() => reply.send('done'));
+    });
+    const port = await start(app);
+    const leaving = new AbortController();
+    const a = request(port, { path: '/slow', signal: leaving.signal }).catch((e: Error) => e.name);
+    const b = request(port, { path: '/slow' });
+    await until(() => gates.length === 2, 'two in the handler');
+    expect((await request(port, { path: '/slow' })).status).toBe(429);
+    leaving.abort();
+    expect(await a).toBe('AbortError');
+    await until(() => limiter.stats('all').available === 1, 'the aborted one released');
+    for (const g of gates.splice(0)) g();
+    expect((await b).status).toBe(200);
+    await until(() => limiter.stats('all').available === 2, 'the finished one released');
+    expect(limiter.stats('all').available).toBe(2);
+  });
+});

@@ -1,0 +1,332 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type RateLimitOptions, rateLimit } from '../src/http/index.js';
+import {
+  Concurrency,
+  FixedWindow,
+  LeakyBucket,
+  ManualClock,
+  SlidingWindow,
+  TokenBucket,
+} from '../src/index.js';
+import { listen, type Reply, rateFields, request, sequence, until } from './http/helpers.js';
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length > 0) await closers.pop()!();
+});
+
+type Options = RateLimitOptions<IncomingMessage, ServerResponse>;
+
+/** Plain node:http: `if (!(await limit(req, res))) return;`, then the handler. */
+async function serve(
+  options: Options,
+  handler: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => res.end('ok'),
+) {
+  const limit = rateLimit(options);
+  const outcomes: boolean[] = [];
+  const server = http.createServer(async (req, res) => {
+    const go = await limit(req, res);
+    outcomes.push(go);
+    if (go) handler(req, res);
+  });
+  const { port, close } = await listen(server);
+  closers.push(close);
+  return { port, outcomes };
+}
+
+const xff = (address: string) => ({ headers: { 'x-forwarded-for': address } });
+
+describe('rateLimit on plain node:http', () => {
+  it('await limit(req, res): 5 × true and 200, then false with a 429 it has answered', async () => {
+    const clock = new ManualClock();
+    const { port, outcomes } = await serve({
+      limiter: new SlidingWindow({ limit: 5, windowMs: 1000, clock }),
+    });
+    const replies = await sequence(port, 7);
+    expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+    expect(outcomes).toEqual([true, true, true, true, true, false, false]);
+    // The weighted estimate 5 × (1 − elapsed/1000) + 0 drops to 4 at 1 200 ms: 2 s, rounded up.
+    expect(replies[5]!.headers['retry-after']).toBe('2');
+    expect(replies[5]!.body).toBe('Too Many Requests');
+  });
+
+  it('Connect-style (req, res, next): next() to go on, next(err) on errors', async () => {
+    const clock = new ManualClock();
+    const limit = rateLimit({ limiter: new FixedWindow({ limit: 2, windowMs: 1000, clock }) });
+    const broken = rateLimit({
+      limiter: new FixedWindow({ limit: 2, windowMs: 1000, clock }),
+      key: () => {
+        throw new Error('bad key');
+      },
+    });
+    const nexts: unknown[] = [];
+    const server = http.createServer((req, res) => {
+      const mw = req.url === '/broken' ? broken : limit;
+      mw(req, res, (err?: unknown) => {
+        nexts.push(err);
+        res.statusCode = err ? 500 : 200;
+        res.end(err ? 'error' : 'ok');
+      });
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    const replies = await sequence(port, 3);
+    expect(replies.map((r) => r.status)).toEqual([200, 200, 429]);
+    expect(nexts).toEqual([undefined, undefined]); // a refusal never calls next
+    expect((await request(port, { path: '/broken' })).status).toBe(500);
+    expect((nexts[2] as Error).message).toBe('bad key');
+  });
+
+  it('a failing limiter answers 503, a failing option function 500; the promise never rejects', async () => {
+    const down = await serve({
+      limiter: { limit: 1, consume: () => Promise.reject(new Error('redis down')) },
+    });
+    const r = await request(down.port);
+    expect([r.status, r.body]).toEqual([503, 'Service Unavailable']);
+    expect(down.outcomes).toEqual([false]);
+    const bad = await serve({
+      limiter: new FixedWindow({ limit: 1, windowMs: 1000 }),
+      permits: () => 2,
+    });
+    const b = await request(bad.port);
+    expect([b.status, b.body]).toEqual([500, 'Internal Server Error']);
+    expect(bad.outcomes).toEqual([false]);
+  });
+
+  it('trustProxy: X-Forwarded-For only from trusted proxies, parsed by proxy-addr', async () => {
+    const clock = new ManualClock();
+    const opts = (trustProxy?: Options['trustProxy']) => ({
+      limiter: new FixedWindow({ limit: 1, windowMs: 1000, clock }),
+      trustProxy,
+    });
+    // Not trusted: every "client" is the loopback peer, one bucket.
+    const none = await serve(opts());
+    expect((await request(none.port, xff('203.0.113.1'))).status).toBe(200);
+    expect((await request(none.port, xff('203.0.113.2'))).status).toBe(429);
+    // Trusted by hop count, by CIDR, and all: each forwarded address its own bucket.
+    for (const trust of [1, '127.0.0.0/8', ['loopback'], true] as const) {
+      const s = await serve(opts(trust as Options['trustProxy']));
+      const a1 = await request(s.port, xff('203.0.113.1'));
+      const b1 = await request(s.port, xff('203.0.113.2'));
+      const a2 = await request(s.port, xff('203.0.113.1'));
+      expect([a1.status, b1.status, a2.status], String(trust)).toEqual([200, 200, 429]);
+    }
+    // A socket peer outside the trusted range: its header is ignored.
+    const other = await serve(opts('10.0.0.0/8'));
+    expect((await request(other.port, xff('203.0.113.1'))).status).toBe(200);
+    expect((await request(other.port, xff('203.0.113.9'))).status).toBe(429);
+    // Hop count 1 believes only the last hop: a client-forged first entry does not help.
+    const hop = await serve(opts(1));
+    expect((await request(hop.port, xff('198.51.100.1, 203.0.113.5'))).status).toBe(200);
+    expect((await request(hop.port, xff('198.51.100.2, 203.0.113.5'))).status).toBe(429);
+  });
+
+  it('IPv6 clients are grouped by ipv6Subnet; IPv4-mapped IPv6 counts as IPv4', async () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 5, windowMs: 1000, clock });
+    const s56 = await serve({ limiter, trustProxy: true });
+    await request(s56.port, xff('2001:db8:1:2300::1'));
+    await request(s56.port, xff('2001:db8:1:23ff:aaaa::2'));
+    await request(s56.port, xff('2001:db8:1:2400::1'));
+    await request(s56.port, xff('::ffff:203.0.113.7'));
+    await request(s56.port, xff('203.0.113.7'));
+    expect(limiter.stats('2001:db8:1:2300::/56').admitted).toBe(2);
+    expect(limiter.stats('2001:db8:1:2400::/56').admitted).toBe(1);
+    expect(limiter.stats('203.0.113.7').admitted).toBe(2);
+
+    const by64 = new FixedWindow({ limit: 5, windowMs: 1000, clock });
+    const s64 = await serve({ limiter: by64, trustProxy: true, ipv6Subnet: 64 });
+    await request(s64.port, xff('2001:db8:1:2300::1'));
+    await request(s64.port, xff('2001:db8:1:2300:ffff::1'));
+    await request(s64.port, xff('2001:db8:1:23ff::2'));
+    expect(by64.stats('2001:db8:1:2300::/64').admitted).toBe(2);
+    expect(by64.stats('2001:db8:1:23ff::/64').admitted).toBe(1);
+
+    const alone = new FixedWindow({ limit: 5, windowMs: 1000, clock });
+    const sOff = await serve({ limiter: alone, trustProxy: true, ipv6Subnet: false });
+    await request(sOff.port, xff('2001:0db8:0001:2300:0000:0000:0000:0001'));
+    await request(sOff.port, xff('2001:db8:1:2300::2'));
+    expect(alone.stats('2001:db8:1:2300::1').admitted).toBe(1);
+    expect(alone.stats('2001:db8:1:2300::2').admitted).toBe(1);
+  });
+
+  it('no usable client address is an error for that request, never a shared bucket', async () => {
+    const limiter = new FixedWindow({ limit: 100, windowMs: 1000 });
+    const limit = rateLimit({ limiter });
+    const errors: unknown[] = [];
+    const server = http.createServer((req, res) => {
+      // As a framework would report it, e.g. a misconfigured proxy header.
+      (req as IncomingMessage & { ip?: string }).ip = 'not-an-address';
+      limit(req, res, (err?: unknown) => {
+        errors.push(err);
+        res.statusCode = err ? 500 : 200;
+        res.end();
+      });
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    const replies = await sequence(port, 2).finally(() => process.off('warning', onWarning));
+    // Reported once as a warning; each request still takes the error path.
+    expect(warnings.map((w) => (w as Error & { code: string }).code)).toEqual([
+      'ERR_NO_CLIENT_ADDRESS',
+    ]);
+    expect(replies.map((r) => r.status)).toEqual([500, 500]);
+    expect(errors).toHaveLength(2);
+    expect((errors[0] as { code: string }).code).toBe('ERR_NO_CLIENT_ADDRESS');
+    expect((errors[0] as Error).message).toMatch(/not an IP address: "not-an-address".*"key"/);
+    expect(limiter.stats('not-an-address').admitted + limiter.stats().admitted).toBe(0);
+  });
+
+  it('wait: queued requests are served in arrival order at the limiter pace; a full queue gets 429', async () => {
+    const clock = new ManualClock();
+    // One request per second; at most 3 permits wait.
+    const limiter = new LeakyBucket({ capacity: 3, ratePerSecond: 1, clock });
+    const served: number[] = [];
+    const { port } = await serve({ limiter, wait: true, key: () => 'k' }, (req, res) => {
+      served.push(Number(req.headers['x-n']));
+      res.end(req.headers['x-n']);
+    });
+    const n = (i: number) => ({ headers: { 'x-n': String(i) } });
+    const done: Reply[] = [];
+    const first = await request(port, n(0)); // the bucket is drained: at once
+    expect(first.status).toBe(200);
+    expect(first.headers.ratelimit).toBe('"3-in-3s";r=0;t=1');
+    const pending: Promise<Reply>[] = [];
+    for (let i = 1; i <= 3; i++) {
+      pending.push(
+        request(port, n(i)).then((r) => {
+          done.push(r);
+          return r;
+        }),
+      );
+      await until(() => limiter.stats('k').queued === i, `request ${i} queued`);
+    }
+    const full = await request(port, n(4));
+    expect(full.status).toBe(429);
+    expect(full.headers['retry-after']).toBe('1');
+    for (let i = 1; i <= 3; i++) {
+      expect(served).toEqual([0, ...Array.from({ length: i - 1 }, (_, j) => j + 1)]);
+      clock.advance(1000);
+      await until(() => done.length === i, `request ${i} served after ${i} s`);
+    }
+    expect(done.map((r) => [r.status, r.body])).toEqual([
+      [200, '1'],
+      [200, '2'],
+      [200, '3'],
+    ]);
+    await Promise.all(pending);
+    expect(served).toEqual([0, 1, 2, 3]);
+  });
+
+  it('wait: a client that disconnects leaves the queue; the one behind it is not skipped', async () => {
+    const clock = new ManualClock();
+    const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 1, queueLimit: 5, clock });
+    const served: string[] = [];
+    const { port, outcomes } = await serve(
+      { limiter, wait: { timeoutMs: 60_000 }, key: () => 'k' },
+      (req, res) => {
+        served.push(String(req.headers['x-n']));
+        res.end();
+      },
+    );
+    const n = (name: string, signal?: AbortSignal) => ({ headers: { 'x-n': name }, signal });
+    await request(port, n('a'));
+    const leaving = new AbortController();
+    const b = request(port, n('b', leaving.signal)).catch((e: Error) => e.name);
+    await until(() => limiter.stats('k').queued === 1, 'b queued');
+    const c = request(port, n('c'));
+    await until(() => limiter.stats('k').queued === 2, 'c queued');
+    leaving.abort();
+    expect(await b).toBe('AbortError');
+    await until(() => limiter.stats('k').queued === 1, 'b left the queue');
+    clock.advance(1000);
+    expect((await c).status).toBe(200);
+    expect(served).toEqual(['a', 'c']);
+    expect(outcomes).toEqual([true, false, true]); // b: resolved false, nothing answered
+  });
+
+  it('wait with Concurrency: the lease is held for the response and released on close', async () => {
+    const limiter = new Concurrency({ limit: 1, queueLimit: 4 });
+    const gates: (() => void)[] = [];
+    const { port } = await serve({ limiter, wait: true, key: () => 'c' }, (_req, res) => {
+      gates.push(() => res.end('done'));
+    });
+    const replies = Array.from({ length: 3 }, () => request(port));
+    for (let i = 1; i <= 3; i++) {
+      await until(() => gates.length === 1, `request ${i} in the handler`);
+      expect(limiter.stats('c').available).toBe(0);
+      gates.shift()!();
+    }
+    expect((await Promise.all(replies)).map((r) => r.status)).toEqual([200, 200, 200]);
+    await until(() => limiter.stats('c').available === 1, 'released');
+    const last = request(port);
+    await until(() => gates.length === 1, 'the last request in the handler');
+    gates.shift()!();
+    expect(rateFields((await last).headers)).toEqual({
+      'ratelimit-policy': '"1-concurrent";q=1',
+      ratelimit: '"1-concurrent";r=0',
+    });
+  });
+});
+
+describe('rateLimit edge cases on node:http', () => {
+  it('writes no field once the response has started; a refusal then takes the error path', async () => {
+    const limit = rateLimit({
+      limiter: new FixedWindow({ limit: 1, windowMs: 1000, clock: new ManualClock() }),
+    });
+    const nexts: unknown[] = [];
+    const server = http.createServer((req, res) => {
+      res.writeHead(200, { 'x-early': 'yes' });
+      res.flushHeaders(); // an earlier middleware started the response
+      limit(req, res, (err?: unknown) => {
+        nexts.push(err);
+        res.end(err ? 'error' : 'ok');
+      });
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    const first = await request(port);
+    expect([first.status, first.body, first.headers['x-early']]).toEqual([200, 'ok', 'yes']);
+    expect(rateFields(first.headers)).toEqual({});
+    const second = await request(port);
+    expect([second.status, second.body]).toEqual([200, 'error']);
+    expect(rateFields(second.headers)).toEqual({});
+    expect(nexts[0]).toBeUndefined();
+    expect((nexts[1] as { code: string }).code).toBe('ERR_HTTP_HEADERS_SENT');
+  });
+
+  it('an async Concurrency limiter: released after the response; a failed release is a warning', async () => {
+    const inner = new Concurrency({ limit: 2 });
+    let failNext = false;
+    const remote = {
+      limit: 2,
+      algorithm: 'Concurrency',
+      consume: async (key?: string | number, permits?: number) => inner.consume(key, permits),
+      release: async (key?: string | number, permits?: number) => {
+        if (failNext) {
+          failNext = false;
+          throw new Error('primary gone');
+        }
+        inner.release(key, permits);
+      },
+    };
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      const { port } = await serve({ limiter: remote, key: () => 'r' });
+      expect((await sequence(port, 3)).map((r) => r.status)).toEqual([200, 200, 200]);
+      await until(() => inner.stats('r').available === 2, 'released after each response');
+      failNext = true;
+      expect((await request(port)).status).toBe(200);
+      await until(() => warnings.length === 1, 'the failed release reported');
+      expect(warnings[0]).toMatch(/giving permits back failed: primary gone/);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});

@@ -1,0 +1,86 @@
+import http, { type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** Listens on a free loopback port; `close()` ends every connection and the server. */
+export async function listen(
+  server: Server,
+): Promise<{ port: number; close: () => Promise<void> }> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+export interface Reply {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+export interface RequestOptions {
+  path?: string;
+  method?: string;
+  headers?: Record<string, string>;
+  /** Aborting destroys the request (the client goes away). */
+  signal?: AbortSignal;
+}
+
+/** One request on a fresh connection; resolves with status, headers and body. */
+export function request(port: number, options: RequestOptions = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: options.path ?? '/',
+        method: options.method ?? 'GET',
+        headers: options.headers,
+        agent: false,
+        signal: options.signal,
+      },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** `n` requests one after the other. */
+export async function sequence(port: number, n: number, options: RequestOptions = {}) {
+  const out: Reply[] = [];
+  for (let i = 0; i < n; i++) out.push(await request(port, options));
+  return out;
+}
+
+/** Resolves once `check()` holds, checked on every turn of the event loop (no timers). */
+export async function until(check: () => boolean, what: string, maxTurns = 200_000): Promise<void> {
+  for (let i = 0; i < maxTurns; i++) {
+    if (check()) return;
+    await new Promise((r) => setImmediate(r));
+  }
+  throw new Error(`never happened: ${what}`);
+}
+
+/** The rate-limit fields of a reply, for exact comparison. */
+export function rateFields(headers: IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers)) {
+    if (/^(x-)?ratelimit|^retry-after$/.test(k) && typeof v === 'string') out[k] = v;
+  }
+  return out;
+}
