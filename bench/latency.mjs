@@ -1,7 +1,10 @@
 // Per-decision latency of one subject (one of our limiters, or one peer), beside the floors
-// measured in the same process, with tinybench. run.mjs starts one process per subject: with
-// six limiter classes in one process V8's inline caches on the shared decision path go
-// megamorphic and every figure about doubles.
+// measured in the same process, with tinybench. run.mjs starts one process per subject.
+// Each of our limiters is measured under two conditions, each beside its own floors:
+//   - 'one class': in a fresh process where only this class has run;
+//   - 'six classes': the same loops again after every one of the six classes has done work
+//     in this process (warmAllClasses), as in an application that combines several: the
+//     condition under which a decision path shared by the classes would go megamorphic.
 //
 //   node bench/latency.mjs --subject=TokenBucket [--quick]   (prints one JSON line)
 //
@@ -11,7 +14,7 @@
 import { pathToFileURL } from 'node:url';
 import { Bench } from 'tinybench';
 import { BATCH, fmtNs, keySet, progress } from './lib.mjs';
-import { floorTasks, getSink, SUBJECTS } from './subjects.mjs';
+import { floorTasks, getSink, SUBJECTS, warmAllClasses } from './subjects.mjs';
 
 export function latencyRowName(subject, t) {
   const keys = t.keys === 1 ? '1 key' : `${t.keys / 1000}k keys`;
@@ -34,6 +37,21 @@ export async function measureSubject(name, { quick }) {
       kind: t.kind ?? subject.kind,
     })),
   ];
+  const rows = await measureTasks(subject, all, { quick, condition: 'one class' });
+  if (subject.kind === 'ours') {
+    await warmAllClasses(ctx);
+    const again = all.map((t) => ({
+      ...t,
+      name: t.kind === 'floor' ? t.name : `${t.name}, after all six classes`,
+    }));
+    rows.push(...(await measureTasks(subject, again, { quick, condition: 'six classes' })));
+  }
+  const notes = subject.notes ? await subject.notes(tasks, { quick }) : undefined;
+  return { subject: subject.name, kind: subject.kind, rows, notes, sink: getSink() };
+}
+
+/** Times every task of `all` (floors first) in interleaved passes; one row per task. */
+async function measureTasks(subject, all, { quick, condition }) {
   // Several passes over every task, floors first in each: a burst of noise from another
   // process then lands on the floors and the subject alike, instead of on whichever task
   // tinybench happened to be running. Percentiles are over the samples of all passes.
@@ -56,13 +74,19 @@ export async function measureSubject(name, { quick }) {
     await bench.run();
     for (const task of bench.tasks) samples.get(task.name).push(...task.result.latency.samples);
   }
-  const rows = all.map((t) => {
+  return all.map((t) => {
     const perCall = Float64Array.from(samples.get(t.name), (ms) => (ms * 1e6) / t.batch).sort();
     const at = (q) => perCall[Math.min(perCall.length - 1, Math.ceil(q * perCall.length) - 1)];
     const row = {
       name: t.name,
-      subject: t.kind === 'floor' ? 'floor' : (t.subject ?? subject.name),
+      subject:
+        t.kind === 'floor'
+          ? 'floor'
+          : condition === 'six classes'
+            ? `${t.subject ?? subject.name} (six classes)`
+            : (t.subject ?? subject.name),
       kind: t.kind,
+      condition,
       outcome: t.outcome ?? 'allowed',
       keys: t.keys ?? t.floor,
       call: t.call,
@@ -73,11 +97,9 @@ export async function measureSubject(name, { quick }) {
       p50Ns: at(0.5),
       p99Ns: at(0.99),
     };
-    progress(`    ${t.name}: ${fmtNs(row.p50Ns)}`);
+    progress(`    ${t.name}${t.kind === 'floor' ? ` (${condition})` : ''}: ${fmtNs(row.p50Ns)}`);
     return row;
   });
-  const notes = subject.notes ? await subject.notes(tasks, { quick }) : undefined;
-  return { subject: subject.name, kind: subject.kind, rows, notes, sink: getSink() };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -56,8 +56,11 @@ export function analyzeLatency(children, floors) {
   const rows = [];
   const floorsByProcess = [];
   for (const child of children) {
-    const f1 = child.rows.find((r) => r.kind === 'floor' && r.keys === 1);
-    const fk = child.rows.find((r) => r.kind === 'floor' && r.keys === KEYS);
+    // Each condition (latency.mjs) has floors of its own, measured in the same passes.
+    const floorOf = (keys, condition) =>
+      child.rows.find((r) => r.kind === 'floor' && r.keys === keys && r.condition === condition);
+    const f1 = floorOf(1, 'one class');
+    const fk = floorOf(KEYS, 'one class');
     floorsByProcess.push({
       process: child.subject,
       oneKeyP50Ns: f1.p50Ns,
@@ -65,7 +68,7 @@ export function analyzeLatency(children, floors) {
     });
     for (const r of child.rows) {
       if (r.kind === 'floor') continue;
-      const floor = r.keys === 1 ? f1 : fk;
+      const floor = floorOf(r.keys === 1 ? 1 : KEYS, r.condition);
       const native = r.keys === 1 ? floors.oneKey.ns : floors.manyKeys.ns;
       rows.push({
         ...r,
@@ -220,6 +223,9 @@ function latencySection(latency) {
     'p50 / p99 over tinybench samples of 1000 calls (bottleneck: 1 call); ×floor = p50 ÷ the',
     'floor measured in the same process; ×native = p50 ÷ the native-bench floor above;',
     'peer÷ours = the peer p50 ÷ our p50 on the same workload (above 1: ours is faster).',
+    'Conditions: plain rows in a process where only that class has run; "after all six',
+    'classes": the same loops again once all six classes have done work in that process (as',
+    'in an application that combines them), beside floors measured again in the same passes.',
     '',
     table(cols, rows),
     '',

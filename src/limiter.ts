@@ -1,6 +1,7 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
+import { type AttemptMode, Core, ENQUEUE, enter, HEAD, run, TRY, unwrapStamp } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   computeLayout,
@@ -37,14 +38,12 @@ import {
   MAGIC,
   MAX_BUFFER_BYTES,
   PAYLOAD_MASK,
-  QUEUED_FLAG,
   REJECT,
   RESERVED,
   S_ADMITTED,
   S_REJECTED,
   S_STAMP,
   S_STATE,
-  STAMP_MASK,
   STAMP_PER_US,
   slotOfHotWord,
   W_CLOSED,
@@ -317,25 +316,12 @@ export abstract class Limiter implements SlotPolicy {
   protected readonly table: SlotTable;
   protected readonly epochUs: number;
   protected readonly buffer: SharedArrayBuffer;
-  protected readonly defaultRef: number;
   protected readonly queues: WaitQueues;
-  private readonly fifo: boolean;
+  /** What every decision reads and writes, in one shape for every class (decision.ts). */
+  protected readonly core: Core;
   /** This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
-  // Written by attempt() for consume(): the word, state and stamp the decision used.
-  // Plain fields on a per-thread object: nothing allocated per call. `lastWord` is also
-  // the slot every algorithm function is called for (SlidingLog reads its ring there).
-  protected lastWord = 0;
-  protected lastState = 0;
-  protected lastStamp = 0;
-  /** The time of the last attempt() (SlidingLog reads it while probing future times). */
-  protected decisionUs = 0;
-  /** True while retryAfterUs() evaluates step() at future times. */
-  protected probing = false;
-  /** For stepQueued(): when the head waiter being served was refused and queued. */
-  protected queuedSinceUs = 0;
-
   protected constructor(
     protected readonly owner: string,
     algo: number,
@@ -424,9 +410,18 @@ export abstract class Limiter implements SlotPolicy {
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
     this.table = new SlotTable(this.i32, this.layout, owner, () => this.remap());
-    this.defaultRef = this.table.defaultSlot;
     this.queues = new WaitQueues(this.i32, this.layout, this.table);
-    this.fifo = this.queueOrder === 'oldest-first';
+    this.core = new Core(
+      this.i32,
+      this.clock,
+      this.epochUs,
+      this.param(0), // every algorithm stores its limit (or capacity) first
+      this.table,
+      this.queues,
+      this.queueOrder === 'oldest-first',
+      owner,
+      source instanceof Attached,
+    );
   }
 
   /**
@@ -437,6 +432,7 @@ export abstract class Limiter implements SlotPolicy {
     this.i32 = fixedView(this.buffer);
     this.table.i32 = this.i32;
     this.queues.i32 = this.i32;
+    this.core.i32 = this.i32;
     this.remapped();
   }
 
@@ -450,6 +446,8 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Pass to another thread and `attach()` it there: same limiter, same state. */
   get handle(): LimiterHandle {
+    // From now on another thread may write this buffer: counters need atomic adds.
+    this.core.shared = true;
     return {
       kind: 'atomic-limiter',
       version: LAYOUT_VERSION,
@@ -527,7 +525,7 @@ export abstract class Limiter implements SlotPolicy {
   ): number;
 
   isIdle(state: number, w: number, nowUs: number): boolean {
-    this.lastWord = w;
+    this.core.lastWord = w;
     if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
     return (
       (state & PAYLOAD_MASK) === FRESH ||
@@ -547,8 +545,11 @@ export abstract class Limiter implements SlotPolicy {
     return this.step(state, stamp, nowUs, permits);
   }
 
-  /** Hook after a successful CAS (SlidingLog writes its entries here). */
-  protected admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
+  /**
+   * @internal Hook after a grant by CAS (SlidingLog writes its entries here, Concurrency
+   * its holder record), run by whoever called run(): `before` is the state replaced.
+   */
+  admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
   // ---- the decision path --------------------------------------------------------------
 
@@ -557,14 +558,18 @@ export abstract class Limiter implements SlotPolicy {
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
    */
   tryAcquire(key?: Key, permits = 1): boolean {
-    return this.attempt(key, permits, this.clock.nowUs());
+    // Every class overrides this with the same call, in a method of its own: see enter().
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return run(core, this, this.step, ref, permits, key, TRY);
   }
 
   /** Like `tryAcquire`, and explains the outcome. */
   consume(key?: Key, permits = 1): Decision {
-    const nowUs = this.clock.nowUs();
-    const allowed = this.attempt(key, permits, nowUs);
-    if (this.lastWord === NO_SLOT) {
+    const allowed = this.tryAcquire(key, permits);
+    const core = this.core;
+    const nowUs = core.decisionUs;
+    if (core.lastWord === NO_SLOT) {
       return {
         allowed,
         remaining: 0,
@@ -574,8 +579,8 @@ export abstract class Limiter implements SlotPolicy {
         reason: 'table-full',
       };
     }
-    const state = this.lastState;
-    const stamp = this.lastStamp;
+    const state = core.lastState;
+    const stamp = core.lastStamp;
     const decision: Decision = {
       allowed,
       remaining: this.available(state, stamp, nowUs),
@@ -586,81 +591,20 @@ export abstract class Limiter implements SlotPolicy {
     return allowed ? decision : { ...decision, reason: 'limited' };
   }
 
-  protected attempt(
-    key: Key | undefined,
-    permits: number,
-    nowUs: number,
-    mode: AttemptMode = TRY,
-  ): boolean {
-    // One read of the control word serves the closed check and the cache's epoch check.
-    const control = this.i32[H_CONTROL]!;
-    if (
-      (control & 1) !== 0 ||
-      !(permits >= 1 && permits <= this.limit) ||
-      (permits | 0) !== permits
-    ) {
-      throw this.callError(permits);
+  /** A decision for acquire(): its first try, or the head waiter's turn. */
+  private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
+    const core = this.core;
+    const step = mode === HEAD ? this.stepQueued : this.step;
+    if (!run(core, this, step, enter(core, this, key, permits, nowUs), permits, key, mode)) {
+      return false;
     }
-    this.decisionUs = nowUs;
-    let ref = key === undefined ? this.defaultRef : this.table.slotOf(key, control, nowUs, this);
-    // Read after the lookup: a lookup that met a newer segment has mapped the buffer again.
-    let i32 = this.i32;
-    // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
-    const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
-    for (;;) {
-      if (ref === NO_SLOT) {
-        this.lastWord = NO_SLOT;
-        return this.tableFull(key!);
-      }
-      const w = ref >>> 4;
-      // A plain read is enough: the CAS below validates it.
-      const s = i32[w + S_STATE]!;
-      if (
-        s >>> GEN_SHIFT !== (ref & 15) ||
-        (s & PAYLOAD_MASK) === RESERVED ||
-        (key !== undefined && i32[H_CONTROL]! - this.table.epoch >= GEN_SAFE_SPAN)
-      ) {
-        // The slot went to another key (or is being rebuilt), or so many slots were
-        // reassigned since `ref` was derived that a matching generation proves nothing (a
-        // thread descheduled for a while): look the key up again.
-        ref = this.table.refresh(key, nowUs, this);
-        i32 = this.i32;
-        continue;
-      }
-      // Read after the state: a stamp is stored before its state's CAS, so this stamp is
-      // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
-      // decode tolerates a stamp minutes old.
-      const raw = i32[w + S_STAMP]!;
-      const stamp = unwrapStamp(raw, stampNow);
-      this.lastWord = w;
-      this.lastState = s;
-      this.lastStamp = stamp;
-      // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody
-      // takes permits ahead of them but the head waiter itself.
-      const queued = raw < 0 && this.fifo && mode !== HEAD;
-      if (queued && this.queues.sweep(w)) continue; // only dead threads waited
-      const next = queued
-        ? REJECT
-        : mode === HEAD
-          ? this.stepQueued(s, stamp, nowUs, permits)
-          : this.step(s, stamp, nowUs, permits);
-      if (next === REJECT) {
-        // A caller about to wait (or waiting) is not refused: only count real refusals.
-        if (mode === TRY) Atomics.add(i32, w + S_REJECTED, permits);
-        return false;
-      }
-      if (stampNow > stamp) this.raiseStamp(w, raw, stampNow);
-      if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
-        this.lastState = next;
-        Atomics.add(i32, w + S_ADMITTED, permits);
-        this.admitted(w, s, nowUs, permits);
-        return true;
-      }
-    }
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) this.admitted(core.lastWord, core.priorState, nowUs, permits);
+    return true;
   }
 
-  /** A new key found no slot: report it, and decide by `whenFull`. */
-  private tableFull(key: Key): boolean {
+  /** @internal A new key found no slot: report it, and decide by `whenFull`. */
+  tableFull(key: Key | undefined): boolean {
     if (tableFullChannel.hasSubscribers) {
       tableFullChannel.publish({ limiter: this, key, whenFull: this.whenFull });
     }
@@ -673,30 +617,11 @@ export abstract class Limiter implements SlotPolicy {
    */
   private tableFullRetryUs(key: Key, nowUs: number): number {
     const us = this.table.soonestIdleUs(key, (state, w) => {
-      this.lastWord = w;
+      this.core.lastWord = w;
       return this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs);
     });
-    this.lastWord = NO_SLOT;
+    this.core.lastWord = NO_SLOT;
     return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
-  }
-
-  /** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
-  private raiseStamp(w: number, raw: number, stampNow: number): void {
-    // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
-    // next admission (a lagging stamp is harmless).
-    Atomics.compareExchange(
-      this.i32,
-      w + S_STAMP,
-      raw,
-      (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
-    );
-    this.lastStamp = stampNow;
-  }
-
-  /** The error for a call refused before deciding: closed limiter or bad permits. */
-  private callError(permits: unknown): Error {
-    if ((Atomics.load(this.i32, H_CONTROL) & 1) !== 0) return new LimiterClosedError();
-    return permitsError(this.owner, permits, this.limit);
   }
 
   /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */
@@ -704,7 +629,7 @@ export abstract class Limiter implements SlotPolicy {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
     if (!Number.isFinite(guess)) return Number.POSITIVE_INFINITY;
     const ok = (r: number) => this.step(state, stamp, nowUs + r, permits) !== REJECT;
-    this.probing = true;
+    this.core.probing = true;
     try {
       let hi = Math.max(0, Math.ceil(guess));
       let lo = 0;
@@ -727,7 +652,7 @@ export abstract class Limiter implements SlotPolicy {
       }
       return hi;
     } finally {
-      this.probing = false;
+      this.core.probing = false;
     }
   }
 
@@ -752,12 +677,12 @@ export abstract class Limiter implements SlotPolicy {
         if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
           return Promise.resolve(this.leaseFor(key, permits));
         }
-        if (this.lastWord === NO_SLOT) {
+        if (this.core.lastWord === NO_SLOT) {
           throw new QueueFullError(
             `${this.owner}: no slot for this key: every candidate slot holds an active key (option "keys")`,
           );
         }
-        w = this.lastWord;
+        w = this.core.lastWord;
         try {
           const queueLimit = this.effectiveQueueLimit();
           if (queueLimit === 0) {
@@ -771,8 +696,8 @@ export abstract class Limiter implements SlotPolicy {
             w,
             permits,
             queueLimit,
-            !this.fifo,
-            key === undefined ? -1 : this.lastState >>> GEN_SHIFT,
+            !this.core.fifo,
+            key === undefined ? -1 : this.core.lastState >>> GEN_SHIFT,
             this.table.epoch,
           );
         } catch (error) {
@@ -784,7 +709,7 @@ export abstract class Limiter implements SlotPolicy {
         const x: Waiter = {
           key,
           permits,
-          sinceUs: this.decisionUs,
+          sinceUs: this.core.decisionUs,
           w,
           r,
           id: this.queues.id(r),
@@ -868,7 +793,7 @@ export abstract class Limiter implements SlotPolicy {
       if (this.queues.isHead(x.w, x.r)) {
         head = true;
         const nowUs = this.clock.nowUs();
-        this.queuedSinceUs = x.sinceUs;
+        this.core.queuedSinceUs = x.sinceUs;
         if (this.attempt(x.key, x.permits, nowUs, HEAD)) {
           const was = this.queues.leave(x.w, x.r, x.id);
           if (was === W_WAITING) {
@@ -888,7 +813,8 @@ export abstract class Limiter implements SlotPolicy {
           );
           return;
         }
-        timeoutMs = this.retryAfterUs(this.lastState, this.lastStamp, nowUs, x.permits) / 1000;
+        timeoutMs =
+          this.retryAfterUs(this.core.lastState, this.core.lastStamp, nowUs, x.permits) / 1000;
         // A coarse clock moves once per resolution: waiting less would wake to the same
         // time and wait again, spinning until its next tick.
         if (this.clock instanceof CoarseClock) {
@@ -1006,7 +932,7 @@ export abstract class Limiter implements SlotPolicy {
 
   /** @internal The clock time of this thread's last decision (the chain's rollback reads it). */
   get lastDecisionUs(): number {
-    return this.decisionUs;
+    return this.core.decisionUs;
   }
 
   /** refund() without the closed check: a waiter settling during close() still returns what it took. */
@@ -1018,7 +944,7 @@ export abstract class Limiter implements SlotPolicy {
       before = s;
       return this.giveBack(s, stamp, nowUs, permits, at);
     });
-    if (next !== NO_SLOT && next !== before) this.gaveBack(this.lastWord, before, next);
+    if (next !== NO_SLOT && next !== before) this.gaveBack(this.core.lastWord, before, next);
   }
 
   /** Hook after permits went back to slot word `w` (Concurrency updates its holder records). */
@@ -1034,7 +960,7 @@ export abstract class Limiter implements SlotPolicy {
     if (ref === NO_SLOT)
       return { available: this.limitWhenFresh(), queued: 0, admitted: 0, rejected: 0 };
     const w = ref >>> 4;
-    this.lastWord = w;
+    this.core.lastWord = w;
     const s = Atomics.load(this.i32, w + S_STATE);
     const stamp = this.stampOf(w, nowUs);
     return {
@@ -1102,7 +1028,7 @@ export abstract class Limiter implements SlotPolicy {
         ref = this.table.find(key);
         continue;
       }
-      this.lastWord = w;
+      this.core.lastWord = w;
       const next = f(s, this.stampOf(w, nowUs));
       if (next === s) return next;
       if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
@@ -1156,20 +1082,6 @@ export function headerAlgo(buffer: SharedArrayBuffer): number {
   }
   return Atomics.load(i32, H_ALGO);
 }
-
-/**
- * A stamp word's stamp (its low 31 bits, a count of 2^20 µs modulo 2^31) as the nearest
- * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
- */
-function unwrapStamp(raw: number, stampNow: number): number {
-  return stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
-}
-
-/** How attempt() was called: a plain try, acquire()'s first try, or the head waiter. */
-type AttemptMode = 0 | 1 | 2;
-const TRY: AttemptMode = 0;
-const ENQUEUE: AttemptMode = 1;
-const HEAD: AttemptMode = 2;
 
 /** Options of `acquire()`. */
 export interface AcquireOptions {

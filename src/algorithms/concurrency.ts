@@ -1,3 +1,4 @@
+import { enter, run, TRY } from '../decision.js';
 import { Holders } from '../holders.js';
 import {
   FRESH,
@@ -124,7 +125,7 @@ export class Concurrency extends Limiter {
     return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
   }
 
-  protected override admitted(w: number, before: number, _nowUs: number, permits: number): void {
+  override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
   }
 
@@ -159,15 +160,24 @@ export class Concurrency extends Limiter {
     }
   }
 
+  /**
+   * Limiter.tryAcquire again, in this class (see enter()). A refusal
+   * looks for permits of dead threads now and then, and decides again if it found some;
+   * consume() calls this too, so it explains the second decision.
+   */
   override tryAcquire(key?: Key, permits = 1): boolean {
-    if (super.tryAcquire(key, permits)) return true;
-    // Refused: permits of a dead thread may be what is missing (checked now and then).
-    return this.holders.refused() && super.tryAcquire(key, permits);
+    return this.take(key, permits) || (this.holders.refused() && this.take(key, permits));
   }
 
-  override consume(key?: Key, permits = 1) {
-    const d = super.consume(key, permits);
-    return d.allowed || !this.holders.refused() ? d : super.consume(key, permits);
+  private take(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) {
+      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    }
+    return true;
   }
 
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {

@@ -1,5 +1,7 @@
+import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import type { Key } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
@@ -62,6 +64,13 @@ export class FixedWindow extends Limiter {
     const stored = Limiter.near(p >>> this.countBits, ref, this.wBits);
     // A stored window later than now means the clock went back: keep counting in it.
     return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
+  }
+
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return run(core, this, this.step, ref, permits, key, TRY);
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {

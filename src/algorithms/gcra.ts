@@ -1,5 +1,7 @@
+import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
 import { type Attached, type Fresh, Limiter } from '../limiter.js';
+import type { Key } from '../table.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
@@ -62,17 +64,28 @@ export abstract class Gcra extends Limiter {
     return (state & GEN_MASK) | p;
   }
 
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return run(core, this, this.step, ref, permits, key, TRY);
+  }
+
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
-    const now = this.nowUnits(nowUs);
+    // nowUnits(), tat() and encode() written out: the decision path inlines this, and V8
+    // inlines only so much (see enter() in decision.ts).
+    const now = Math.floor((nowUs - this.epochUs) * this.scale);
+    const p = state & PAYLOAD_MASK;
     let base = now;
-    if ((state & PAYLOAD_MASK) !== FRESH) {
-      const tat = this.tat(state, stamp);
+    if (p !== FRESH) {
+      const ref = Math.floor(stamp * STAMP_US * this.scale);
+      const tat = ref + (((p - ref) << 4) >> 4);
       if (tat > now) base = tat;
     }
     const cost = permits * this.k;
-    const allowance = this.leaky ? cost : this.tau;
-    if (base - now + cost > allowance) return REJECT;
-    return this.encode(state, base + cost);
+    if (base - now + cost > (this.leaky ? cost : this.tau)) return REJECT;
+    const next = (base + cost) & PAYLOAD_MASK;
+    return (state & GEN_MASK) | (next >= RESERVED ? 0 : next);
   }
 
   /**
@@ -91,7 +104,7 @@ export abstract class Gcra extends Limiter {
   ): number {
     const now = this.nowUnits(nowUs);
     const cost = permits * this.k;
-    const since = this.nowUnits(this.queuedSinceUs);
+    const since = this.nowUnits(this.core.queuedSinceUs);
     let base = since < now ? since : now;
     if ((state & PAYLOAD_MASK) !== FRESH) {
       const tat = this.tat(state, stamp);

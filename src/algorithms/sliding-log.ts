@@ -1,5 +1,7 @@
+import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, logRingBytes, PAYLOAD_MASK, REJECT } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
@@ -79,7 +81,7 @@ export class SlidingLog extends Limiter {
   }
 
   private slot(): number {
-    return this.slotOfRef(this.lastWord * 16);
+    return this.slotOfRef(this.core.lastWord * 16);
   }
 
   /** Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
@@ -116,11 +118,23 @@ export class SlidingLog extends Limiter {
       // Not written yet. While probing future times, assume it was granted at the
       // decision's own time; otherwise record now for it (a live writer overwrites it
       // with its own, earlier, time; a dead one never will).
-      if (this.probing) return this.decisionUs - this.epochUs;
+      if (this.core.probing) return this.core.decisionUs - this.epochUs;
       this.log[timeIndex] = relNow;
       Atomics.compareExchange(this.i32, seqIndex, seq, pos);
     }
     return relNow;
+  }
+
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  override tryAcquire(key?: Key, permits = 1): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    // NO_SLOT: allowed without a slot by whenFull 'allow'.
+    if (core.lastWord !== NO_SLOT) {
+      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    }
+    return true;
   }
 
   protected step(state: number, _stamp: number, nowUs: number, permits: number): number {
@@ -137,7 +151,7 @@ export class SlidingLog extends Limiter {
     return (state & GEN_MASK) | ((h + permits) & POS_MASK);
   }
 
-  protected override admitted(w: number, before: number, nowUs: number, permits: number): void {
+  override admitted(w: number, before: number, nowUs: number, permits: number): void {
     const s = this.slotOfRef(w * 16);
     const h = this.head(before);
     const relNow = nowUs - this.epochUs;

@@ -1,0 +1,226 @@
+import type { Clock } from './clock.js';
+import { LimiterClosedError } from './errors.js';
+import {
+  GEN_SHIFT,
+  H_CONTROL,
+  PAYLOAD_MASK,
+  QUEUED_FLAG,
+  REJECT,
+  RESERVED,
+  S_ADMITTED,
+  S_REJECTED,
+  S_STAMP,
+  S_STATE,
+  STAMP_MASK,
+  STAMP_PER_US,
+} from './layout.js';
+import type { WaitQueues } from './queue.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
+import { permitsError } from './validate.js';
+
+/** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
+export type AttemptMode = 0 | 1 | 2;
+export const TRY: AttemptMode = 0;
+export const ENQUEUE: AttemptMode = 1;
+export const HEAD: AttemptMode = 2;
+
+/**
+ * An algorithm's transition: the state after granting `permits` at `nowUs`, or REJECT.
+ * Called with the algorithm (the limiter) as `this`.
+ */
+export type StepFn<A> = (
+  this: A,
+  state: number,
+  stamp: number,
+  nowUs: number,
+  permits: number,
+) => number;
+
+/** What decide() needs of the algorithm besides its step. */
+export interface Algorithm extends SlotPolicy {
+  /** After a grant: SlidingLog writes its entries, Concurrency its holder record. */
+  admitted(w: number, before: number, nowUs: number, permits: number): void;
+  /** A new key found no slot: reports it; true when `whenFull` allows it anyway. */
+  tableFull(key: Key | undefined): boolean;
+}
+
+/**
+ * The fields every decision reads and writes, in one object whose shape is the same for
+ * every algorithm. A limiter keeps one per thread. Each limiter class has its own, so a
+ * decision of any class reads these fields through inline caches that only ever see one
+ * shape, however many classes a program uses (the classes themselves differ in shape).
+ */
+export class Core {
+  /**
+   * False while this thread alone can reach the buffer (the limiter was built here and its
+   * `handle` never read): the per-key counters are then written with plain adds, exact
+   * because there is no other writer, instead of a locked `Atomics.add`.
+   */
+  shared: boolean;
+  // Written by decide() for consume() and acquire(): the word, state and stamp the
+  // decision used. Plain fields on a per-thread object: nothing allocated per call.
+  /** The slot's hot word index of the last decision (NO_SLOT: the table was full). */
+  lastWord = 0;
+  lastState = 0;
+  lastStamp = 0;
+  /** The state the last grant replaced (for the algorithms' `admitted()` hooks). */
+  priorState = 0;
+  /** The time of the last decision (SlidingLog reads it while probing future times). */
+  decisionUs = 0;
+  /** `decisionUs` as a stamp (see layout.ts). */
+  stampNow = 0;
+  /** True while retryAfterUs() evaluates step() at future times. */
+  probing = false;
+  /** For stepQueued(): when the head waiter being served was refused and queued. */
+  queuedSinceUs = 0;
+
+  constructor(
+    /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
+    public i32: Int32Array,
+    readonly clock: Clock,
+    readonly epochUs: number,
+    /** Largest permits one call may ask for. */
+    readonly limit: number,
+    readonly table: SlotTable,
+    readonly queues: WaitQueues,
+    readonly fifo: boolean,
+    readonly owner: string,
+    shared: boolean,
+  ) {
+    this.shared = shared;
+  }
+}
+
+/**
+ * A decision, in two calls: `enter()` checks the call and finds the key's slot, `run()`
+ * takes `permits` from it if `step` allows, by one CAS on the key's state word. Neither
+ * waits or allocates.
+ *
+ * The two serve every algorithm, and each limiter class calls them from a method of its
+ * own with its own `step` (tryAcquire, e.g. in algorithms/gcra.ts). V8 inlines `run()` into that
+ * method, where `step` is a constant, and inlines the step in turn: every class gets a
+ * decision loop specialised for it, and no call site in it ever sees another class.
+ * `run()` is kept small for that (V8 inlines at most ~460 bytes of bytecode, ~920 in
+ * all): the rare paths are calls, and the algorithms' after-grant hooks run in their
+ * callers.
+ *
+ * Returns the slot reference to pass to run(), NO_SLOT when the table has none for the
+ * key; sets `core.decisionUs` and `core.stampNow`.
+ */
+export function enter(
+  core: Core,
+  algo: Algorithm,
+  key: Key | undefined,
+  permits: number,
+  nowUs: number,
+): number {
+  // One read of the control word serves the closed check and the cache's epoch check.
+  const control = core.i32[H_CONTROL]!;
+  if (
+    (control & 1) !== 0 ||
+    !(permits >= 1 && permits <= core.limit) ||
+    (permits | 0) !== permits
+  ) {
+    throw callError(core, permits);
+  }
+  core.decisionUs = nowUs;
+  // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
+  core.stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);
+  return key === undefined ? core.table.defaultSlot : core.table.slotOf(key, control, nowUs, algo);
+}
+
+/**
+ * The decision loop after enter(); true when the permits were granted. The caller runs
+ * the algorithm's `admitted()` hook after a grant (`core.priorState` is the state it
+ * replaced), unless `core.lastWord` is NO_SLOT: a key with no slot allowed by `whenFull`.
+ */
+export function run<A extends Algorithm>(
+  core: Core,
+  algo: A,
+  step: StepFn<A>,
+  ref: number,
+  permits: number,
+  key: Key | undefined,
+  mode: AttemptMode,
+): boolean {
+  let i32 = core.i32;
+  for (;;) {
+    if (ref === NO_SLOT) {
+      core.lastWord = NO_SLOT;
+      return algo.tableFull(key);
+    }
+    const w = ref >>> 4;
+    // A plain read is enough: the CAS below validates it.
+    const s = i32[w + S_STATE]!;
+    if (
+      s >>> GEN_SHIFT !== (ref & 15) ||
+      (s & PAYLOAD_MASK) === RESERVED ||
+      (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
+    ) {
+      // The slot went to another key (or is being rebuilt), or so many slots were
+      // reassigned since `ref` was derived that a matching generation proves nothing (a
+      // thread descheduled for a while): look the key up again.
+      ref = core.table.refresh(key, core.decisionUs, algo);
+      i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
+      continue;
+    }
+    // Read after the state: a stamp is stored before its state's CAS, so this stamp is
+    // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
+    // decode tolerates a stamp minutes old.
+    const raw = i32[w + S_STAMP]!;
+    const stamp = unwrapStamp(raw, core.stampNow);
+    core.lastWord = w;
+    core.lastState = s;
+    core.lastStamp = stamp;
+    let next = REJECT;
+    // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
+    // permits ahead of them but the head waiter itself.
+    if (raw >= 0 || mode === HEAD || !core.fifo) {
+      next = step.call(algo, s, stamp, core.decisionUs, permits);
+    } else if (core.queues.sweep(w)) continue; // only dead threads waited
+    if (next !== REJECT) {
+      if (core.stampNow > stamp) raiseStamp(core, w, raw);
+      if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
+      core.priorState = s;
+      core.lastState = next;
+    } else if (mode !== TRY) {
+      return false; // a caller about to wait (or waiting) is not refused
+    }
+    count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+    return next !== REJECT;
+  }
+}
+
+/** Adds to a per-key counter: a plain add while no other thread can write it. */
+function count(core: Core, index: number, permits: number): void {
+  if (core.shared) Atomics.add(core.i32, index, permits);
+  else core.i32[index]! += permits;
+}
+
+/** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
+function raiseStamp(core: Core, w: number, raw: number): void {
+  const stampNow = core.stampNow;
+  // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
+  // next admission (a lagging stamp is harmless).
+  Atomics.compareExchange(
+    core.i32,
+    w + S_STAMP,
+    raw,
+    (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
+  );
+  core.lastStamp = stampNow;
+}
+
+/** The error for a call refused before deciding: closed limiter or bad permits. */
+function callError(core: Core, permits: unknown): Error {
+  if ((Atomics.load(core.i32, H_CONTROL) & 1) !== 0) return new LimiterClosedError();
+  return permitsError(core.owner, permits, core.limit);
+}
+
+/**
+ * A stamp word's stamp (its low 31 bits, a count of 2^20 µs modulo 2^31) as the nearest
+ * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
+ */
+export function unwrapStamp(raw: number, stampNow: number): number {
+  return stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
+}
