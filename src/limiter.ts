@@ -54,6 +54,7 @@ import {
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
 import {
+  acquireOptions,
   checkOptionsObject,
   enumOption,
   integerOption,
@@ -669,7 +670,7 @@ export abstract class Limiter implements SlotPolicy {
    */
   acquire(key?: Key, permits = 1, options: AcquireOptions = {}): Promise<Lease> {
     try {
-      const { signal, timeoutMs } = checkAcquireOptions(this.owner, options);
+      const { signal, timeoutMs } = acquireOptions(this.owner, options);
       if (signal?.aborted) return Promise.reject(signal.reason);
       let w = NO_SLOT;
       let r = MOVED;
@@ -1134,31 +1135,4 @@ class HeldLease implements Lease {
   [Symbol.dispose](): void {
     this.release();
   }
-}
-
-function checkAcquireOptions(
-  owner: string,
-  options: unknown,
-): { signal: AbortSignal | undefined; timeoutMs: number | undefined } {
-  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
-  const signal = opts.signal;
-  if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw typeError(
-      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
-    );
-  }
-  const timeoutMs = opts.timeoutMs;
-  if (timeoutMs !== undefined) {
-    if (typeof timeoutMs !== 'number') {
-      throw typeError(
-        `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
-      );
-    }
-    if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
-      throw rangeError(
-        `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
-      );
-    }
-  }
-  return { signal, timeoutMs };
 }

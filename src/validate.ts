@@ -154,3 +154,34 @@ export function isKey(key: unknown): key is string | number {
 export function checkKey(owner: string, key: unknown): void {
   if (key !== undefined && !isKey(key)) throw keyError(owner, key);
 }
+
+/**
+ * The options of `acquire()` (every backend's): `signal`, an AbortSignal, and `timeoutMs`,
+ * from 0 to 2^31 − 1 milliseconds.
+ */
+export function acquireOptions(
+  owner: string,
+  options: unknown,
+): { signal: AbortSignal | undefined; timeoutMs: number | undefined } {
+  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
+  const signal = opts.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw typeError(
+      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
+    );
+  }
+  const timeoutMs = opts.timeoutMs;
+  if (timeoutMs !== undefined) {
+    if (typeof timeoutMs !== 'number') {
+      throw typeError(
+        `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
+      );
+    }
+    if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+      throw rangeError(
+        `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
+      );
+    }
+  }
+  return { signal, timeoutMs };
+}

@@ -7,13 +7,12 @@ import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
 import {
+  acquireOptions,
   checkKey,
   checkOptionsObject,
   integerOption,
   permitsError,
   positiveNumberOption,
-  rangeError,
-  show,
   typeError,
 } from '../validate.js';
 import type { Caller, Channel, Check } from './channel.js';
@@ -127,27 +126,6 @@ function checkPermits(owner: string, permits: unknown, limit: number): void {
     throw permitsError(owner, permits, limit);
   }
   if (((permits as number) | 0) !== permits) throw permitsError(owner, permits, limit);
-}
-
-function checkAcquireOptions(owner: string, options: unknown): void {
-  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
-  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
-    throw typeError(
-      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(opts.signal)}`,
-    );
-  }
-  const timeoutMs = opts.timeoutMs;
-  if (timeoutMs === undefined) return;
-  if (typeof timeoutMs !== 'number') {
-    throw typeError(
-      `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
-    );
-  }
-  if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
-    throw rangeError(
-      `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
-    );
-  }
 }
 
 /** Checks connectCluster's options (before anything else: they are the caller's bug). */
@@ -480,7 +458,7 @@ export class Client implements ClusterLimiter, Caller {
   ): Promise<Lease> {
     if (this.closed) return this.refusedWhenClosed();
     const check: Check = (d) => {
-      checkAcquireOptions(d.algorithm, options);
+      acquireOptions(d.algorithm, options);
       this.checkCall(d, key, permits);
     };
     const d = this.description;

@@ -2,6 +2,7 @@ import { ManualClock } from '../clock.js';
 import { BackendUnavailableError, LimiterClosedError, QueueFullError } from '../errors.js';
 import type { AcquireOptions, AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
 import {
+  acquireOptions,
   checkOptionsObject,
   integerOption,
   permitsError,
@@ -452,7 +453,7 @@ export abstract class RedisLimiter {
     let tag: string;
     let w: Waiter;
     try {
-      const { signal, timeoutMs } = checkAcquireOptions(this.owner, options);
+      const { signal, timeoutMs } = acquireOptions(this.owner, options);
       this.checkPermits(this.owner, permits);
       tag = tagOf(this.owner, key);
       if (signal?.aborted) return Promise.reject(signal.reason);
@@ -593,30 +594,3 @@ export const NO_OP_LEASE: RedisLease = Object.freeze({
   release: (): Promise<void> => Promise.resolve(),
   [Symbol.dispose](): void {},
 });
-
-function checkAcquireOptions(
-  owner: string,
-  options: unknown,
-): { signal: AbortSignal | undefined; timeoutMs: number | undefined } {
-  const opts = checkOptionsObject(`${owner}.acquire`, options, ['signal', 'timeoutMs']);
-  const signal = opts.signal;
-  if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw typeError(
-      `${owner}.acquire: option "signal" must be an AbortSignal, got ${show(signal)}`,
-    );
-  }
-  const timeoutMs = opts.timeoutMs;
-  if (timeoutMs !== undefined) {
-    if (typeof timeoutMs !== 'number') {
-      throw typeError(
-        `${owner}.acquire: option "timeoutMs" must be a number, got ${show(timeoutMs)}`,
-      );
-    }
-    if (!(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
-      throw rangeError(
-        `${owner}.acquire: option "timeoutMs" must be from 0 to 2147483647, got ${show(timeoutMs)}`,
-      );
-    }
-  }
-  return { signal, timeoutMs };
-}
