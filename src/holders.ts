@@ -45,6 +45,20 @@ export class Holders {
     private readonly giveBack: (ref: number, permits: number) => void,
   ) {}
 
+  // The last slot looked up: a key taken and released in a loop costs no Map lookup.
+  private lastRef = -1;
+  private lastMine: Mine | undefined;
+
+  private mineOf(ref: number): Mine | undefined {
+    if (ref === this.lastRef) return this.lastMine;
+    const m = this.mine.get(ref);
+    if (m !== undefined) {
+      this.lastRef = ref;
+      this.lastMine = m;
+    }
+    return m;
+  }
+
   private rec(r: number): number {
     return this.layout.holderBase + r * HOLDER_WORDS;
   }
@@ -66,7 +80,7 @@ export class Holders {
 
   /** Records that this thread was granted `permits` on slot `ref`. */
   granted(ref: number, permits: number): void {
-    let m = this.mine.get(ref);
+    let m = this.mineOf(ref);
     if (m === undefined) {
       m = { r: -1, held: 0, ghost: 0 };
       this.mine.set(ref, m);
@@ -110,7 +124,7 @@ export class Holders {
    * already gave back (this thread's ghosts). The caller releases only the rest.
    */
   ghosts(ref: number, permits: number): number {
-    const m = this.mine.get(ref);
+    const m = this.mineOf(ref);
     if (m === undefined) return 0;
     if (m.r >= 0 && !this.intact(m.r, ref)) {
       m.ghost += m.held;
@@ -128,7 +142,7 @@ export class Holders {
    */
   released(ref: number, permits: number): void {
     let left = permits;
-    const m = this.mine.get(ref);
+    const m = this.mineOf(ref);
     if (m !== undefined && m.r >= 0 && m.held > 0) {
       // An empty record stays this thread's until its heartbeat frees it: a key taken and
       // released over and over does not claim a record (or start a timer) every time.
@@ -171,6 +185,7 @@ export class Holders {
       if (m.held > 0 || m.ghost > 0) continue;
       if (m.r >= 0) Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
       this.mine.delete(ref);
+      if (this.lastRef === ref) this.lastRef = -1;
     }
     if (this.mine.size === 0 && this.timer) {
       clearInterval(this.timer);
