@@ -122,7 +122,13 @@ export function readRedisCommon(
     queue.max,
     queue.fallback,
   );
-  const clock = opts.clock;
+  let clock = opts.clock;
+  // A ManualClock of another copy of the package (dist/index.js beside dist/redis.js):
+  // opened over its shared time.
+  const other = (clock as { handle?: { kind?: unknown } } | undefined)?.handle;
+  if (clock !== undefined && !(clock instanceof ManualClock) && other?.kind === 'manual') {
+    clock = new ManualClock(other as never);
+  }
   if (clock !== undefined && !(clock instanceof ManualClock)) {
     throw typeError(
       `${owner}: option "clock" must be a ManualClock (or omitted: time comes from Redis TIME), got ${show(clock)}`,
@@ -152,7 +158,7 @@ export function readRedisCommon(
       timeoutMs,
       whenUnavailable: policy as WhenUnavailable,
       queueLimit,
-      clock,
+      clock: clock as ManualClock | undefined,
     },
   };
 }
