@@ -139,6 +139,22 @@ export class Blocks {
     Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
   }
 
+  /**
+   * Adds a prefetched block to slot `s`. Permits of two leases share one taking time: the
+   * older, so that a give-back never lands in a window later than its permits' (at worst it
+   * lands nowhere: the safe direction); and the older block's age-out.
+   */
+  top(s: number, permits: number, takenUs: number, expiresMs: number): void {
+    const f = s * FLOATS;
+    if (this.permits(s) > 0) {
+      this.floats[f + F_TAKEN_US] = Math.min(this.floats[f + F_TAKEN_US]!, takenUs);
+    } else {
+      this.floats[f + F_TAKEN_US] = takenUs;
+      this.floats[f + F_EXPIRES_MS] = expiresMs;
+    }
+    Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+  }
+
   /** Claims the fetch of slot `s` (single flight); a dead fetcher's claim lapses at its lease. */
   claimFetch(s: number, leaseMs: number): boolean {
     const i = s * INTS + I_FETCH;
