@@ -25,7 +25,7 @@ async function thread() {
   const redis = new Redis(port, '127.0.0.1');
   let call;
   let limiter;
-  if (subject === 'fleet' || subject === 'refused') {
+  if (subject === 'fleet' || subject === 'fleetTurns' || subject === 'refused') {
     limiter = attach(handle, { redis });
     call = () => limiter.tryAcquire(KEY);
   } else if (subject === 'plain') {
@@ -53,7 +53,10 @@ async function thread() {
       done++;
     }
   } else {
+    // fleetTurns: an event-loop turn every 16 decisions, as a server's requests arrive.
+    const turns = subject === 'fleetTurns';
     for (; done < n; done++) {
+      if (turns && (done & 15) === 0) await new Promise(setImmediate);
       const s = performance.now();
       await call();
       lat[done] = performance.now() - s;
@@ -123,6 +126,7 @@ export async function runFleet({ quick = false } = {}) {
       prefix: 'fb-fleet',
     });
     const fleet = await runSubject(server.port, admin, 'fleet', n, fleetLimiter.handle);
+    const fleetTurns = await runSubject(server.port, admin, 'fleetTurns', n, fleetLimiter.handle);
     await fleetLimiter.close();
     const plain = await runSubject(server.port, admin, 'plain', nRedis);
     const rlf = await runSubject(server.port, admin, 'rlf', nRedis);
@@ -150,11 +154,12 @@ export async function runFleet({ quick = false } = {}) {
     const ratios = {
       fleetOverPlain: fleet.decisionsPerSecond / plain.decisionsPerSecond,
       fleetOverRlf: fleet.decisionsPerSecond / rlf.decisionsPerSecond,
+      fleetTurnsOverPlain: fleetTurns.decisionsPerSecond / plain.decisionsPerSecond,
     };
     return {
       threads: THREADS,
       block: BLOCK,
-      subjects: { fleet, plain, rlf, refused },
+      subjects: { fleet, fleetTurns, plain, rlf, refused },
       ratios,
       goals: {
         throughput: { text: '≥ 20× plain Redis', met: ratios.fleetOverPlain >= 20 },

@@ -574,6 +574,9 @@ function fleetSection(r) {
       ],
       [
         row(`TokenBucket, block ${r.block} (threads attach())`, s.fleet),
+        ...(s.fleetTurns
+          ? [row(`  same, an event-loop turn every 16 decisions`, s.fleetTurns)]
+          : []),
         row('TokenBucket, no block', s.plain),
         row('rate-limiter-flexible RateLimiterRedis', s.rlf),
       ],
