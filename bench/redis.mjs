@@ -42,7 +42,7 @@ function freePort() {
   });
 }
 
-async function startServer() {
+export async function startServer() {
   const dir = mkdtempSync(join(tmpdir(), 'al-bench-redis-'));
   const port = await freePort();
   const child = spawn(

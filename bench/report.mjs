@@ -368,6 +368,7 @@ export function formatReport(result) {
   if (result.cluster) out.push('', clusterSection(result.cluster, result.nativeFigures));
   if (result.http) out.push('', httpSection(result.http));
   if (result.redis) out.push('', redisSection(result.redis));
+  if (result.fleet) out.push('', fleetSection(result.fleet));
   return out.join('\n');
 }
 
@@ -550,5 +551,45 @@ function redisSection(r) {
     '',
     `ours ÷ floor, one at a time: tryAcquire ${fmtRatio(q.oneAtATimeOverFloor)}×, consume ${fmtRatio(q.consumeOverFloor)}× — goal ${r.goals.oneAtATime.text}: ${r.goals.oneAtATime.met ? 'met' : 'NOT met'}`,
     `ours ÷ rlf, ${r.inFlight} in flight: tryAcquire ${fmtRatio(q.inFlightOverRlf)}×, consume ${fmtRatio(q.consumeInFlightOverRlf)}× — goal ${r.goals.inFlight.text}: ${r.goals.inFlight.met ? 'met' : 'NOT met'}`,
+  ].join('\n');
+}
+
+function fleetSection(r) {
+  if (r.skipped) return `== Fleet mode: skipped (${r.skipped})`;
+  const s = r.subjects;
+  const us = (x) => (x === undefined ? '—' : fmtNs(x * 1000));
+  const row = (name, x) => [
+    name,
+    String(x.decisionsPerSecond),
+    us(x.p50Us),
+    us(x.p99Us),
+    x.redisCallsPer1000.toFixed(1),
+  ];
+  const g = r.goals;
+  const met = (x) => (x.met ? 'met' : 'NOT met');
+  return [
+    `== Fleet mode: ${r.threads} threads of one process on one hot key, each awaiting its calls one at a time`,
+    '',
+    table(
+      [
+        { title: 'subject', align: 'left' },
+        { title: 'decisions/s', align: 'right' },
+        { title: 'p50', align: 'right' },
+        { title: 'p99', align: 'right' },
+        { title: 'Redis calls / 1000', align: 'right' },
+      ],
+      [
+        row(`TokenBucket, block ${r.block} (threads attach())`, s.fleet),
+        ...(s.fleetTurns
+          ? [row(`  same, an event-loop turn every 16 decisions`, s.fleetTurns)]
+          : []),
+        row('TokenBucket, no block', s.plain),
+        row('rate-limiter-flexible RateLimiterRedis', s.rlf),
+      ],
+    ),
+    '',
+    `fleet ÷ plain: ${fmtRatio(r.ratios.fleetOverPlain)}× (goal ${g.throughput.text}: ${met(g.throughput)}); fleet ÷ rlf: ${fmtRatio(r.ratios.fleetOverRlf)}×`,
+    `${g.p50.text}: ${met(g.p50)}; ${g.calls.text}: ${met(g.calls)}`,
+    `refused hot key: ${s.refused.redisCalls} Redis calls in ${Math.round(s.refused.wallMs)} ms for ${s.refused.decisions} decisions (${g.refused.callsPerRetryAfter.toFixed(2)} refusals asked per retryAfterMs) — ${g.refused.text}: ${met(g.refused)}`,
   ].join('\n');
 }

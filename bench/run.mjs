@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis,fleet]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -27,6 +27,7 @@ import { GROUPS, runNativeBench } from '../native-bench/run.mjs';
 import { runAcquire } from './acquire.mjs';
 import { runCluster } from './cluster.mjs';
 import { runEffective } from './effective-limit.mjs';
+import { runFleet } from './fleet.mjs';
 import { formatGrowth, runGrowth } from './growth.mjs';
 import { runHttp } from './http.mjs';
 import { parseOptions, progress } from './lib.mjs';
@@ -139,6 +140,17 @@ if (opts.parts.has('redis')) {
   } else {
     progress('redis: skipped — no redis-server on the PATH');
     result.redis = { skipped: 'no redis-server on the PATH' };
+  }
+}
+
+// ---- 6b. fleet mode ------------------------------------------------------------------------
+if (opts.parts.has('fleet')) {
+  if (haveRedisServer()) {
+    progress(`[${elapsed()}] fleet: 4 threads on one hot key, block 64 / plain Redis / rlf`);
+    result.fleet = await runFleet({ quick: opts.quick });
+  } else {
+    progress('fleet: skipped — no redis-server on the PATH');
+    result.fleet = { skipped: 'no redis-server on the PATH' };
   }
 }
 

@@ -10,6 +10,7 @@ import {
   show,
   typeError,
 } from '../validate.js';
+import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
 import { slotOf, tagOf } from './keys.js';
 import { Runner, type Script, Unavailable } from './runner.js';
@@ -39,7 +40,19 @@ export interface RedisOptions {
   queueLimit?: number;
   /** A ManualClock (tests): its time goes to the scripts instead of Redis TIME. */
   clock?: ManualClock;
+  /**
+   * Fleet mode: permits leased per Redis round trip into this process's shared memory,
+   * 1 to the limit (default: none, every decision asks Redis). Not for Concurrency.
+   */
+  block?: number;
+  /** Fleet mode: how long a leased block may be spent before it goes back, ms (default 1000). */
+  blockTtlMs?: number;
+  /** Fleet mode: keys with a block at once in this process (default 4096). */
+  blockKeys?: number;
 }
+
+/** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
+export const BLOCKS = Symbol('atomic-limiter/redis blocks');
 
 export const REDIS_OPTIONS = [
   'redis',
@@ -48,6 +61,9 @@ export const REDIS_OPTIONS = [
   'whenUnavailable',
   'queueLimit',
   'clock',
+  'block',
+  'blockTtlMs',
+  'blockKeys',
 ] as const;
 
 export interface RedisCommon {
@@ -57,6 +73,14 @@ export interface RedisCommon {
   readonly whenUnavailable: WhenUnavailable;
   readonly queueLimit: number;
   readonly clock: ManualClock | undefined;
+  /** Fleet mode: permits per block (0: off), checked against the limit by the subclass. */
+  readonly block: number;
+  readonly blockTtlMs: number;
+  readonly blockKeys: number;
+  /** The blocks to open (attach()), or undefined: new ones. */
+  readonly blocks: BlocksHandle | undefined;
+  /** The options as given (the handle carries them to other threads). */
+  readonly options: Record<string, unknown>;
 }
 
 /** Reads and checks the common options; `queue` gives the queueLimit default and maximum. */
@@ -99,21 +123,43 @@ export function readRedisCommon(
     queue.max,
     queue.fallback,
   );
-  const clock = opts.clock;
+  let clock = opts.clock;
+  // A ManualClock of another copy of the package (dist/index.js beside dist/redis.js):
+  // opened over its shared time.
+  const other = (clock as { handle?: { kind?: unknown } } | undefined)?.handle;
+  if (clock !== undefined && !(clock instanceof ManualClock) && other?.kind === 'manual') {
+    clock = new ManualClock(other as never);
+  }
   if (clock !== undefined && !(clock instanceof ManualClock)) {
     throw typeError(
       `${owner}: option "clock" must be a ManualClock (or omitted: time comes from Redis TIME), got ${show(clock)}`,
     );
   }
+  const block = opts.block;
+  if (block !== undefined) {
+    if (typeof block !== 'number') {
+      throw typeError(`${owner}: option "block" must be a positive integer, got ${show(block)}`);
+    }
+    if (!Number.isInteger(block) || block < 1) {
+      throw rangeError(`${owner}: option "block" must be a positive integer, got ${show(block)}`);
+    }
+  }
+  const blockTtlMs = integerOption(owner, 'blockTtlMs', opts.blockTtlMs, 1, 2 ** 31 - 1, 1000);
+  const blockKeys = integerOption(owner, 'blockKeys', opts.blockKeys, 1, 2 ** 24, 4096);
   return {
     opts,
     common: {
+      block: (block as number | undefined) ?? 0,
+      blockTtlMs,
+      blockKeys,
+      blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
+      options: opts,
       adapter,
       prefix,
       timeoutMs,
       whenUnavailable: policy as WhenUnavailable,
       queueLimit,
-      clock,
+      clock: clock as ManualClock | undefined,
     },
   };
 }
@@ -124,6 +170,15 @@ export function readRedisCommon(
  */
 export interface RedisLease extends Lease {
   release(): Promise<void>;
+}
+
+/** What attach() opens in another thread: a Redis limiter's options and shared blocks. */
+export interface RedisHandle {
+  readonly kind: 'atomic-limiter/redis';
+  readonly algorithm: AlgorithmName;
+  readonly options: Record<string, unknown>;
+  readonly clock: ManualClock['handle'] | undefined;
+  readonly blocks: BlocksHandle | undefined;
 }
 
 /** A refusal or grant as the scripts report it. */
@@ -164,6 +219,14 @@ export abstract class RedisLimiter {
   private readonly lines = new Map<string, Waiter[]>();
   private readonly waiters = new Set<Waiter>();
   private readonly keyPrefix: string;
+  private readonly common: RedisCommon;
+  /** Fleet mode: permits per block (0: off), and the shared blocks. */
+  readonly block: number;
+  readonly blockTtlMs: number;
+  private blocks: Blocks | undefined;
+  /** True for the limiter that made the blocks (its close() gives them back). */
+  private ownsBlocks = false;
+  private sweep: ReturnType<typeof setInterval> | undefined;
 
   protected constructor(
     protected readonly owner: string,
@@ -178,6 +241,184 @@ export abstract class RedisLimiter {
     this.clock = common.clock;
     this.runner = new Runner(this.adapter, this.timeoutMs);
     this.keyPrefix = `${this.prefix}:${owner}:`;
+    this.common = common;
+    this.block = common.block;
+    this.blockTtlMs = common.blockTtlMs;
+  }
+
+  /** Opens fleet mode's blocks; subclasses call it once `limit` is known. */
+  protected startFleet(): void {
+    const c = this.common;
+    if (c.block === 0) return;
+    if (c.block > this.limit) {
+      throw rangeError(
+        `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
+      );
+    }
+    if (c.blocks) {
+      this.blocks = new Blocks(c.blocks);
+      return;
+    }
+    this.blocks = new Blocks(c.blockKeys);
+    this.ownsBlocks = true;
+    // Blocks nobody touches still age out: their permits go back.
+    this.sweep = setInterval(() => this.returnBlocks(true), this.blockTtlMs);
+    this.sweep.unref();
+  }
+
+  /**
+   * What another thread needs to open this limiter over the same blocks with
+   * `attach(handle, { redis })`: structured-cloneable. A `whenUnavailable` limiter does not
+   * travel (attach() may give one).
+   */
+  get handle(): RedisHandle {
+    const options: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(this.common.options)) {
+      if (k === 'redis' || k === 'clock') continue;
+      if (k === 'whenUnavailable' && typeof v === 'object') continue;
+      options[k] = v;
+    }
+    return {
+      kind: 'atomic-limiter/redis',
+      algorithm: this.algorithm,
+      options,
+      clock: this.clock?.handle,
+      blocks: this.blocks?.handle,
+    };
+  }
+
+  /** Local time in ms for block ages and cached refusals (the ManualClock's when given). */
+  private localMs(): number {
+    return this.clock ? this.clock.nowUs() / 1000 : performance.timeOrigin + performance.now();
+  }
+
+  /** Gives back the permits of blocks (only aged-out ones if `expiredOnly`). */
+  private returnBlocks(expiredOnly: boolean): Promise<void> {
+    const blocks = this.blocks;
+    if (!blocks) return Promise.resolve();
+    const now = this.localMs();
+    const pending: Promise<void>[] = [];
+    for (const s of blocks.held()) {
+      if (expiredOnly && !blocks.expired(s, now)) continue;
+      const tag = blocks.tagOf(s);
+      const d = blocks.drain(s);
+      if (d.permits > 0) {
+        pending.push(this.giveBack(tag, d.permits, String(d.takenUs)));
+      }
+    }
+    return Promise.all(pending).then(() => {});
+  }
+
+  /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
+  private async fleetConsume(
+    tag: string,
+    key: Key | undefined,
+    permits: number,
+  ): Promise<Decision> {
+    const b = this.blocks!;
+    const s = b.slotOf(tag);
+    if (s < 0) return this.directConsume(tag, key, permits);
+    for (;;) {
+      const now = this.localMs();
+      if (b.take(s, permits, now)) {
+        // A quarter of a block left: the next one is leased in the background, so that the
+        // threads spending this one need not wait for a round trip.
+        if (b.permits(s) <= this.block >> 2 && this.block >= 4) this.prefetch(b, s, tag);
+        return {
+          allowed: true,
+          remaining: b.permits(s),
+          limit: this.limit,
+          retryAfterMs: 0,
+          resetAfterMs: b.resetAfterMs(s, now),
+        };
+      }
+      const refusedMs = b.refusedForMs(s, now);
+      if (refusedMs > 0) {
+        return {
+          allowed: false,
+          remaining: 0,
+          limit: this.limit,
+          retryAfterMs: refusedMs,
+          resetAfterMs: b.resetAfterMs(s, now),
+          reason: 'limited',
+        };
+      }
+      if (this.closed) throw new LimiterClosedError();
+      if (!b.claimFetch(s, 2 * this.timeoutMs)) {
+        // Another thread (or call) fetches this key's block: wait for it, then look again.
+        await b.waitFetch(s, this.timeoutMs);
+        continue;
+      }
+      let r: Reply;
+      try {
+        // Fewer permits than asked are left, or an aged-out block: they go back first, in
+        // the window they were taken in.
+        const left = b.drain(s);
+        if (left.permits > 0) {
+          this.giveBack(tag, left.permits, String(left.takenUs)).catch(reportLost);
+        }
+        r = this.parse(await this.call('b', tag, this.block, String(permits)));
+      } catch (error) {
+        b.endFetch(s);
+        return this.fallback(error, key, permits);
+      }
+      const at = this.localMs();
+      b.setFreshAt(s, at + r.untilFreshUs / 1000);
+      if (r.allowed) {
+        const granted = r.hintUs;
+        if (!(granted >= permits && granted <= this.block)) {
+          b.endFetch(s);
+          throw this.badReply(r);
+        }
+        b.fill(s, granted - permits, r.nowUs, at + this.blockTtlMs);
+        b.endFetch(s);
+        return {
+          allowed: true,
+          remaining: b.permits(s),
+          limit: this.limit,
+          retryAfterMs: 0,
+          resetAfterMs: r.untilFreshUs / 1000,
+        };
+      }
+      const retryAfterMs = Number.isFinite(r.retryAfterUs) ? r.retryAfterUs / 1000 : this.timeoutMs;
+      // A refusal of one permit holds for any count; of more, not for fewer: only the first
+      // is cached.
+      if (permits === 1) b.refuse(s, at + retryAfterMs);
+      b.endFetch(s);
+      return {
+        allowed: false,
+        remaining: 0,
+        limit: this.limit,
+        retryAfterMs,
+        resetAfterMs: r.untilFreshUs / 1000,
+        reason: 'limited',
+      };
+    }
+  }
+
+  private prefetch(b: Blocks, s: number, tag: string): void {
+    if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs)) return;
+    this.call('b', tag, this.block, '1').then(
+      (reply) => {
+        const r = this.parse(reply);
+        const at = this.localMs();
+        b.setFreshAt(s, at + r.untilFreshUs / 1000);
+        if (r.allowed && r.hintUs >= 1 && r.hintUs <= this.block) {
+          b.top(s, r.hintUs, r.nowUs, at + this.blockTtlMs);
+        } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
+          b.refuse(s, at + r.retryAfterUs / 1000);
+        }
+        b.endFetch(s);
+      },
+      () => b.endFetch(s), // the next empty block asks again, under the failure policy
+    );
+  }
+
+  private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
+    return this.call('c', tag, permits, this.grantId()).then(
+      (reply) => this.decision(this.parse(reply)),
+      (error) => this.fallback(error, key, permits),
+    );
   }
 
   /** The script's parameters (ARGV[6…]) for a key. */
@@ -293,7 +534,7 @@ export abstract class RedisLimiter {
   }
 
   /** The failure policy, for a call whose answer Redis could not give. */
-  private fallback(
+  protected fallback(
     error: unknown,
     key: Key | undefined,
     permits: number,
@@ -333,6 +574,9 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
+    if (this.blocks && permits <= this.block) {
+      return this.fleetConsume(tag, key, permits).then((d) => d.allowed);
+    }
     return this.call('t', tag, permits, this.grantId()).then(
       (reply) => {
         if (reply === 1) return true;
@@ -352,10 +596,8 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.call('c', tag, permits, this.grantId()).then(
-      (reply) => this.decision(this.parse(reply)),
-      (error) => this.fallback(error, key, permits),
-    );
+    if (this.blocks && permits <= this.block) return this.fleetConsume(tag, key, permits);
+    return this.directConsume(tag, key, permits);
   }
 
   /** Lease id of a grant (Concurrency); '' for rate limiters. */
@@ -420,6 +662,11 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
+    if (this.blocks) {
+      // The key starts afresh: this process's block and cached refusal go too.
+      const s = this.blocks.slotOf(tag);
+      if (s >= 0) this.blocks.forget(s);
+    }
     return this.call('x', tag, 1).then(
       () => {},
       (error) => {
@@ -433,9 +680,14 @@ export abstract class RedisLimiter {
    * do its pending acquire() calls. The Redis client stays the caller's.
    */
   close(): Promise<void> {
+    const first = !this.closed;
     this.closed = true;
     for (const w of [...this.waiters]) w.stop(new LimiterClosedError());
-    return this.onClose();
+    if (this.sweep) clearInterval(this.sweep);
+    // Fleet mode: the limiter that made the blocks gives their unspent permits back
+    // (attach()ed ones leave them to it: other threads may still be spending them).
+    const back = first && this.ownsBlocks ? this.returnBlocks(false) : Promise.resolve();
+    return Promise.all([back, this.onClose()]).then(() => {});
   }
 
   protected onClose(): Promise<void> {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { MAX_CONCURRENCY } from '../algorithms/concurrency.js';
 import type { Key } from '../limiter.js';
-import { integerOption, permitsError, rangeError } from '../validate.js';
+import { integerOption, permitsError, rangeError, typeError } from '../validate.js';
 import {
   type RedisLease,
   RedisLimiter,
@@ -49,6 +49,14 @@ export class Concurrency extends RedisLimiter {
 
   constructor(options: ConcurrencyOptions) {
     const { opts, common } = readRedisCommon('Concurrency', options, ['limit', 'leaseMs']);
+    for (const name of ['block', 'blockTtlMs', 'blockKeys']) {
+      if (opts[name] !== undefined) {
+        // A lease is held, not spent: there is nothing to hand out in blocks.
+        throw typeError(
+          `Concurrency: option "${name}" is for rate limiters; Concurrency has no blocks (leases are held, not spent)`,
+        );
+      }
+    }
     const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_CONCURRENCY);
     const leaseMs = integerOption('Concurrency', 'leaseMs', opts.leaseMs, 1, 2 ** 31 - 1, 60_000);
     super('Concurrency', common, SCRIPT);

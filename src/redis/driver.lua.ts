@@ -6,7 +6,7 @@
  * microseconds; nothing here rounds except where the in-memory class rounds.
  *
  * ARGV: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund,
- * 'l' release, 's' stats, 'x' reset), 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
+ * 'l' release, 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
  * time, or a lease id), 5 extra TTL in ms (slack for a ManualClock), 6… the algorithm's
  * parameters. Numbers go back as strings ('%.17g' round-trips a double; Redis would
  * truncate a Lua number to an integer).
@@ -86,6 +86,25 @@ elseif OP == 'c' or OP == 'w' or OP == 'q' then
   save(st)
   return {0, out(avail(st, NOW)), out(retryAfter(st, PERMITS)), out(fresh(st, NOW)), out(NOW),
     out(hint(st))}
+elseif OP == 'b' then
+  -- Fleet mode: lease a block, up to PERMITS and at least EXTRA (step is monotone in p, so the
+  -- largest grantable p is found by bisection). Replies as 'c' with the count granted last.
+  local least = tonumber(EXTRA)
+  if not step(st, NOW, least) then
+    st.rej = st.rej + least
+    save(st)
+    return {0, out(avail(st, NOW)), out(retryAfter(st, least)), out(fresh(st, NOW)), out(NOW), 0}
+  end
+  local lo, hi = least, PERMITS
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if step(st, NOW, mid) then lo = mid else hi = mid - 1 end
+  end
+  local nx = step(st, NOW, lo)
+  nx.adm = st.adm + lo
+  nx.rej = st.rej
+  save(nx)
+  return {1, out(avail(nx, NOW)), 0, out(fresh(nx, NOW)), out(NOW), lo}
 elseif OP == 'r' then
   local taken = NOW
   if EXTRA ~= '' then taken = tonumber(EXTRA) end

@@ -50,6 +50,7 @@ export abstract class RedisGcra extends RedisLimiter {
       leaky ? '1' : '0',
       String(common.queueLimit),
     ];
+    this.startFleet();
   }
 
   protected params(): readonly string[] {

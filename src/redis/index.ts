@@ -5,9 +5,16 @@
  */
 
 export { BackendUnavailableError } from '../errors.js';
-export type { LocalLimiter, RedisLease, RedisOptions, WhenUnavailable } from './base.js';
+export type {
+  LocalLimiter,
+  RedisHandle,
+  RedisLease,
+  RedisOptions,
+  WhenUnavailable,
+} from './base.js';
 export { Concurrency, type ConcurrencyOptions } from './concurrency.js';
 export { FixedWindow, type FixedWindowOptions } from './fixed-window.js';
+export { type AttachOptions, attach } from './fleet.js';
 export { LeakyBucket, type LeakyBucketOptions } from './leaky-bucket.js';
 export { SlidingLog, type SlidingLogOptions } from './sliding-log.js';
 export { SlidingWindow, type SlidingWindowOptions } from './sliding-window.js';

@@ -38,6 +38,7 @@ export class SlidingLog extends RedisLimiter {
     this.limit = limit;
     this.windowMs = windowMs;
     this.args = [String(limit), String(windowMs * 1000)];
+    this.startFleet();
   }
 
   protected override keysOf(tag: string): readonly string[] {

@@ -40,6 +40,7 @@ export class SlidingWindow extends RedisLimiter {
     this.limit = limit;
     this.windowMs = windowMs;
     this.args = [String(limit), String(windowMs * 1000)];
+    this.startFleet();
   }
 
   protected params(): readonly string[] {

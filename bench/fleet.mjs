@@ -1,0 +1,185 @@
+// Fleet mode: 4 worker threads of one process on one hot key, on one redis-server started
+// here. Subjects, in the same run: atomic-limiter/redis TokenBucket with `block: 64` (the
+// threads attach() one limiter: shared blocks), the same without blocks (a Redis call per
+// decision), and rate-limiter-flexible's RateLimiterRedis. Each thread awaits its calls one
+// at a time. Redis calls are counted by the server (INFO commandstats, after RESETSTAT).
+// Also: a refused hot key (capacity 1, 1 per second: retryAfterMs ≈ 1000) hammered by the
+// 4 threads for a while: Redis calls per retryAfterMs.
+//
+//   runFleet({ quick })        from run.mjs (part "fleet")
+//   node bench/fleet.mjs       alone, prints the JSON
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { startServer } from './redis.mjs';
+
+const THREADS = 4;
+const BLOCK = 64;
+const KEY = 'hot';
+
+async function thread() {
+  const { Redis } = await import('ioredis');
+  const { TokenBucket, attach } = await import('../dist/redis.js');
+  const { RateLimiterRedis } = await import('rate-limiter-flexible');
+  const { subject, port, n, handle, hammerMs } = workerData;
+  const redis = new Redis(port, '127.0.0.1');
+  let call;
+  let limiter;
+  if (subject === 'fleet' || subject === 'fleetTurns' || subject === 'refused') {
+    limiter = attach(handle, { redis });
+    call = () => limiter.tryAcquire(KEY);
+  } else if (subject === 'plain') {
+    limiter = new TokenBucket({ redis, capacity: 2 ** 24, refillPerSecond: 1e6, prefix: 'fb' });
+    call = () => limiter.tryAcquire(KEY);
+  } else {
+    const rlf = new RateLimiterRedis({
+      storeClient: redis,
+      keyPrefix: 'fb-rlf',
+      points: 2 ** 30,
+      duration: 3600,
+    });
+    call = () => rlf.consume(KEY);
+  }
+  for (let i = 0; i < 200; i++) await call(); // warm
+  parentPort.postMessage({ ready: true });
+  await new Promise((r) => parentPort.once('message', r));
+  const lat = new Float64Array(n);
+  let done = 0;
+  let allowed = 0;
+  const t0 = performance.now();
+  if (subject === 'refused') {
+    while (performance.now() - t0 < hammerMs) {
+      if (await call()) allowed++;
+      done++;
+    }
+  } else {
+    // fleetTurns: an event-loop turn every 16 decisions, as a server's requests arrive.
+    const turns = subject === 'fleetTurns';
+    for (; done < n; done++) {
+      if (turns && (done & 15) === 0) await new Promise(setImmediate);
+      const s = performance.now();
+      await call();
+      lat[done] = performance.now() - s;
+    }
+  }
+  const wallMs = performance.now() - t0;
+  await limiter?.close();
+  redis.disconnect();
+  parentPort.postMessage({ done, allowed, wallMs, lat: subject === 'refused' ? [] : [...lat] });
+}
+
+async function redisCalls(admin) {
+  const info = await admin.info('commandstats');
+  // Round trips: script calls (commands a script runs are counted apart by Redis, not here).
+  let n = 0;
+  for (const m of info.matchAll(/cmdstat_(evalsha|eval|evalsha_ro|eval_ro|fcall):calls=(\d+)/g)) {
+    n += Number(m[2]);
+  }
+  return n;
+}
+
+async function runSubject(port, admin, subject, n, handle, hammerMs) {
+  const file = fileURLToPath(import.meta.url);
+  const workers = Array.from(
+    { length: THREADS },
+    () => new Worker(file, { workerData: { subject, port, n, handle, hammerMs } }),
+  );
+  const next = (w) =>
+    new Promise((resolve, reject) => w.once('message', resolve).once('error', reject));
+  await Promise.all(workers.map(next));
+  await admin.config('RESETSTAT');
+  const t0 = performance.now();
+  const results = Promise.all(workers.map(next));
+  for (const w of workers) w.postMessage('go');
+  const out = await results;
+  const wallMs = performance.now() - t0;
+  const calls = await redisCalls(admin);
+  await Promise.all(workers.map((w) => w.terminate()));
+  const decisions = out.reduce((a, r) => a + r.done, 0);
+  const lat = out.flatMap((r) => r.lat).sort((a, b) => a - b);
+  return {
+    decisions,
+    allowed: out.reduce((a, r) => a + r.allowed, 0),
+    decisionsPerSecond: Math.round(decisions / (wallMs / 1000)),
+    p50Us: lat.length ? lat[Math.floor(lat.length / 2)] * 1000 : undefined,
+    p99Us: lat.length ? lat[Math.floor(lat.length * 0.99)] * 1000 : undefined,
+    redisCalls: calls,
+    redisCallsPer1000: (calls / decisions) * 1000,
+    wallMs,
+  };
+}
+
+export async function runFleet({ quick = false } = {}) {
+  const server = await startServer();
+  const { Redis } = await import('ioredis');
+  const { TokenBucket } = await import('../dist/redis.js');
+  const admin = new Redis(server.port, '127.0.0.1');
+  const owner = new Redis(server.port, '127.0.0.1');
+  try {
+    const n = quick ? 20_000 : 100_000;
+    const nRedis = quick ? 2_000 : 5_000;
+    const fleetLimiter = new TokenBucket({
+      redis: owner,
+      capacity: 2 ** 24,
+      refillPerSecond: 1e6,
+      block: BLOCK,
+      prefix: 'fb-fleet',
+    });
+    const fleet = await runSubject(server.port, admin, 'fleet', n, fleetLimiter.handle);
+    const fleetTurns = await runSubject(server.port, admin, 'fleetTurns', n, fleetLimiter.handle);
+    await fleetLimiter.close();
+    const plain = await runSubject(server.port, admin, 'plain', nRedis);
+    const rlf = await runSubject(server.port, admin, 'rlf', nRedis);
+    // A refused hot key: 1 permit, 1 per second; the threads hammer it for hammerMs.
+    const hammerMs = quick ? 1000 : 2000;
+    const refusedLimiter = new TokenBucket({
+      redis: owner,
+      capacity: 1,
+      refillPerSecond: 1,
+      block: 1,
+      prefix: 'fb-refused',
+    });
+    const refused = await runSubject(
+      server.port,
+      admin,
+      'refused',
+      0,
+      refusedLimiter.handle,
+      hammerMs,
+    );
+    await refusedLimiter.close();
+    // Calls that were refusals (each grant is one call too), per retryAfterMs (1 s) begun.
+    const refusedCallsPerRetryAfter =
+      (refused.redisCalls - refused.allowed) / Math.ceil(refused.wallMs / 1000);
+    const ratios = {
+      fleetOverPlain: fleet.decisionsPerSecond / plain.decisionsPerSecond,
+      fleetOverRlf: fleet.decisionsPerSecond / rlf.decisionsPerSecond,
+      fleetTurnsOverPlain: fleetTurns.decisionsPerSecond / plain.decisionsPerSecond,
+    };
+    return {
+      threads: THREADS,
+      block: BLOCK,
+      subjects: { fleet, fleetTurns, plain, rlf, refused },
+      ratios,
+      goals: {
+        throughput: { text: '≥ 20× plain Redis', met: ratios.fleetOverPlain >= 20 },
+        p50: { text: 'p50 ≤ 2 µs', met: fleet.p50Us <= 2 },
+        calls: { text: 'Redis calls ≤ 1/50 of decisions', met: fleet.redisCallsPer1000 <= 20 },
+        refused: {
+          text: 'a refused hot key ≤ 1 Redis call per retryAfterMs (1 s) per process',
+          met: refusedCallsPerRetryAfter <= 1,
+          callsPerRetryAfter: refusedCallsPerRetryAfter,
+        },
+      },
+    };
+  } finally {
+    admin.disconnect();
+    owner.disconnect();
+    await server.stop();
+  }
+}
+
+if (!isMainThread && workerData?.subject) await thread();
+else if (isMainThread && process.argv[1] === fileURLToPath(import.meta.url)) {
+  console.log(JSON.stringify(await runFleet({ quick: process.argv.includes('--quick') }), null, 2));
+}

@@ -1,0 +1,212 @@
+import { hashKey } from '../hash.js';
+
+/**
+ * Fleet mode's shared memory: per key, the permits this process leased from Redis (a
+ * block), when they were taken (so a give-back lands in their window), when the block ages
+ * out, and a cached refusal. One SharedArrayBuffer, shared by every thread of the process
+ * through the limiter's handle; all fields are read and written with Atomics.
+ *
+ * A fixed open-addressing table of `slots` entries keyed by a 64-bit fingerprint of the key
+ * (collision odds 2^-64 per pair, as the core table's). When the table is full, a key gets
+ * no block: it is decided by Redis directly (correct, only slower).
+ */
+
+// Int32 fields per slot.
+const I_STATE = 0; // 0 empty, 1 claiming, 2 ready
+const I_FP0 = 1;
+const I_FP1 = 2;
+const I_PERMITS = 3; // permits in hand
+const I_FETCH = 4; // fetch lease: real-time deadline in ms (low 31 bits), 0 = nobody fetches
+const I_GEN = 5; // bumped when a fetch ends: wakes threads waiting for it
+const INTS = 8;
+// Float64 fields per slot.
+const F_TAKEN_US = 0; // when the block's permits were taken (the script's time)
+const F_EXPIRES_MS = 1; // local time the block ages out
+const F_REFUSED_UNTIL_MS = 2; // local time a cached refusal ends (0: none)
+const F_FRESH_AT_MS = 3; // local time the key is fresh again, as Redis last said
+const FLOATS = 4;
+
+// The key's tag, UTF-16, per slot (close() and the sweep name the key to give back to).
+const TAG_CHARS = 120;
+const I_TAG_LENGTH = 6;
+
+const SEED0 = 0x5eed_f1ee | 0;
+const SEED1 = 0x0b10_c45 | 0;
+const MAX_PROBE = 32;
+
+export interface BlocksHandle {
+  readonly kind: 'atomic-limiter/redis-blocks';
+  readonly buffer: SharedArrayBuffer;
+  readonly slots: number;
+}
+
+export class Blocks {
+  readonly handle: BlocksHandle;
+  private readonly ints: Int32Array;
+  private readonly floats: Float64Array;
+  private readonly slots: number;
+  private readonly fp = new Int32Array(2);
+  private readonly chars: Uint16Array;
+
+  constructor(from: number | BlocksHandle) {
+    if (typeof from === 'number') {
+      const buffer = new SharedArrayBuffer(from * (FLOATS * 8 + INTS * 4 + TAG_CHARS * 2));
+      this.handle = { kind: 'atomic-limiter/redis-blocks', buffer, slots: from };
+    } else {
+      this.handle = from;
+    }
+    this.slots = this.handle.slots;
+    this.floats = new Float64Array(this.handle.buffer, 0, this.slots * FLOATS);
+    this.ints = new Int32Array(this.handle.buffer, this.slots * FLOATS * 8, this.slots * INTS);
+    this.chars = new Uint16Array(
+      this.handle.buffer,
+      this.slots * (FLOATS * 8 + INTS * 4),
+      this.slots * TAG_CHARS,
+    );
+  }
+
+  /** The tag slot `s` holds. */
+  tagOf(s: number): string {
+    const n = Atomics.load(this.ints, s * INTS + I_TAG_LENGTH);
+    return String.fromCharCode(...this.chars.subarray(s * TAG_CHARS, s * TAG_CHARS + n));
+  }
+
+  /** The slot of `tag`, claimed if new; −1 when the table has no room for it. */
+  slotOf(tag: string): number {
+    // A key too long to name here is decided by Redis directly (correct, only slower).
+    if (tag.length > TAG_CHARS) return -1;
+    hashKey(tag, SEED0, SEED1, this.fp);
+    const fp0 = this.fp[0]!;
+    const fp1 = this.fp[1]!;
+    const ints = this.ints;
+    let s = (fp0 >>> 0) % this.slots;
+    for (let probe = 0; probe < MAX_PROBE; probe++, s = (s + 1) % this.slots) {
+      const b = s * INTS;
+      let state = Atomics.load(ints, b + I_STATE);
+      if (state === 0) {
+        if (Atomics.compareExchange(ints, b + I_STATE, 0, 1) === 0) {
+          Atomics.store(ints, b + I_FP0, fp0);
+          Atomics.store(ints, b + I_FP1, fp1);
+          for (let i = 0; i < tag.length; i++) this.chars[s * TAG_CHARS + i] = tag.charCodeAt(i);
+          Atomics.store(ints, b + I_TAG_LENGTH, tag.length);
+          Atomics.store(ints, b + I_STATE, 2);
+          return s;
+        }
+        state = Atomics.load(ints, b + I_STATE);
+      }
+      // Another thread is writing this slot's fingerprint: a few stores, so spin.
+      while (state === 1) state = Atomics.load(ints, b + I_STATE);
+      if (Atomics.load(ints, b + I_FP0) === fp0 && Atomics.load(ints, b + I_FP1) === fp1) {
+        return s;
+      }
+    }
+    return -1;
+  }
+
+  /** Takes `permits` from slot `s`'s block if it holds them and has not aged out. */
+  take(s: number, permits: number, nowMs: number): boolean {
+    const i = s * INTS + I_PERMITS;
+    let have = Atomics.load(this.ints, i);
+    while (have >= permits) {
+      if (nowMs >= this.floats[s * FLOATS + F_EXPIRES_MS]!) return false;
+      const seen = Atomics.compareExchange(this.ints, i, have, have - permits);
+      if (seen === have) return true;
+      have = seen;
+    }
+    return false;
+  }
+
+  permits(s: number): number {
+    return Atomics.load(this.ints, s * INTS + I_PERMITS);
+  }
+
+  /** Empties slot `s`'s block; returns the permits it held and when they were taken. */
+  drain(s: number): { permits: number; takenUs: number } {
+    const permits = Atomics.exchange(this.ints, s * INTS + I_PERMITS, 0);
+    return { permits, takenUs: this.floats[s * FLOATS + F_TAKEN_US]! };
+  }
+
+  /** True when slot `s` holds permits whose block has aged out. */
+  expired(s: number, nowMs: number): boolean {
+    return this.permits(s) > 0 && nowMs >= this.floats[s * FLOATS + F_EXPIRES_MS]!;
+  }
+
+  /** Fills slot `s` (drained by the fetcher first) with a new block. */
+  fill(s: number, permits: number, takenUs: number, expiresMs: number): void {
+    // The times go first: a thread that sees the permits sees their times.
+    this.floats[s * FLOATS + F_TAKEN_US] = takenUs;
+    this.floats[s * FLOATS + F_EXPIRES_MS] = expiresMs;
+    Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+  }
+
+  /**
+   * Adds a prefetched block to slot `s`. Permits of two leases share one taking time: the
+   * older, so that a give-back never lands in a window later than its permits' (at worst it
+   * lands nowhere: the safe direction); and the older block's age-out.
+   */
+  top(s: number, permits: number, takenUs: number, expiresMs: number): void {
+    const f = s * FLOATS;
+    if (this.permits(s) > 0) {
+      this.floats[f + F_TAKEN_US] = Math.min(this.floats[f + F_TAKEN_US]!, takenUs);
+    } else {
+      this.floats[f + F_TAKEN_US] = takenUs;
+      this.floats[f + F_EXPIRES_MS] = expiresMs;
+    }
+    Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+  }
+
+  /** Claims the fetch of slot `s` (single flight); a dead fetcher's claim lapses at its lease. */
+  claimFetch(s: number, leaseMs: number): boolean {
+    const i = s * INTS + I_FETCH;
+    const now = Date.now();
+    const deadline = (now + leaseMs) & 0x7fffffff || 1;
+    const held = Atomics.load(this.ints, i);
+    if (held !== 0 && ((held - (now & 0x7fffffff)) | 0) > 0) return false;
+    return Atomics.compareExchange(this.ints, i, held, deadline) === held;
+  }
+
+  endFetch(s: number): void {
+    Atomics.store(this.ints, s * INTS + I_FETCH, 0);
+    Atomics.add(this.ints, s * INTS + I_GEN, 1);
+    Atomics.notify(this.ints, s * INTS + I_GEN);
+  }
+
+  /** Resolves when the fetch in flight for slot `s` ends, or after `maxMs`. */
+  async waitFetch(s: number, maxMs: number): Promise<void> {
+    const i = s * INTS + I_GEN;
+    const gen = Atomics.load(this.ints, i);
+    if (Atomics.load(this.ints, s * INTS + I_FETCH) === 0) return;
+    const r = Atomics.waitAsync(this.ints, i, gen, maxMs);
+    if (r.async) await r.value;
+  }
+
+  refuse(s: number, untilMs: number): void {
+    this.floats[s * FLOATS + F_REFUSED_UNTIL_MS] = untilMs;
+  }
+
+  forget(s: number): void {
+    this.floats[s * FLOATS + F_REFUSED_UNTIL_MS] = 0;
+    Atomics.store(this.ints, s * INTS + I_PERMITS, 0);
+  }
+
+  setFreshAt(s: number, atMs: number): void {
+    this.floats[s * FLOATS + F_FRESH_AT_MS] = atMs;
+  }
+
+  resetAfterMs(s: number, nowMs: number): number {
+    return Math.max(0, this.floats[s * FLOATS + F_FRESH_AT_MS]! - nowMs);
+  }
+
+  /** Ms left of slot `s`'s cached refusal at `nowMs` (0: none). */
+  refusedForMs(s: number, nowMs: number): number {
+    const until = this.floats[s * FLOATS + F_REFUSED_UNTIL_MS]!;
+    return until > nowMs ? until - nowMs : 0;
+  }
+
+  /** Every slot holding permits (close(): all go back). */
+  *held(): Generator<number> {
+    for (let s = 0; s < this.slots; s++) {
+      if (Atomics.load(this.ints, s * INTS + I_STATE) === 2 && this.permits(s) > 0) yield s;
+    }
+  }
+}

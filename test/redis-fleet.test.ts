@@ -1,0 +1,183 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../src/index.js';
+import { attach, Concurrency, FixedWindow, SlidingLog, TokenBucket } from '../src/redis/index.js';
+import { cli, RedisServer } from './helpers/redis.js';
+
+// Fleet mode in one process: blocks leased from a real redis-server, spent locally.
+
+let server: RedisServer;
+let redis: Redis;
+
+/** EVALSHA calls the server has run since the last CONFIG RESETSTAT. */
+async function evalCalls(): Promise<number> {
+  const info = await cli(server.port, 'INFO', 'commandstats');
+  const m = /cmdstat_evalsha:calls=(\d+)/.exec(info);
+  return m ? Number(m[1]) : 0;
+}
+
+beforeAll(async () => {
+  server = await RedisServer.start();
+  redis = new Redis(server.port, '127.0.0.1');
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.close();
+});
+
+describe('fleet mode: blocks', () => {
+  it('leases a block per round trip and spends it locally', async () => {
+    const clock = new ManualClock(1_000_000);
+    const fw = new FixedWindow({
+      redis,
+      limit: 100,
+      windowMs: 60_000,
+      block: 10,
+      clock,
+      prefix: 'f1',
+    });
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    const decisions = [];
+    for (let i = 0; i < 100; i++) decisions.push(await fw.consume('k'));
+    expect(decisions.every((d) => d.allowed)).toBe(true);
+    // remaining is what this process may still spend without asking Redis.
+    expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
+    // Ten blocks of 10, and one more ask (the next block, leased ahead at a quarter left)
+    // that Redis refused: that refusal is now cached.
+    expect(await evalCalls()).toBe(11);
+    const refused = await fw.consume('k');
+    expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
+    expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
+    expect(await evalCalls()).toBe(11);
+    await fw.close();
+  });
+
+  it('takes up to a block, at least what is asked, and never more than the limit', async () => {
+    const clock = new ManualClock(0);
+    const tb = new TokenBucket({
+      redis,
+      capacity: 25,
+      refillPerSecond: 1e-6,
+      block: 10,
+      clock,
+      prefix: 'f2',
+    });
+    let admitted = 0;
+    for (let i = 0; i < 40; i++) if (await tb.tryAcquire('k')) admitted++;
+    expect(admitted).toBe(25);
+    await tb.close();
+  });
+
+  it('gives unspent permits back on close(), in the window they were taken in', async () => {
+    const clock = new ManualClock(0);
+    const a = new FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix: 'f3' });
+    expect((await a.consume('k')).allowed).toBe(true);
+    expect((await a.stats('k')).available).toBe(12);
+    await a.close();
+    const check = new FixedWindow({ redis, limit: 20, windowMs: 1000, clock, prefix: 'f3' });
+    expect((await check.stats('k')).available).toBe(19);
+    // A block taken in a window that has passed goes nowhere.
+    const b = new FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix: 'f3' });
+    await b.reset('k');
+    expect((await b.consume('k')).allowed).toBe(true);
+    clock.advance(1000);
+    await b.close();
+    expect((await check.stats('k')).available).toBe(20);
+  });
+
+  it('gives back an aged-out block before leasing a new one', async () => {
+    const clock = new ManualClock(0);
+    const log = new SlidingLog({
+      redis,
+      limit: 10,
+      windowMs: 3_600_000,
+      block: 4,
+      blockTtlMs: 100,
+      clock,
+      prefix: 'f4',
+    });
+    expect((await log.consume('k')).remaining).toBe(3);
+    clock.advance(100);
+    const d = await log.consume('k');
+    expect(d).toMatchObject({ allowed: true, remaining: 3 });
+    // 1 + 1 spent, 3 in hand: the 3 aged-out permits went back (sent before the new lease,
+    // on the same connection).
+    expect((await log.stats('k')).available).toBe(10 - 2 - 3);
+    await log.close();
+    const check = new SlidingLog({ redis, limit: 10, windowMs: 3_600_000, clock, prefix: 'f4' });
+    expect((await check.stats('k')).available).toBe(8);
+  });
+});
+
+describe('fleet mode: cached refusals', () => {
+  it('answers a refused key locally until retryAfterMs, counted down exactly', async () => {
+    const clock = new ManualClock(0);
+    const fw = new FixedWindow({ redis, limit: 5, windowMs: 1000, block: 5, clock, prefix: 'f5' });
+    for (let i = 0; i < 5; i++) expect((await fw.consume('k')).allowed).toBe(true);
+    // The next block was asked for ahead, at a quarter left, and Redis refused it: cached.
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    const first = await fw.consume('k');
+    expect(first).toMatchObject({ allowed: false, reason: 'limited', retryAfterMs: 1000 });
+    clock.advance(250);
+    for (let i = 0; i < 100; i++) {
+      expect(await fw.consume('k')).toMatchObject({ allowed: false, retryAfterMs: 750 });
+    }
+    expect(await evalCalls()).toBe(0);
+    clock.advance(750);
+    expect((await fw.consume('k')).allowed).toBe(true);
+    expect(await evalCalls()).toBe(1);
+    await fw.close();
+  });
+});
+
+describe('fleet mode: bad input', () => {
+  it('refuses a block larger than the limit or not a positive integer, naming it', () => {
+    const base = { redis, limit: 10, windowMs: 1000 };
+    expect(() => new FixedWindow({ ...base, block: 11 })).toThrow(RangeError);
+    expect(() => new FixedWindow({ ...base, block: 11 })).toThrow(/"block"/);
+    expect(() => new FixedWindow({ ...base, block: 0 })).toThrow(RangeError);
+    expect(() => new FixedWindow({ ...base, block: 1.5 })).toThrow(/"block"/);
+    expect(() => new FixedWindow({ ...base, block: '4' as never })).toThrow(TypeError);
+    expect(() => new FixedWindow({ ...base, block: 4, blockTtlMs: 0 })).toThrow(/"blockTtlMs"/);
+    expect(() => new Concurrency({ redis, limit: 10, block: 2 })).toThrow(TypeError);
+    expect(() => new Concurrency({ redis, limit: 10, block: 2 })).toThrow(/"block"/);
+  });
+
+  it('attach() refuses what is not a Redis rate limiter handle', () => {
+    expect(() => attach({} as never, { redis })).toThrow(TypeError);
+    const fw = new FixedWindow({ redis, limit: 10, windowMs: 1000, block: 2 });
+    expect(() => attach(fw.handle, { redis, colour: 1 } as never)).toThrow(/"colour"/);
+    // The handle is structured-cloneable: it survives the trip to a thread.
+    const copy = structuredClone(fw.handle);
+    expect(attach(copy, { redis }).block).toBe(2);
+  });
+});
+
+describe('fleet mode: Redis unavailable', () => {
+  it('spends permits in hand, then applies whenUnavailable', async () => {
+    const own = await RedisServer.start();
+    const client = new Redis(own.port, '127.0.0.1', { maxRetriesPerRequest: 0 });
+    try {
+      const clock = new ManualClock(0);
+      const fw = new FixedWindow({
+        redis: client,
+        limit: 100,
+        windowMs: 60_000,
+        block: 5,
+        clock,
+        timeoutMs: 200,
+        whenUnavailable: 'deny',
+        prefix: 'f6',
+      });
+      expect((await fw.consume('k')).allowed).toBe(true);
+      await own.stop();
+      for (let i = 0; i < 4; i++) expect((await fw.consume('k')).allowed).toBe(true);
+      expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'unavailable' });
+      await fw.close().catch(() => {});
+    } finally {
+      client.disconnect();
+      await own.close();
+    }
+  });
+});
