@@ -2,9 +2,8 @@ import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
 import type { Key } from '../table.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
-import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
+import { readWindowOptions, windowBits } from './window-bits.js';
 
 export interface FixedWindowOptions extends CommonOptions {
   /** Permits per window. Integer ≥ 1; the largest depends on `windowMs` (see README). */
@@ -43,15 +42,7 @@ export class FixedWindow extends Limiter {
   private static prepare(options: FixedWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('FixedWindow', options, ['limit', 'windowMs']);
-    const windowMs = positiveNumberOption(
-      'FixedWindow',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
-    const max = maxLimitFor(windowMs * 1000, 1);
-    const limit = integerOption('FixedWindow', 'limit', opts.limit, 1, max);
+    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1);
     return { ...common, params: [limit, windowMs], logRing: 0 };
   }
 

@@ -2,11 +2,39 @@ import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
 import { type Attached, type Fresh, Limiter } from '../limiter.js';
 import type { Key } from '../table.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
 export const MIN_RATE_PER_SECOND = 1e-6;
 export const MAX_RATE_PER_SECOND = 1e6;
+
+/**
+ * A bucket's own options, checked: `capacity` and the rate option named `rateName`
+ * (`refillPerSecond` or `ratePerSecond`). Every backend's bucket classes read them here.
+ */
+export function readBucketOptions(
+  owner: string,
+  opts: Record<string, unknown>,
+  rateName: 'refillPerSecond' | 'ratePerSecond',
+): { capacity: number; rate: number } {
+  const capacity = integerOption(owner, 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
+  const rate = positiveNumberOption(
+    owner,
+    rateName,
+    opts[rateName],
+    MIN_RATE_PER_SECOND,
+    MAX_RATE_PER_SECOND,
+  );
+  return { capacity, rate };
+}
+
+/** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
+export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number): number {
+  return opts.queueLimit === undefined
+    ? capacity
+    : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+}
 
 /**
  * The Generic Cell Rate Algorithm: the whole state of a key is one theoretical arrival

@@ -1,6 +1,5 @@
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../limiter.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
-import { Gcra, MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
+import { Gcra, leakyQueueLimit, readBucketOptions } from './gcra.js';
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
 export interface LeakyBucketOptions extends CommonOptions {
@@ -35,19 +34,8 @@ export class LeakyBucket extends Gcra {
   private static prepare(options: LeakyBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
-    const capacity = integerOption('LeakyBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
-    const rate = positiveNumberOption(
-      'LeakyBucket',
-      'ratePerSecond',
-      opts.ratePerSecond,
-      MIN_RATE_PER_SECOND,
-      MAX_RATE_PER_SECOND,
-    );
-    // The bucket is the queue: at most `capacity` permits wait (fewer if asked).
-    const queueLimit =
-      opts.queueLimit === undefined
-        ? capacity
-        : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+    const { capacity, rate } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond');
+    const queueLimit = leakyQueueLimit(opts, capacity);
     return { ...common, queueLimit, params: [capacity, rate], logRing: 0 };
   }
 }

@@ -17,6 +17,22 @@ function isLater(a: number, b: number): boolean {
   return d !== 0 && d < 2 ** 26;
 }
 
+/** SlidingLog's own options, checked (every backend's SlidingLog reads them here). */
+export function readLogOptions(
+  owner: string,
+  opts: Record<string, unknown>,
+): { limit: number; windowMs: number } {
+  const limit = integerOption(owner, 'limit', opts.limit, 1, MAX_LOG_LIMIT);
+  const windowMs = positiveNumberOption(
+    owner,
+    'windowMs',
+    opts.windowMs,
+    MIN_WINDOW_MS,
+    MAX_WINDOW_MS,
+  );
+  return { limit, windowMs };
+}
+
 export interface SlidingLogOptions extends CommonOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */
   limit: number;
@@ -59,14 +75,7 @@ export class SlidingLog extends Limiter {
   private static prepare(options: SlidingLogOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingLog', options, ['limit', 'windowMs']);
-    const limit = integerOption('SlidingLog', 'limit', opts.limit, 1, MAX_LOG_LIMIT);
-    const windowMs = positiveNumberOption(
-      'SlidingLog',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
+    const { limit, windowMs } = readLogOptions('SlidingLog', opts);
     const ring = 2 ** Math.ceil(Math.log2(2 * limit));
     return { ...common, params: [limit, windowMs], logRing: ring };
   }

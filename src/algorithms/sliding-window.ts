@@ -2,9 +2,8 @@ import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
 import type { Key } from '../table.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
-import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor, windowBits } from './window-bits.js';
+import { readWindowOptions, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
   /** Permits per sliding window. Integer ≥ 1; at most 4093 for windows ≥ 1 s (see README). */
@@ -51,15 +50,7 @@ export class SlidingWindow extends Limiter {
   private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingWindow', options, ['limit', 'windowMs']);
-    const windowMs = positiveNumberOption(
-      'SlidingWindow',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
-    const max = maxLimitFor(windowMs * 1000, 2);
-    const limit = integerOption('SlidingWindow', 'limit', opts.limit, 1, max);
+    const { limit, windowMs } = readWindowOptions('SlidingWindow', opts, 2);
     return { ...common, params: [limit, windowMs], logRing: 0 };
   }
 

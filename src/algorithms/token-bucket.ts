@@ -1,6 +1,5 @@
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../limiter.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
-import { Gcra, MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
+import { Gcra, readBucketOptions } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 
 export interface TokenBucketOptions extends CommonOptions {
@@ -31,14 +30,7 @@ export class TokenBucket extends Gcra {
   private static prepare(options: TokenBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('TokenBucket', options, ['capacity', 'refillPerSecond']);
-    const capacity = integerOption('TokenBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
-    const refill = positiveNumberOption(
-      'TokenBucket',
-      'refillPerSecond',
-      opts.refillPerSecond,
-      MIN_RATE_PER_SECOND,
-      MAX_RATE_PER_SECOND,
-    );
-    return { ...common, params: [capacity, refill], logRing: 0 };
+    const { capacity, rate } = readBucketOptions('TokenBucket', opts, 'refillPerSecond');
+    return { ...common, params: [capacity, rate], logRing: 0 };
   }
 }

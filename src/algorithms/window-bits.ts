@@ -1,4 +1,5 @@
 import { STAMP_US } from '../layout.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
 
 /** Largest window: keeps `count × window` products exact in doubles. */
 export const MAX_WINDOW_MS = 2 ** 30;
@@ -23,6 +24,32 @@ export function windowBits(
   const needed = 3 + (2 * STAMP_US) / windowUs;
   if (wBits < 2 || 2 ** (wBits - 1) < needed) return null;
   return { countBits, windowBits: wBits };
+}
+
+/**
+ * A window's own options, checked: `windowMs`, then `limit` up to what `counters` count
+ * fields and the window number leave room for. Every backend's window classes read them here.
+ */
+export function readWindowOptions(
+  owner: string,
+  opts: Record<string, unknown>,
+  counters: number,
+): { limit: number; windowMs: number } {
+  const windowMs = positiveNumberOption(
+    owner,
+    'windowMs',
+    opts.windowMs,
+    MIN_WINDOW_MS,
+    MAX_WINDOW_MS,
+  );
+  const limit = integerOption(
+    owner,
+    'limit',
+    opts.limit,
+    1,
+    maxLimitFor(windowMs * 1000, counters),
+  );
+  return { limit, windowMs };
 }
 
 /** The largest limit `windowBits` accepts for this window (for error messages). */

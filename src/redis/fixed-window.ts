@@ -1,5 +1,4 @@
-import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor } from '../algorithms/window-bits.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { readWindowOptions } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { FIXED_WINDOW_SCRIPT } from './fixed-window.lua.js';
 import { Script } from './runner.js';
@@ -22,20 +21,7 @@ export class FixedWindow extends RedisLimiter {
 
   constructor(options: FixedWindowOptions) {
     const { opts, common } = readRedisCommon('FixedWindow', options, ['limit', 'windowMs']);
-    const windowMs = positiveNumberOption(
-      'FixedWindow',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
-    const limit = integerOption(
-      'FixedWindow',
-      'limit',
-      opts.limit,
-      1,
-      maxLimitFor(windowMs * 1000, 1),
-    );
+    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1);
     super('FixedWindow', common, SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;

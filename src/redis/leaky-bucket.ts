@@ -1,5 +1,4 @@
-import { MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from '../algorithms/gcra.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { leakyQueueLimit, readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
 import { RedisGcra } from './gcra.js';
 
@@ -18,19 +17,8 @@ export class LeakyBucket extends RedisGcra {
 
   constructor(options: LeakyBucketOptions) {
     const { opts, common } = readRedisCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
-    const capacity = integerOption('LeakyBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
-    const rate = positiveNumberOption(
-      'LeakyBucket',
-      'ratePerSecond',
-      opts.ratePerSecond,
-      MIN_RATE_PER_SECOND,
-      MAX_RATE_PER_SECOND,
-    );
-    // The bucket is the queue: at most `capacity` permits wait (fewer if asked).
-    const queueLimit =
-      opts.queueLimit === undefined
-        ? capacity
-        : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+    const { capacity, rate } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond');
+    const queueLimit = leakyQueueLimit(opts, capacity);
     super('LeakyBucket', { ...common, queueLimit }, capacity, rate, true);
     this.capacity = capacity;
     this.ratePerSecond = rate;

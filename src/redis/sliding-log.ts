@@ -1,6 +1,4 @@
-import { MAX_LOG_LIMIT } from '../algorithms/sliding-log.js';
-import { MAX_WINDOW_MS, MIN_WINDOW_MS } from '../algorithms/window-bits.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { readLogOptions } from '../algorithms/sliding-log.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_LOG_SCRIPT } from './sliding-log.lua.js';
@@ -26,14 +24,7 @@ export class SlidingLog extends RedisLimiter {
 
   constructor(options: SlidingLogOptions) {
     const { opts, common } = readRedisCommon('SlidingLog', options, ['limit', 'windowMs']);
-    const limit = integerOption('SlidingLog', 'limit', opts.limit, 1, MAX_LOG_LIMIT);
-    const windowMs = positiveNumberOption(
-      'SlidingLog',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
+    const { limit, windowMs } = readLogOptions('SlidingLog', opts);
     super('SlidingLog', common, SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;

@@ -1,5 +1,4 @@
-import { MAX_WINDOW_MS, MIN_WINDOW_MS, maxLimitFor } from '../algorithms/window-bits.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { readWindowOptions } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
@@ -22,20 +21,7 @@ export class SlidingWindow extends RedisLimiter {
 
   constructor(options: SlidingWindowOptions) {
     const { opts, common } = readRedisCommon('SlidingWindow', options, ['limit', 'windowMs']);
-    const windowMs = positiveNumberOption(
-      'SlidingWindow',
-      'windowMs',
-      opts.windowMs,
-      MIN_WINDOW_MS,
-      MAX_WINDOW_MS,
-    );
-    const limit = integerOption(
-      'SlidingWindow',
-      'limit',
-      opts.limit,
-      1,
-      maxLimitFor(windowMs * 1000, 2),
-    );
+    const { limit, windowMs } = readWindowOptions('SlidingWindow', opts, 2);
     super('SlidingWindow', common, SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;

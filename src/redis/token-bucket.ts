@@ -1,5 +1,4 @@
-import { MAX_GCRA_CAPACITY, MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from '../algorithms/gcra.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
 import { RedisGcra } from './gcra.js';
 
@@ -21,14 +20,7 @@ export class TokenBucket extends RedisGcra {
       'capacity',
       'refillPerSecond',
     ]);
-    const capacity = integerOption('TokenBucket', 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
-    const refill = positiveNumberOption(
-      'TokenBucket',
-      'refillPerSecond',
-      opts.refillPerSecond,
-      MIN_RATE_PER_SECOND,
-      MAX_RATE_PER_SECOND,
-    );
+    const { capacity, rate: refill } = readBucketOptions('TokenBucket', opts, 'refillPerSecond');
     super('TokenBucket', common, capacity, refill, false);
     this.capacity = capacity;
     this.refillPerSecond = refill;
