@@ -62,19 +62,22 @@ export async function startServer() {
     { stdio: 'ignore' },
   );
   const { Redis } = await import('ioredis');
-  const probe = new Redis(port, '127.0.0.1', { lazyConnect: true, retryStrategy: () => 20 });
-  probe.on('error', () => {});
+  // A fresh client per attempt, with no reconnecting of its own: a client that reconnects
+  // by itself makes every later connect() reject with "already connecting".
   for (let i = 0; ; i++) {
+    const probe = new Redis(port, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null });
+    probe.on('error', () => {});
     try {
       await probe.connect();
       await probe.ping();
+      probe.disconnect();
       break;
     } catch (error) {
+      probe.disconnect();
       if (i > 200) throw error;
       await new Promise((r) => setTimeout(r, 25));
     }
   }
-  probe.disconnect();
   return {
     port,
     stop: () =>
