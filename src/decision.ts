@@ -197,17 +197,21 @@ function count(core: Core, index: number, permits: number): void {
   else core.i32[index]! += permits;
 }
 
-/** Moves the slot's stamp up to `stampNow` (once a second per active key at most). */
+/**
+ * Moves the slot's stamp up to `stampNow` (once a second per active key at most), keeping
+ * the queued flag. Done before the grant's CAS and never left behind: a granted state's
+ * stamp is at least its grant's, which SlidingLog relies on to bound an entry whose
+ * writer died (algorithms/sliding-log.ts).
+ */
 function raiseStamp(core: Core, w: number, raw: number): void {
   const stampNow = core.stampNow;
-  // Keeps the queued flag; if a queue changed it meanwhile, the stamp waits for the
-  // next admission (a lagging stamp is harmless).
-  Atomics.compareExchange(
-    core.i32,
-    w + S_STAMP,
-    raw,
-    (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
-  );
+  for (;;) {
+    const next = (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG);
+    const seen = Atomics.compareExchange(core.i32, w + S_STAMP, raw, next);
+    // Lost to a queue flipping its flag (try again) or to another grant's raise.
+    if (seen === raw || unwrapStamp(seen, stampNow) >= stampNow) break;
+    raw = seen;
+  }
   core.lastStamp = stampNow;
 }
 

@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
+import { enter, run, TRY } from '../src/decision.js';
 import {
   attach,
   Concurrency,
@@ -11,6 +12,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
+import { S_STATE } from '../src/layout.js';
 import { startWorkers } from './helpers/threads.js';
 
 // Regression tests for issue #9's engine faults; each failed on the code before its fix.
@@ -47,6 +49,78 @@ describe('SlidingLog refunds (issue #9, item 3)', () => {
     clock.set(1900);
     for (let i = 0; i < 200; i++) if (log.tryAcquire('k')) admitted++;
     expect(admitted).toBe(200);
+  });
+});
+
+describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', () => {
+  // What a thread terminated at the worst instruction leaves behind, made by hand: the
+  // engine's own steps, run up to the point where the thread stopped.
+  // biome-ignore lint/suspicious/noExplicitAny: the test reaches the engine's internals
+  const internals = (log: SlidingLog): any => log;
+  const taken = (log: SlidingLog, key: string, attempts: number) => {
+    let n = 0;
+    for (let i = 0; i < attempts; i++) if (log.tryAcquire(key)) n++;
+    return n;
+  };
+
+  it('an admission that died between its CAS and its entry write counts for one window at most', () => {
+    const clock = new ManualClock();
+    const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
+    expect(taken(log, 'k', 2)).toBe(2);
+    const core = internals(log).core;
+    const ref = enter(core, log, 'k', 1, clock.nowUs());
+    // The head moves; admitted(), which writes the entry's time, never runs.
+    expect(run(core, log, internals(log).step, ref, 1, 'k', TRY)).toBe(true);
+    // Until the entry could have expired it counts: exactly 2 more fit now.
+    expect(taken(log, 'k', 5)).toBe(2);
+    // The key then idles. Its entries, the unwritten one too, have all expired.
+    clock.advance(10_000);
+    expect(taken(log, 'k', 10)).toBe(5);
+  });
+
+  it('a refund that died between marking its entries and its CAS takes nothing away once idle', () => {
+    const clock = new ManualClock();
+    const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
+    expect(taken(log, 'k', 3)).toBe(3);
+    const w = internals(log).table.find('k') >>> 4;
+    const i32: Int32Array = internals(log).i32;
+    const now = clock.nowUs();
+    internals(log).core.lastWord = w;
+    const state = Atomics.load(i32, w + S_STATE);
+    // giveBack() marks the two newest entries unwritten, then the thread stops: no CAS.
+    const next = internals(log).giveBack(state, internals(log).stampOf(w, now), now, 2, now);
+    expect(next).not.toBe(state);
+    expect(Atomics.load(i32, w + S_STATE)).toBe(state);
+    expect(taken(log, 'k', 5)).toBe(2);
+    clock.advance(10_000);
+    expect(taken(log, 'k', 10)).toBe(5);
+  });
+
+  it('a refund whose CAS lost to a grant leaves the permits it did not give back their own times', () => {
+    const clock = new ManualClock();
+    const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
+    expect(taken(log, 'k', 3)).toBe(3); // at 0
+    clock.set(500);
+    const w = internals(log).table.find('k') >>> 4;
+    const i32: Int32Array = internals(log).i32;
+    const now = clock.nowUs();
+    internals(log).core.lastWord = w;
+    // A refund's first attempt marks the newest entry (taken at 0)...
+    const state = Atomics.load(i32, w + S_STATE);
+    internals(log).giveBack(state, internals(log).stampOf(w, now), now, 1, now);
+    // ...and its CAS loses to a grant on another thread, at 500.
+    const core = internals(log).core;
+    const ref = enter(core, log, 'k', 1, now);
+    expect(run(core, log, internals(log).step, ref, 1, 'k', TRY)).toBe(true);
+    const [before, after] = [core.priorState, core.lastState];
+    // The refund tries again and gives back the newest permit, the one taken at 500.
+    log.refund('k');
+    internals(log).admitted(w, before, now, 1); // the grant's writer, lagging
+    expect(Atomics.load(i32, w + S_STATE)).toBe(before);
+    expect(after).not.toBe(before);
+    // The three permits taken at 0 expire at 1000: all 5 are free then, not 4.
+    clock.set(1000);
+    expect(taken(log, 'k', 10)).toBe(5);
   });
 });
 

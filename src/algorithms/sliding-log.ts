@@ -1,5 +1,5 @@
 import { enter, run, TRY } from '../decision.js';
-import { FRESH, GEN_MASK, logRingBytes, PAYLOAD_MASK, REJECT } from '../layout.js';
+import { FRESH, GEN_MASK, logRingBytes, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
 import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
@@ -50,8 +50,9 @@ export interface SlidingLogOptions extends CommonOptions {
  *
  * The state word holds the log's head position; one CAS on it admits. The winner then
  * writes each entry's time and sequence number. A reader that finds an entry not yet
- * written (its writer is mid-way, or died) records its own, later, time for it: never
- * earlier than the truth, so a lost write can only make the log stricter for a window.
+ * written (its writer is mid-way, or died) records a time for it that is never earlier
+ * than the truth: its own time, or sooner the end of the slot's stamp (see grantedAt), so
+ * a lost write makes the log stricter for a window after the key's last grant at most.
  */
 export class SlidingLog extends Limiter {
   readonly algorithm = 'SlidingLog';
@@ -60,6 +61,10 @@ export class SlidingLog extends Limiter {
   private readonly windowUs: number;
   private readonly ring: number;
   private log: Float64Array;
+  /** The slot stamp the last step() saw, before its grant raised it (for admitted()). */
+  private stampSeen = 0;
+  /** Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
+  private marked = { slot: -1, generation: 0, head: 0, count: 0 };
 
   constructor(options: SlidingLogOptions) {
     super('SlidingLog', ALGO_SLIDING_LOG, SlidingLog.prepare(options));
@@ -107,8 +112,11 @@ export class SlidingLog extends Limiter {
     return p === FRESH ? this.ring : p;
   }
 
-  /** Relative time (µs since the epoch) at which log position `pos` was granted. */
-  private grantedAt(s: number, pos: number, relNow: number): number {
+  /**
+   * Relative time (µs since the epoch) at which log position `pos` was granted, or a later
+   * one. `stamp` is the slot's stamp, read after the state that holds `pos`.
+   */
+  private grantedAt(s: number, pos: number, relNow: number, stamp: number): number {
     pos &= POS_MASK;
     const byte = this.entry(s, pos);
     const seqIndex = byte >> 2;
@@ -125,13 +133,23 @@ export class SlidingLog extends Limiter {
       // admission that needed a position after it to have expired, so it has expired.
       if (isLater(seq, pos)) return Number.NEGATIVE_INFINITY;
       // Not written yet. While probing future times, assume it was granted at the
-      // decision's own time; otherwise record now for it (a live writer overwrites it
-      // with its own, earlier, time; a dead one never will).
+      // decision's own time. Otherwise record a time no earlier than its grant (a live
+      // writer overwrites it with its own if that is later; a dead one never will): now,
+      // or the end of the slot's stamp if sooner — every grant raises the stamp to its own
+      // time's before its CAS (decision.ts), so a grant the state holds was made before
+      // the stamp ended. A key idle since then finds the entry expired, as it should.
       if (this.core.probing) return this.core.decisionUs - this.epochUs;
-      this.log[timeIndex] = relNow;
-      Atomics.compareExchange(this.i32, seqIndex, seq, pos);
+      const t = Math.min(relNow, (stamp + 1) * STAMP_US);
+      this.recordUnwritten(byte, pos, seq, t);
+      if (tries === 2) return t;
     }
     return relNow;
+  }
+
+  /** Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
+  private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
+    this.log[(byte >> 3) + 1] = t;
+    Atomics.compareExchange(this.i32, byte >> 2, seq, pos);
   }
 
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
@@ -146,13 +164,14 @@ export class SlidingLog extends Limiter {
     return true;
   }
 
-  protected step(state: number, _stamp: number, nowUs: number, permits: number): number {
+  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const h = this.head(state);
+    this.stampSeen = stamp;
     // After granting, the last `limit` entries must lie in the window: the entry just
     // before them has to have expired.
     if (
-      this.grantedAt(this.slot(), h - this.limit + permits - 1, relNow) >
+      this.grantedAt(this.slot(), h - this.limit + permits - 1, relNow, stamp) >
       relNow - this.windowUs
     ) {
       return REJECT;
@@ -179,37 +198,92 @@ export class SlidingLog extends Limiter {
       this.log[timeIndex] = relNow;
       Atomics.store(this.i32, byte >> 2, pos);
     }
+    // The entries just before ours should be written by now: one still unwritten is
+    // being written this instant, or its writer died (a thread terminated between its CAS
+    // and its write, or a give-back between marking and its CAS). Its time is settled
+    // here, while the stamp this grant saw still bounds it: a reader long after would
+    // have only its own time, and the key would stay one permit short for a window.
+    // Normally one load finds the entry before ours written.
+    const t = Math.min(relNow, (this.stampSeen + 1) * STAMP_US);
+    for (let j = 1; j <= this.limit; j++) {
+      const pos = (h - j) & POS_MASK;
+      const byte = this.entry(s, pos);
+      const seq = Atomics.load(this.i32, byte >> 2);
+      if (seq === pos || isLater(seq, pos)) break;
+      this.recordUnwritten(byte, pos, seq, t);
+    }
   }
 
-  protected giveBack(state: number, _stamp: number, nowUs: number, permits: number): number {
+  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+    const s = this.slot();
+    // Called again when the last attempt's CAS failed: unmark what it marked first.
+    if (this.marked.count > 0) this.unmark(s, state);
     if ((state & PAYLOAD_MASK) === FRESH) return state;
     const relNow = nowUs - this.epochUs;
-    const s = this.slot();
     const h = this.head(state);
     let k = 0;
     // Only entries still inside the window count against the limit; give those back.
-    while (k < permits && this.grantedAt(s, h - 1 - k, relNow) > relNow - this.windowUs) k++;
+    while (k < permits && this.grantedAt(s, h - 1 - k, relNow, stamp) > relNow - this.windowUs) k++;
     if (k === 0) return state;
     // The head moves back over k positions, which the next admissions take again. Mark
     // their entries unwritten (a sequence number "before" the position), so that a new
     // admission writes its own time instead of inheriting the refunded one — the refunded
     // time is earlier and would expire the new permit too soon. Done before the CAS: if
-    // the CAS fails, the marked entries read as unwritten and readers record a later time
-    // for them, which is only stricter.
+    // the CAS fails, the next attempt unmarks them first; an entry read (or passed by a
+    // grant's admitted()) while marked is given a later time, which is only stricter.
     for (let j = 1; j <= k; j++) {
       const pos = (h - j) & POS_MASK;
       Atomics.store(this.i32, this.entry(s, pos) >> 2, (pos - this.ring) & POS_MASK);
     }
+    const m = this.marked;
+    m.slot = s;
+    m.generation = state & GEN_MASK;
+    m.head = h;
+    m.count = k;
     return (state & GEN_MASK) | ((h - k) & POS_MASK);
   }
 
-  protected available(state: number, _stamp: number, nowUs: number): number {
+  /**
+   * Puts back the sequence numbers a give-back marked before a CAS that failed: those
+   * permits stay taken, and their entries keep their real times (left marked, the next
+   * reader would record a later time for them: stricter than the truth for a window).
+   * Only while the slot is still this key's and the marked positions still lie below the
+   * head; an entry some reader recorded a time for meanwhile keeps that later time.
+   */
+  private unmark(s: number, state: number): void {
+    const m = this.marked;
+    const count = m.count;
+    m.count = 0;
+    if (m.slot !== s || m.generation !== (state & GEN_MASK) || (state & PAYLOAD_MASK) === FRESH) {
+      return;
+    }
+    if (isLater(m.head, this.head(state))) return;
+    for (let j = 1; j <= count; j++) {
+      const pos = (m.head - j) & POS_MASK;
+      Atomics.compareExchange(this.i32, this.entry(s, pos) >> 2, (pos - this.ring) & POS_MASK, pos);
+    }
+  }
+
+  protected override giveBackUnchecked(
+    key: Key | undefined,
+    permits: number,
+    takenUs: number,
+  ): void {
+    try {
+      super.giveBackUnchecked(key, permits, takenUs);
+    } finally {
+      // The last attempt's CAS held (its marks stand), or the slot went to another key.
+      this.marked.count = 0;
+    }
+  }
+
+  protected available(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
     const s = this.slot();
     const h = this.head(state);
     const expired = (n: number) =>
-      this.grantedAt(s, h - this.limit + n - 1, relNow) <= relNow - this.windowUs;
+      this.grantedAt(s, h - this.limit + n - 1, relNow, stamp) <= relNow - this.windowUs;
     // Entries are in time order, so "n more would fit" holds for every n up to some max.
     let lo = 0;
     let hi = this.limit;
@@ -221,16 +295,21 @@ export class SlidingLog extends Limiter {
     return lo;
   }
 
-  protected untilFreshUs(state: number, _stamp: number, nowUs: number): number {
+  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
     const relNow = nowUs - this.epochUs;
-    const newest = this.grantedAt(this.slot(), this.head(state) - 1, relNow);
+    const newest = this.grantedAt(this.slot(), this.head(state) - 1, relNow, stamp);
     return Math.max(0, newest + this.windowUs - relNow);
   }
 
-  protected retryEstimateUs(state: number, _stamp: number, nowUs: number, permits: number): number {
+  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
-    const t = this.grantedAt(this.slot(), this.head(state) - this.limit + permits - 1, relNow);
+    const t = this.grantedAt(
+      this.slot(),
+      this.head(state) - this.limit + permits - 1,
+      relNow,
+      stamp,
+    );
     return t + this.windowUs - relNow;
   }
 
