@@ -57,7 +57,8 @@ export function attach<L extends AnyLimiter = AnyLimiter>(handle: LimiterHandle)
   const algo = headerAlgo(h.buffer);
   const Cls = CLASSES[algo];
   if (!Cls) throw typeError(`attach: the buffer holds an unknown algorithm (${algo})`);
-  return new Cls(new Attached(h.buffer, clockFromHandle(h.clock))) as L;
+  const logs = h.logs instanceof SharedArrayBuffer ? h.logs : undefined;
+  return new Cls(new Attached(h.buffer, clockFromHandle(h.clock), logs)) as L;
 }
 
 /** The clock a handle describes, in this thread: the same time line as the sender's. */

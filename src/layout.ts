@@ -13,16 +13,20 @@
  *   threads         8 B per thread that waits or holds: [token, heartbeat ms]
  *   holders         Concurrency only: 16 B records [slot ref, permits, thread, token],
  *                   2 per slot, of the permits each thread holds (given back if it dies)
- *   log             SlidingLog only: a ring of 16-byte entries per slot
+ *   ring numbers    SlidingLog only: 4 B per slot, the number (+ 1) of the slot's log ring
  *
- * The key table (locks, hot, cold, queues, log rings) is segment 0 of a table that grows
- * by appending segments past the end of the buffer (see Segment).
+ * The key table (locks, hot, cold, queues, ring numbers) is segment 0 of a table that
+ * grows by appending segments past the end of the buffer (see Segment).
+ *
+ * SlidingLog's rings of 16-byte entries live in a second buffer, the log pool (see
+ * LogPool in algorithms/log-pool.ts): a slot takes a ring from it the first time a key
+ * claims the slot and keeps it, so the pool holds as many rings as slots ever used.
  *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 3;
+export const LAYOUT_VERSION = 4;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -137,7 +141,7 @@ export const STAMP_MASK = 0x7fffffff;
 
 /**
  * One segment of the key table: its own stripes, stripe locks, hot slots, fingerprints,
- * queue words and (SlidingLog) log rings. Segment 0 is laid out with the rest of the
+ * queue words and (SlidingLog) ring numbers. Segment 0 is laid out with the rest of the
  * buffer; when it is full of active keys the table grows by appending segment 1, 2, … at
  * the end of the (growable) buffer, each twice the capacity of the one before (segment 1:
  * `keys`), so slot indices, and every thread's references to them, never move.
@@ -154,8 +158,8 @@ export interface Segment {
   readonly coldBase: number;
   /** Queue words of slot `first` (segment 0: of the default slot, slot 0). */
   readonly queueBase: number;
-  /** Byte offset of slot `first`'s log ring (segment 0: of slot 0's), 0 without a log. */
-  readonly logBaseBytes: number;
+  /** Ring-number word of slot `first` (segment 0: of slot 0), 0 without a log. */
+  readonly ringBase: number;
   /** Byte offset just past the segment: the buffer's length once it exists. */
   readonly endBytes: number;
 }
@@ -173,15 +177,20 @@ export interface Layout {
   threadBase: number;
   holderBase: number;
   holders: number;
-  /** Byte offset of the log region, 0 when the algorithm keeps no log. */
-  logBaseBytes: number;
+  /** Entries per SlidingLog ring (0: no log). */
   logRing: number;
+  /** Bytes of the log pool as created, and once it holds a ring for every slot. */
+  poolBytes: number;
+  poolMaxBytes: number;
   /** Bytes of the buffer as created (segment 0 and everything shared). */
   bytes: number;
   /** Every segment the table may ever have; the first `H_SEGMENTS` of them exist. */
   segments: readonly Segment[];
   /** Bytes of the buffer once every segment exists: what it reserves. */
   maxBytes: number;
+  /** Both buffers as created, and what they reserve together (the `maxBytes` budget). */
+  totalBytes: number;
+  totalMaxBytes: number;
   /** Keys the table may hold once every segment exists. */
   maxKeys: number;
 }
@@ -216,9 +225,9 @@ export function computeLayout(
   const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
   const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
   const holderBase = alignWords(threadBase + THREAD_ENTRIES * 2);
-  const end = alignWords(holderBase + holders * HOLDER_WORDS);
-  const logBaseBytes = logRing > 0 ? end * 4 : 0;
-  const bytes = logRing > 0 ? logBaseBytes + (slots + 1) * logRing * 16 : end * 4;
+  const ringBase = logRing > 0 ? alignWords(holderBase + holders * HOLDER_WORDS) : 0;
+  const end = alignWords(logRing > 0 ? ringBase + slots + 1 : holderBase + holders * HOLDER_WORDS);
+  const bytes = end * 4;
   const segments: Segment[] = [
     {
       index: 0,
@@ -229,7 +238,7 @@ export function computeLayout(
       hotStart: hotBase + LINE_WORDS,
       coldBase,
       queueBase,
-      logBaseBytes,
+      ringBase,
       endBytes: bytes,
     },
   ];
@@ -245,9 +254,11 @@ export function computeLayout(
     const segHot = alignWords(segLock + segStripes);
     const segCold = alignWords(segHot + segSlots * HOT_WORDS);
     const segQueue = alignWords(segCold + segSlots * 2);
-    const segEnd = alignWords(segQueue + segSlots * QUEUE_WORDS);
-    const segLogBytes = logRing > 0 ? segEnd * 4 : 0;
-    const endBytes = logRing > 0 ? segLogBytes + segSlots * logRing * 16 : segEnd * 4;
+    const segRings = logRing > 0 ? alignWords(segQueue + segSlots * QUEUE_WORDS) : 0;
+    const segEnd = alignWords(
+      logRing > 0 ? segRings + segSlots : segQueue + segSlots * QUEUE_WORDS,
+    );
+    const endBytes = segEnd * 4;
     segments.push({
       index: k,
       first,
@@ -257,12 +268,17 @@ export function computeLayout(
       hotStart: segHot,
       coldBase: segCold,
       queueBase: segQueue,
-      logBaseBytes: segLogBytes,
+      ringBase: segRings,
       endBytes,
     });
     first += segSlots;
     startWords = endBytes / 4;
   }
+  const maxBytes = segments[segments.length - 1]!.endBytes;
+  // One ring per slot at most (a slot keeps its ring), the default key's, and a few for
+  // rings a thread took and died before recording (see LogPool).
+  const poolMaxBytes = logRing > 0 ? logPoolBytes(logRing, first + POOL_SPARE_RINGS) : 0;
+  const poolBytes = logRing > 0 ? logPoolBytes(logRing, Math.min(first, POOL_FIRST_RINGS)) : 0;
   return {
     slots,
     stripes,
@@ -275,13 +291,30 @@ export function computeLayout(
     threadBase,
     holderBase,
     holders,
-    logBaseBytes,
     logRing,
+    poolBytes,
+    poolMaxBytes,
     bytes,
     segments,
-    maxBytes: segments[segments.length - 1]!.endBytes,
+    maxBytes,
+    totalBytes: bytes + poolBytes,
+    totalMaxBytes: maxBytes + poolMaxBytes,
     maxKeys: capacity,
   };
+}
+
+/** Bytes before the log pool's first ring: its header (the count of rings taken). */
+export const POOL_HEADER_BYTES = 64;
+/** Rings the log pool has room for when created (it grows by an eighth at a time). */
+export const POOL_FIRST_RINGS = 8;
+/** Rings beyond one per slot that the log pool may hand out. */
+export const POOL_SPARE_RINGS = 32;
+/** Word of the log pool's header: rings handed out so far. */
+export const P_RINGS = 0;
+
+/** Bytes of a log pool with room for `rings` rings of `logRing` entries. */
+export function logPoolBytes(logRing: number, rings: number): number {
+  return POOL_HEADER_BYTES + rings * logRing * 16;
 }
 
 /** The segment holding slot `s` (≥ 1). */
@@ -323,9 +356,9 @@ export function queueWord(layout: Layout, s: number): number {
   return seg.queueBase + (s - seg.first) * QUEUE_WORDS;
 }
 
-/** Byte offset of slot `s`'s log ring (0 = the default key). */
-export function logRingBytes(layout: Layout, s: number): number {
-  if (s <= layout.slots) return layout.logBaseBytes + s * layout.logRing * 16;
+/** Word holding slot `s`'s ring number + 1, 0 while it has none (0 = the default key). */
+export function ringWord(layout: Layout, s: number): number {
+  if (s <= layout.slots) return layout.segments[0]!.ringBase + s;
   const seg = segmentOfSlot(layout, s);
-  return seg.logBaseBytes + (s - seg.first) * layout.logRing * 16;
+  return seg.ringBase + (s - seg.first);
 }

@@ -157,6 +157,8 @@ export interface LimiterHandle {
   readonly version: number;
   readonly buffer: SharedArrayBuffer;
   readonly clock: ClockHandle;
+  /** SlidingLog only: the pool of its log rings (a second buffer that grows with use). */
+  readonly logs?: SharedArrayBuffer;
 }
 
 export type WhenFull = 'deny' | 'allow';
@@ -189,6 +191,8 @@ export class Attached {
   constructor(
     readonly buffer: SharedArrayBuffer,
     readonly clock: Clock,
+    /** SlidingLog's log pool (see LimiterHandle.logs). */
+    readonly logs?: SharedArrayBuffer,
   ) {}
 }
 
@@ -356,18 +360,20 @@ export abstract class Limiter implements SlotPolicy {
           maxKeys,
         );
       let layout = layoutFor(source.maxKeys);
-      if (layout.bytes > source.maxBytes) {
+      // What `keys` reserve without growing (a log's pool may take a ring for every slot).
+      const least = layoutFor(source.keys).totalMaxBytes;
+      if (least > source.maxBytes) {
         throw rangeError(
-          `${owner}: ${show(source.keys)} keys need ${mib(layout.bytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
+          `${owner}: ${show(source.keys)} keys need ${mib(least)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
-      if (layout.maxBytes > source.maxBytes && source.maxKeysGiven) {
+      if (layout.totalMaxBytes > source.maxBytes && source.maxKeysGiven) {
         throw rangeError(
-          `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.maxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
+          `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.totalMaxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
         );
       }
       // Without an explicit maxKeys, the ceiling is as many segments as maxBytes holds.
-      while (layout.maxBytes > source.maxBytes) {
+      while (layout.totalMaxBytes > source.maxBytes) {
         layout = layoutFor(source.keys * 2 ** (layout.segments.length - 2));
       }
       this.layout = layout;

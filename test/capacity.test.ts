@@ -101,10 +101,53 @@ describe('memory a user can predict', () => {
     expect(perKey).toBeLessThan(80);
   });
 
+  it('SlidingLog takes a ring per key in use: its memory follows active keys, not `keys`', () => {
+    const clock = new ManualClock();
+    const log = new SlidingLog({
+      limit: 1000,
+      windowMs: 60_000,
+      keys: 10_000,
+      maxBytes: 2 ** 30,
+      clock,
+    });
+    const ringBytes = 2048 * 16; // nextPow2(2 × limit) entries of 16 bytes
+    // The table's 10 000 keys take under 2 MiB; the pool starts with room for 8 rings.
+    const empty = log.byteLength;
+    expect(empty).toBeLessThan(2 * 2 ** 20 + 8 * ringBytes + 64);
+    expect(log.maxByteLength).toBeGreaterThan(15_000 * ringBytes);
+    for (let k = 0; k < 100; k++) expect(log.tryAcquire(`client:${k}`)).toBe(true);
+    // 101 rings (the default key's too), the pool grown by eighths: at most 1/8 unused.
+    const used = log.byteLength - empty + 8 * ringBytes;
+    expect(used).toBeGreaterThanOrEqual(101 * ringBytes);
+    expect(used).toBeLessThanOrEqual(Math.ceil(101 * 1.125 + 1) * ringBytes);
+    // Each key's ring is its own: exactly the limit each.
+    for (let i = 0; i < 999; i++) log.tryAcquire('client:0');
+    expect(log.tryAcquire('client:0')).toBe(false);
+    expect(log.stats('client:1').available).toBe(999);
+  });
+
+  it('SlidingLog under key churn: a slot keeps its ring, so rings never outnumber slots', () => {
+    const clock = new ManualClock();
+    const log = new SlidingLog({ limit: 1000, windowMs: 1000, keys: 64, clock });
+    const ringBytes = 2048 * 16;
+    const slots = log.tableStats().slots;
+    // 20 waves of 60 new keys, each wave idle before the next: 1 200 keys in all.
+    for (let wave = 0; wave < 20; wave++) {
+      for (let k = 0; k < 60; k++) expect(log.tryAcquire(`wave${wave}:${k}`)).toBe(true);
+      clock.advance(1000);
+    }
+    expect(log.tableStats().segments).toBe(1);
+    // The pool's rings: at most one per slot and the default key's, plus its last eighth.
+    const tableBytes = new SlidingLog({ limit: 1000, windowMs: 1000, keys: 64 }).byteLength;
+    expect(log.byteLength - tableBytes).toBeLessThanOrEqual(
+      Math.ceil((slots + 1) * 1.125 + 1) * ringBytes,
+    );
+  });
+
   it('refuses a configuration over maxBytes (256 MiB by default), saying how much it needs', () => {
     // 10 000 keys of a 1 000-permit log: 2 048 entries of 16 bytes per slot.
     expect(() => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 10_000 })).toThrow(
-      /need 469\.\d MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "keys" or "limit", or raise "maxBytes"/,
+      /need 470\.\d MiB of shared memory, more than "maxBytes" allows \(256\.0 MiB\); lower "keys" or "limit", or raise "maxBytes"/,
     );
     expect(
       () => new SlidingLog({ limit: 1000, windowMs: 60_000, keys: 1000, maxKeys: 100_000 }),

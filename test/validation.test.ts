@@ -11,6 +11,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
+import { LAYOUT_VERSION } from '../src/layout.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: these tests pass deliberately wrong types
 type Loose = any;
@@ -71,13 +72,24 @@ describe('attach()', () => {
     const loose = attach as Loose;
     expect(() => loose({})).toThrow(/expected a limiter's handle/);
     expect(() => loose(null)).toThrow(TypeError);
-    expect(() => loose({ kind: 'atomic-limiter', version: 3, buffer: new ArrayBuffer(8) })).toThrow(
-      /SharedArrayBuffer/,
-    );
+    expect(() =>
+      loose({ kind: 'atomic-limiter', version: LAYOUT_VERSION, buffer: new ArrayBuffer(8) }),
+    ).toThrow(/SharedArrayBuffer/);
     const foreign = new SharedArrayBuffer(4096);
     expect(() =>
-      loose({ kind: 'atomic-limiter', version: 3, buffer: foreign, clock: { kind: 'monotonic' } }),
+      loose({
+        kind: 'atomic-limiter',
+        version: LAYOUT_VERSION,
+        buffer: foreign,
+        clock: { kind: 'monotonic' },
+      }),
     ).toThrow(/wrong magic/);
+  });
+
+  it('rejects a SlidingLog handle without its log pool', () => {
+    const log = new SlidingLog({ limit: 5, windowMs: 1000 });
+    const { logs: _logs, ...withoutPool } = log.handle;
+    expect(() => attach(withoutPool)).toThrow(/SlidingLog: the handle has no log pool/);
   });
 
   it('rejects a handle or buffer of another layout version', () => {
