@@ -51,6 +51,7 @@ import {
   W_FREE,
   W_WAITING,
 } from './layout.js';
+import { LogPool } from './log-pool.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
 import {
@@ -322,6 +323,8 @@ export abstract class Limiter implements SlotPolicy {
   protected readonly epochUs: number;
   protected readonly buffer: SharedArrayBuffer;
   protected readonly queues: WaitQueues;
+  /** Per-slot memory sized by the options (SlidingLog's rings), when `layout.logRing` > 0. */
+  protected readonly pool: LogPool | undefined;
   /** What every decision reads and writes, in one shape for every class (decision.ts). */
   protected readonly core: Core;
   /** This thread's pending acquire() calls on this limiter. */
@@ -348,6 +351,9 @@ export abstract class Limiter implements SlotPolicy {
       const length = this.buffer.byteLength;
       if (i32[H_ALGO] !== algo || length < this.layout.bytes || length > this.layout.maxBytes) {
         throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
+      }
+      if (this.layout.logRing > 0 && !(source.logs instanceof SharedArrayBuffer)) {
+        throw typeError(`${owner}: the handle has no log pool (handle.logs)`);
       }
     } else {
       const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
@@ -410,6 +416,10 @@ export abstract class Limiter implements SlotPolicy {
       // Magic last: a thread that sees it sees a complete header.
       Atomics.store(i32, H_MAGIC, MAGIC);
     }
+    if (this.layout.logRing > 0) {
+      const logs = source instanceof Attached ? source.logs! : LogPool.create(this.layout);
+      this.pool = new LogPool(logs, this.layout);
+    }
     this.keys = this.i32[H_KEYS]!;
     this.maxKeys = this.layout.maxKeys;
     this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
@@ -455,22 +465,26 @@ export abstract class Limiter implements SlotPolicy {
   get handle(): LimiterHandle {
     // From now on another thread may write this buffer: counters need atomic adds.
     this.core.shared = true;
-    return {
+    const handle = {
       kind: 'atomic-limiter',
       version: LAYOUT_VERSION,
       buffer: this.buffer,
       clock: this.clock.handle,
-    };
+    } as const;
+    return this.pool ? { ...handle, logs: this.pool.buffer } : handle;
   }
 
-  /** Bytes of shared memory this limiter's buffer holds now (every thread shares them). */
+  /**
+   * Bytes of shared memory this limiter holds now (every thread shares them): the table's
+   * buffer, and SlidingLog's pool of rings.
+   */
   get byteLength(): number {
-    return this.buffer.byteLength;
+    return this.buffer.byteLength + (this.pool?.buffer.byteLength ?? 0);
   }
 
-  /** Bytes the buffer may grow to (address space reserved; committed as the table grows). */
+  /** Bytes the buffers may grow to (address space reserved; committed as they grow). */
   get maxByteLength(): number {
-    return this.layout.maxBytes;
+    return this.layout.totalMaxBytes;
   }
 
   /**

@@ -1,17 +1,10 @@
 import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
-import {
-  Attached,
-  type CommonOptions,
-  type Fresh,
-  Limiter,
-  type LimiterHandle,
-  readCommon,
-} from '../limiter.js';
+import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import type { LogPool } from '../log-pool.js';
 import { type Key, NO_SLOT } from '../table.js';
-import { integerOption, positiveNumberOption, typeError } from '../validate.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
-import { LogPool } from './log-pool.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
 
 /** Largest SlidingLog limit: its ring of 2 × limit entries is 16 bytes each, per slot. */
@@ -69,7 +62,7 @@ export class SlidingLog extends Limiter {
   private readonly windowUs: number;
   private readonly ring: number;
   /** The log rings, in a buffer of their own (see LogPool). */
-  private readonly pool: LogPool;
+  private readonly rings: LogPool;
   /** The slot stamp the last step() saw, before its grant raised it (for admitted()). */
   private stampSeen = 0;
   /** Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
@@ -81,30 +74,9 @@ export class SlidingLog extends Limiter {
     this.windowMs = this.param(1);
     this.windowUs = this.windowMs * 1000;
     this.ring = this.layout.logRing;
-    if (options instanceof Attached) {
-      if (!(options.logs instanceof SharedArrayBuffer)) {
-        throw typeError('SlidingLog: the handle has no log pool (handle.logs)');
-      }
-      this.pool = new LogPool(options.logs, this.layout);
-    } else {
-      this.pool = new LogPool(LogPool.create(this.layout), this.layout);
-      // The default key's ring is built here once per buffer (attach() finds it built).
-      this.initSlot(0);
-    }
-  }
-
-  override get handle(): LimiterHandle {
-    return { ...super.handle, logs: this.pool.buffer };
-  }
-
-  /** Bytes of shared memory in use: the table's and the log rings' taken so far. */
-  override get byteLength(): number {
-    return super.byteLength + this.pool.buffer.byteLength;
-  }
-
-  /** Bytes both buffers may grow to: a ring for every slot of the table at its ceiling. */
-  override get maxByteLength(): number {
-    return super.maxByteLength + this.layout.poolMaxBytes;
+    this.rings = this.pool!; // logRing > 0: the base made (or attached) the pool
+    // The default key's ring is built here once per buffer (attach() finds it built).
+    if (!(options instanceof Attached)) this.initSlot(0);
   }
 
   private static prepare(options: SlidingLogOptions | Attached): Fresh | Attached {
@@ -117,7 +89,7 @@ export class SlidingLog extends Limiter {
 
   /** Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
   private entry(s: number, pos: number): number {
-    return this.pool.start(this.i32, s) + (pos & (this.ring - 1)) * 16;
+    return this.rings.start(this.i32, s) + (pos & (this.ring - 1)) * 16;
   }
 
   private slot(): number {
@@ -126,8 +98,8 @@ export class SlidingLog extends Limiter {
 
   /** Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
   override initSlot(s: number): void {
-    const start = this.pool.take(this.i32, s);
-    const { i32, f64 } = this.pool;
+    const start = this.rings.take(this.i32, s);
+    const { i32, f64 } = this.rings;
     for (let pos = 0; pos < this.ring; pos++) {
       const byte = start + pos * 16;
       f64[(byte >> 3) + 1] = Number.NEGATIVE_INFINITY;
@@ -150,11 +122,11 @@ export class SlidingLog extends Limiter {
     const seqIndex = byte >> 2;
     const timeIndex = (byte >> 3) + 1;
     for (let tries = 0; tries < 3; tries++) {
-      const seq = Atomics.load(this.pool.i32, seqIndex);
+      const seq = Atomics.load(this.rings.i32, seqIndex);
       if (seq === pos) {
-        const t = this.pool.f64[timeIndex]!;
+        const t = this.rings.f64[timeIndex]!;
         // The sequence is stored after the time: reading it again proves `t` is pos's.
-        if (Atomics.load(this.pool.i32, seqIndex) === pos) return t;
+        if (Atomics.load(this.rings.i32, seqIndex) === pos) return t;
         continue;
       }
       // A later position already took this entry over: `pos` was granted before an
@@ -176,8 +148,8 @@ export class SlidingLog extends Limiter {
 
   /** Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
   private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
-    this.pool.f64[(byte >> 3) + 1] = t;
-    Atomics.compareExchange(this.pool.i32, byte >> 2, seq, pos);
+    this.rings.f64[(byte >> 3) + 1] = t;
+    Atomics.compareExchange(this.rings.i32, byte >> 2, seq, pos);
   }
 
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
@@ -216,15 +188,15 @@ export class SlidingLog extends Limiter {
       const byte = this.entry(s, pos);
       const timeIndex = (byte >> 3) + 1;
       // After a stall of a whole ring a later position owns the entry: leave it be.
-      const seq = Atomics.load(this.pool.i32, byte >> 2);
+      const seq = Atomics.load(this.rings.i32, byte >> 2);
       if (isLater(seq, pos)) continue;
       // A time already recorded for this position is a reader's (it found the entry
       // unwritten and put its own, later, time) or that of an admission at this position
       // that was refunded while its writer lagged. Keep the later of the two: an earlier
       // time than the admission's would let the entry expire too soon.
-      if (seq === pos && this.pool.f64[timeIndex]! >= relNow) continue;
-      this.pool.f64[timeIndex] = relNow;
-      Atomics.store(this.pool.i32, byte >> 2, pos);
+      if (seq === pos && this.rings.f64[timeIndex]! >= relNow) continue;
+      this.rings.f64[timeIndex] = relNow;
+      Atomics.store(this.rings.i32, byte >> 2, pos);
     }
     // The entries just before ours should be written by now: one still unwritten is
     // being written this instant, or its writer died (a thread terminated between its CAS
@@ -236,7 +208,7 @@ export class SlidingLog extends Limiter {
     for (let j = 1; j <= this.limit; j++) {
       const pos = (h - j) & POS_MASK;
       const byte = this.entry(s, pos);
-      const seq = Atomics.load(this.pool.i32, byte >> 2);
+      const seq = Atomics.load(this.rings.i32, byte >> 2);
       if (seq === pos || isLater(seq, pos)) break;
       this.recordUnwritten(byte, pos, seq, t);
     }
@@ -262,7 +234,7 @@ export class SlidingLog extends Limiter {
     for (let j = 1; j <= k; j++) {
       const pos = (h - j) & POS_MASK;
       const byte = this.entry(s, pos);
-      Atomics.store(this.pool.i32, byte >> 2, (pos - this.ring) & POS_MASK);
+      Atomics.store(this.rings.i32, byte >> 2, (pos - this.ring) & POS_MASK);
     }
     const m = this.marked;
     m.slot = s;
@@ -290,7 +262,7 @@ export class SlidingLog extends Limiter {
     for (let j = 1; j <= count; j++) {
       const pos = (m.head - j) & POS_MASK;
       const byte = this.entry(s, pos);
-      Atomics.compareExchange(this.pool.i32, byte >> 2, (pos - this.ring) & POS_MASK, pos);
+      Atomics.compareExchange(this.rings.i32, byte >> 2, (pos - this.ring) & POS_MASK, pos);
     }
   }
 

@@ -5,10 +5,11 @@ import {
   POOL_HEADER_BYTES,
   POOL_SPARE_RINGS,
   ringWord,
-} from '../layout.js';
+} from './layout.js';
 
 /**
- * SlidingLog's rings, in a buffer of their own that grows as keys become active: a slot
+ * Per-slot memory of a size fixed by the options (`layout.logRing` 16-byte entries:
+ * SlidingLog's rings of grant times), in a buffer of their own that grows as keys become active: a slot
  * takes a ring the first time a key claims it and keeps it for every later key, so the
  * pool holds as many rings as slots were ever used (about the most keys active at once),
  * not one per slot the table could hold. 10 000 possible keys of a 1 000-permit log cost
@@ -67,7 +68,7 @@ export class LogPool {
         // Only threads that died between taking a ring and recording it (more than
         // POOL_SPARE_RINGS of them) can exhaust it: a slot keeps its ring.
         throw new Error(
-          `SlidingLog: the log pool is exhausted (${this.maxRings} rings, ${POOL_SPARE_RINGS} spare, lost to terminated threads)`,
+          `atomic-limiter: the log pool is exhausted (${this.maxRings} rings, ${POOL_SPARE_RINGS} spare, lost to terminated threads)`,
         );
       }
       this.reserve(r + 1);
