@@ -62,15 +62,30 @@ describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', (
     for (let i = 0; i < attempts; i++) if (log.tryAcquire(key)) n++;
     return n;
   };
+  /** A grant's CAS, without the entry write that follows it (admitted()). */
+  const grantWithoutWrite = (log: SlidingLog, key: string, nowUs: number) => {
+    const core = internals(log).core;
+    const ref = enter(core, log, key, 1, nowUs);
+    expect(run(core, log, internals(log).step, ref, 1, key, TRY)).toBe(true);
+    return { before: core.priorState, after: core.lastState };
+  };
+  /** A give-back's first attempt (it marks its entries), without the CAS that follows. */
+  const giveBackWithoutCas = (log: SlidingLog, key: string, permits: number, nowUs: number) => {
+    const w = internals(log).table.find(key) >>> 4;
+    const i32: Int32Array = internals(log).i32;
+    internals(log).core.lastWord = w;
+    const state = Atomics.load(i32, w + S_STATE);
+    const stamp = internals(log).stampOf(w, nowUs);
+    expect(internals(log).giveBack(state, stamp, nowUs, permits, nowUs)).not.toBe(state);
+    return { w, state: () => Atomics.load(i32, w + S_STATE), before: state };
+  };
 
   it('an admission that died between its CAS and its entry write counts for one window at most', () => {
     const clock = new ManualClock();
     const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
     expect(taken(log, 'k', 2)).toBe(2);
-    const core = internals(log).core;
-    const ref = enter(core, log, 'k', 1, clock.nowUs());
     // The head moves; admitted(), which writes the entry's time, never runs.
-    expect(run(core, log, internals(log).step, ref, 1, 'k', TRY)).toBe(true);
+    grantWithoutWrite(log, 'k', clock.nowUs());
     // Until the entry could have expired it counts: exactly 2 more fit now.
     expect(taken(log, 'k', 5)).toBe(2);
     // The key then idles. Its entries, the unwritten one too, have all expired.
@@ -82,15 +97,9 @@ describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', (
     const clock = new ManualClock();
     const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
     expect(taken(log, 'k', 3)).toBe(3);
-    const w = internals(log).table.find('k') >>> 4;
-    const i32: Int32Array = internals(log).i32;
-    const now = clock.nowUs();
-    internals(log).core.lastWord = w;
-    const state = Atomics.load(i32, w + S_STATE);
     // giveBack() marks the two newest entries unwritten, then the thread stops: no CAS.
-    const next = internals(log).giveBack(state, internals(log).stampOf(w, now), now, 2, now);
-    expect(next).not.toBe(state);
-    expect(Atomics.load(i32, w + S_STATE)).toBe(state);
+    const refund = giveBackWithoutCas(log, 'k', 2, clock.nowUs());
+    expect(refund.state()).toBe(refund.before);
     expect(taken(log, 'k', 5)).toBe(2);
     clock.advance(10_000);
     expect(taken(log, 'k', 10)).toBe(5);
@@ -101,22 +110,15 @@ describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', (
     const log = new SlidingLog({ limit: 5, windowMs: 1000, clock });
     expect(taken(log, 'k', 3)).toBe(3); // at 0
     clock.set(500);
-    const w = internals(log).table.find('k') >>> 4;
-    const i32: Int32Array = internals(log).i32;
     const now = clock.nowUs();
-    internals(log).core.lastWord = w;
     // A refund's first attempt marks the newest entry (taken at 0)...
-    const state = Atomics.load(i32, w + S_STATE);
-    internals(log).giveBack(state, internals(log).stampOf(w, now), now, 1, now);
+    const refund = giveBackWithoutCas(log, 'k', 1, now);
     // ...and its CAS loses to a grant on another thread, at 500.
-    const core = internals(log).core;
-    const ref = enter(core, log, 'k', 1, now);
-    expect(run(core, log, internals(log).step, ref, 1, 'k', TRY)).toBe(true);
-    const [before, after] = [core.priorState, core.lastState];
+    const { before, after } = grantWithoutWrite(log, 'k', now);
     // The refund tries again and gives back the newest permit, the one taken at 500.
     log.refund('k');
-    internals(log).admitted(w, before, now, 1); // the grant's writer, lagging
-    expect(Atomics.load(i32, w + S_STATE)).toBe(before);
+    internals(log).admitted(refund.w, before, now, 1); // the grant's writer, lagging
+    expect(refund.state()).toBe(before);
     expect(after).not.toBe(before);
     // The three permits taken at 0 expire at 1000: all 5 are free then, not 4.
     clock.set(1000);
