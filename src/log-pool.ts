@@ -24,6 +24,8 @@ export class LogPool {
   /** Fixed-length views of the pool as far as this thread has mapped it. */
   i32: Int32Array;
   f64: Float64Array;
+  /** Bytes the views cover (a plain field: a view's byteLength costs more to read). */
+  private mapped: number;
   private readonly ringBytes: number;
   private readonly maxRings: number;
 
@@ -33,8 +35,9 @@ export class LogPool {
   ) {
     this.ringBytes = layout.logRing * 16;
     this.maxRings = (layout.poolMaxBytes - POOL_HEADER_BYTES) / this.ringBytes;
-    this.i32 = new Int32Array(buffer, 0, buffer.byteLength >> 2);
-    this.f64 = new Float64Array(buffer, 0, buffer.byteLength >> 3);
+    this.mapped = buffer.byteLength;
+    this.i32 = new Int32Array(buffer, 0, this.mapped >> 2);
+    this.f64 = new Float64Array(buffer, 0, this.mapped >> 3);
   }
 
   /** A new, empty pool buffer for `layout` (growable up to a ring per slot). */
@@ -51,7 +54,7 @@ export class LogPool {
   start(table: Int32Array, s: number): number {
     const r = table[ringWord(this.layout, s)]! - 1;
     const byte = POOL_HEADER_BYTES + r * this.ringBytes;
-    if (byte + this.ringBytes > this.f64.byteLength) this.remap();
+    if (byte + this.ringBytes > this.mapped) this.remap();
     return byte;
   }
 
@@ -102,7 +105,8 @@ export class LogPool {
 
   /** Maps the pool again as far as it has grown. */
   private remap(): void {
-    this.i32 = new Int32Array(this.buffer, 0, this.buffer.byteLength >> 2);
-    this.f64 = new Float64Array(this.buffer, 0, this.buffer.byteLength >> 3);
+    this.mapped = this.buffer.byteLength;
+    this.i32 = new Int32Array(this.buffer, 0, this.mapped >> 2);
+    this.f64 = new Float64Array(this.buffer, 0, this.mapped >> 3);
   }
 }
