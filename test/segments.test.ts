@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { attach, ManualClock, SlidingWindow } from '../src/index.js';
 import { admitted } from './helpers/limiters.js';
+import { runWorkers, workerScript } from './helpers/threads.js';
 
 // SlidingWindow with `segments` (.NET's SegmentsPerWindow): the window split into equal
 // segments; a request passes when the permits of the last `segments` segments (the current
@@ -235,12 +236,130 @@ describe('SlidingWindow with segments, bad input', () => {
     expect(() => new SlidingWindow({ limit: 40_000, windowMs: 1000, segments: 1000 })).toThrow(
       /"limit" must be an integer from 1 to 32765 with 1000 segments of 1 ms/,
     );
-    expect(new SlidingWindow({ limit: 32_765, windowMs: 1000, segments: 1000 }).limit).toBe(
-      32_765,
-    );
+    expect(new SlidingWindow({ limit: 32_765, windowMs: 1000, segments: 1000 }).limit).toBe(32_765);
     // A 60 s window in 60 segments holds far more than the two-window estimate's 4 093.
     expect(new SlidingWindow({ limit: 16_000_000, windowMs: 60_000, segments: 60 }).limit).toBe(
       16_000_000,
     );
+  });
+});
+
+describe('SlidingWindow with segments shared by 4 threads', () => {
+  const THREADS = 4;
+  const sum = (values: readonly number[]) => values.reduce((a, b) => a + b, 0);
+  const make = (clock: ManualClock, keys = 1024) =>
+    new SlidingWindow({ limit: 10, windowMs: 1000, segments: 4, clock, keys });
+
+  it('admits exactly the limit on one key out of 8000 attempts while time stands still', async () => {
+    const sw = make(new ManualClock(0));
+    const results = await runWorkers<{ admitted: number; rejected: number }>(
+      workerScript('hot-key.mjs'),
+      THREADS,
+      { limiter: sw.handle, key: 'hot', attempts: 2000 },
+    );
+    const admittedTotal = sum(results.map((r) => r.admitted));
+    expect(admittedTotal).toBe(10);
+    expect(sw.stats('hot')).toEqual({
+      available: 0,
+      queued: 0,
+      admitted: 10,
+      rejected: THREADS * 2000 - 10,
+    });
+  });
+
+  it('admits every one of 3000 keys exactly its limit while 4 threads visit them in their own orders', async () => {
+    const keys = 3000;
+    const sw = new SlidingWindow({
+      limit: 3,
+      windowMs: 1000,
+      segments: 10,
+      keys,
+      clock: new ManualClock(0),
+    });
+    const results = await runWorkers<{ admitted: Int32Array; tableFull: number }>(
+      workerScript('many-keys.mjs'),
+      THREADS,
+      { limiter: sw.handle, keys, rounds: 5 },
+    );
+    expect(results.map((r) => r.tableFull)).toEqual([0, 0, 0, 0]);
+    const wrong: string[] = [];
+    for (let k = 0; k < keys; k++) {
+      const n = sum(results.map((r) => r.admitted[k]!));
+      const s = sw.stats(`key:${k}`);
+      if (n !== 3 || s.admitted !== 3 || s.rejected !== THREADS * 5 - 3 || s.available !== 0) {
+        wrong.push(`key:${k} admitted ${n} ${JSON.stringify(s)}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+
+  it.each([
+    ['one key', 1],
+    ['64 keys', 64],
+  ])(
+    'admits exactly the limit per window on %s while the clock moves under 4 threads',
+    async (_, keys) => {
+      const clock = new ManualClock(0);
+      const sw = make(clock);
+      // Steps of 100 ms across segments of 250 ms: rolls race decisions of every thread.
+      const steps = 60;
+      const stepMs = 100;
+      const results = await runWorkers<{ admitted: Int32Array; attempts: number }>(
+        workerScript('segments-rolling.mjs'),
+        THREADS,
+        { limiter: sw.handle, keys, steps, perStep: 15, stepMs, done: new SharedArrayBuffer(4) },
+      );
+      // Every key is tried more than its limit in each step: the window fills as soon as it
+      // empties, in segments 0, 4, 8, … (a window of 4 segments holds 10, then nothing leaves
+      // for 3 segments). So each key gets 10 in each such segment the clock visited.
+      const visited = new Set<number>();
+      for (let s = 0; s < steps; s++) visited.add(Math.floor((s * stepMs) / 250));
+      const bursts = [...visited].filter((g) => g % 4 === 0).length;
+      const wrong: string[] = [];
+      for (let k = 0; k < keys; k++) {
+        const n = sum(results.map((r) => r.admitted[k]!));
+        const s = sw.stats(`k:${k}`);
+        if (n !== 10 * bursts || s.admitted !== n) wrong.push(`k:${k} ${n} ${JSON.stringify(s)}`);
+      }
+      expect(wrong).toEqual([]);
+      const attempts = sum(results.map((r) => r.attempts));
+      let counted = 0;
+      for (let k = 0; k < keys; k++) {
+        const s = sw.stats(`k:${k}`);
+        counted += s.admitted + s.rejected;
+      }
+      expect(counted).toBe(attempts);
+    },
+  );
+
+  it('counts every permit while 4 threads take and refund on one key, and ends with all permits back', async () => {
+    const sw = make(new ManualClock(0));
+    const results = await runWorkers<{ admitted: number; rejected: number }>(
+      workerScript('counters.mjs'),
+      THREADS,
+      { limiter: sw.handle, key: 'k', attempts: 50_000 },
+    );
+    const admittedTotal = sum(results.map((r) => r.admitted));
+    const stats = sw.stats('k');
+    expect({ admitted: stats.admitted, rejected: stats.rejected }).toEqual({
+      admitted: admittedTotal,
+      rejected: THREADS * 50_000 - admittedTotal,
+    });
+    expect(stats.available).toBe(10);
+  });
+
+  it('an attached worker sees the segments and counts in the same segments', async () => {
+    const clock = new ManualClock(0);
+    const sw = make(clock);
+    admitted(sw, 'k', 4); // segment 0
+    clock.set(500);
+    const results = await runWorkers<{ admitted: number }>(workerScript('hot-key.mjs'), 1, {
+      limiter: sw.handle,
+      key: 'k',
+      attempts: 20,
+    });
+    expect(results[0]!.admitted).toBe(6); // segment 2
+    clock.set(1000); // segment 0's 4 leave; segment 2's 6 stay
+    expect(sw.stats('k').available).toBe(4);
   });
 });
