@@ -80,6 +80,13 @@ const ALGORITHMS = [
     refuse: (L, keys) => new L.SlidingWindow({ limit: 1, windowMs: 2 ** 30, keys }),
   },
   {
+    // The segmented window (exact to a segment): 10 segments, read on every decision.
+    name: 'SlidingWindow segments: 10',
+    allow: (L, keys) => new L.SlidingWindow({ limit: 4000, windowMs: 1000, segments: 10, keys }),
+    resetEachBatch: true,
+    refuse: (L, keys) => new L.SlidingWindow({ limit: 1, windowMs: 2 ** 30, segments: 10, keys }),
+  },
+  {
     name: 'SlidingLog',
     // A 1 µs window: the log turns over about as fast as the loop asks.
     allow: (L, keys) => new L.SlidingLog({ limit: keys === 1 ? 64 : 16, windowMs: 0.001, keys }),

@@ -60,6 +60,21 @@ const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair
     }),
   ],
   [
+    'SlidingWindow with segments',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingWindow({ limit: 11, windowMs: 700, segments: 7, clock }),
+      r: new red.SlidingWindow({
+        redis,
+        limit: 11,
+        windowMs: 700,
+        segments: 7,
+        clock,
+        prefix,
+      }) as never,
+      windowMs: 700,
+    }),
+  ],
+  [
     'SlidingLog',
     (redis, clock, prefix) => ({
       m: new mem.SlidingLog({ limit: 7, windowMs: 500, clock }),

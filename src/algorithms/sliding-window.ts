@@ -3,13 +3,25 @@ import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
 import type { Key } from '../table.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
-import { readWindowOptions, windowBits } from './window-bits.js';
+import { readSlidingWindowOptions } from './segment-bits.js';
+import { SegmentRing } from './segmented-window.js';
+import { windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
-  /** Permits per sliding window. Integer ≥ 1; at most 4093 for windows ≥ 1 s (see README). */
+  /**
+   * Permits per sliding window. Integer ≥ 1; at most 4093 for windows ≥ 1 s, more with
+   * `segments` (see the README's range table).
+   */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^30). */
   windowMs: number;
+  /**
+   * Split the window into this many equal segments (an integer from 2 to 1000, each a
+   * whole number of microseconds) and count exactly what the last `segments` segments
+   * granted: .NET's SegmentsPerWindow. Costs 4 bytes per segment per key, and a decision
+   * reads every segment. Omitted (default): the two-window estimate, one word per key.
+   */
+  segments?: number;
 }
 
 /**
@@ -20,12 +32,18 @@ export interface SlidingWindowOptions extends CommonOptions {
  *
  * It smooths FixedWindow's boundary burst at the cost of treating the previous window's
  * permits as evenly spread. Both counters and the window number share one 28-bit word.
+ *
+ * With `segments`, exact to a segment instead: see SegmentRing (segmented-window.ts).
  */
 export class SlidingWindow extends Limiter {
   readonly algorithm = 'SlidingWindow';
   readonly limit: number;
   readonly windowMs: number;
+  /** Segments per window; undefined for the two-window estimate. */
+  readonly segments: number | undefined;
   private readonly windowUs: number;
+  /** The segmented algorithm, or null for the two-window estimate. */
+  private readonly ring: SegmentRing | null;
   private readonly countBits: number;
   private readonly countMask: number;
   private readonly wBits: number;
@@ -40,6 +58,26 @@ export class SlidingWindow extends Limiter {
     this.limit = this.param(0);
     this.windowMs = this.param(1);
     this.windowUs = this.windowMs * 1000;
+    const segments = this.param(2);
+    if (segments > 0) {
+      this.segments = segments;
+      this.ring = new SegmentRing(
+        this.limit,
+        Math.round(this.windowUs),
+        segments,
+        this.i32,
+        this.pool!, // logRing > 0: the base made (or attached) the pool
+        this.layout,
+        this.epochUs,
+        this.core,
+      );
+      this.countBits = this.countMask = this.wBits = this.wMask = 0;
+      // The default key's ring is taken here once per buffer (attach() finds it taken).
+      if (!(options instanceof Attached)) this.initSlot(0);
+      return;
+    }
+    this.segments = undefined;
+    this.ring = null;
     const bits = windowBits(this.limit, this.windowUs, 2)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
@@ -49,9 +87,33 @@ export class SlidingWindow extends Limiter {
 
   private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
-    const { opts, common } = readCommon('SlidingWindow', options, ['limit', 'windowMs']);
-    const { limit, windowMs } = readWindowOptions('SlidingWindow', opts, 2);
-    return { ...common, params: [limit, windowMs], logRing: 0 };
+    const { opts, common } = readCommon('SlidingWindow', options, [
+      'limit',
+      'windowMs',
+      'segments',
+    ]);
+    const { limit, windowMs, segments } = readSlidingWindowOptions('SlidingWindow', opts);
+    if (segments === undefined) return { ...common, params: [limit, windowMs], logRing: 0 };
+    // The segment ring lives where SlidingLog keeps its log: the pool, in 16-byte units.
+    return {
+      ...common,
+      params: [limit, windowMs, segments],
+      logRing: SegmentRing.ringUnits(segments),
+    };
+  }
+
+  protected override remapped(): void {
+    if (this.ring) this.ring.i32 = this.i32;
+  }
+
+  override initSlot(s: number): void {
+    this.ring?.initSlot(s);
+  }
+
+  protected override resetSlot(ref: number): void {
+    // The ring must be cleared with the state: rebuilt under the slot's lock, as SlidingLog.
+    if (this.ring) this.table.rebuild(ref, this);
+    else super.resetSlot(ref);
   }
 
   /** Rolls the stored counters forward to now's window; results in window/prev/curr. */
@@ -99,6 +161,7 @@ export class SlidingWindow extends Limiter {
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+    if (this.ring !== null) return this.ring.step(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
     const w = this.windowUs;
     if (this.weightedPrev(nowUs) + (this.curr + permits) * w > this.limit * w) return REJECT;
@@ -113,6 +176,12 @@ export class SlidingWindow extends Limiter {
     permits: number,
     takenUs: number,
   ): number {
+    if (this.ring !== null) {
+      const next = this.ring.giveBack(state, stamp, nowUs, permits, takenUs);
+      // A past segment's credit changes the ring, not the state word: wake waiters here.
+      if (this.ring.creditedRing) this.wakeWaiters(this.core.lastWord);
+      return next;
+    }
     this.read(state, stamp, nowUs);
     // Credit the counter of the window the permits were taken in: the current one, or the
     // previous one (whose weight still counts). Older permits no longer count at all.
@@ -128,12 +197,14 @@ export class SlidingWindow extends Limiter {
   }
 
   protected available(state: number, stamp: number, nowUs: number): number {
+    if (this.ring !== null) return this.ring.available(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
     const used = this.weightedPrev(nowUs) / this.windowUs + this.curr;
     return Math.max(0, Math.floor(this.limit - used));
   }
 
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+    if (this.ring !== null) return this.ring.untilFreshUs(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
     if (this.curr > 0) return (this.window + 2) * this.windowUs - nowUs;
     if (this.prev > 0) return Math.max(0, (this.window + 1) * this.windowUs - nowUs);
@@ -141,6 +212,7 @@ export class SlidingWindow extends Limiter {
   }
 
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+    if (this.ring !== null) return this.ring.retryEstimateUs(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
     const w = this.windowUs;
     const start = this.window * w;

@@ -1,31 +1,54 @@
-import { readWindowOptions } from '../algorithms/window-bits.js';
+import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
+import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
 
 const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT);
+const SEGMENTS_SCRIPT = new Script(
+  'atomic-limiter:sliding-window-segments',
+  SLIDING_WINDOW_SEGMENTS_SCRIPT,
+);
 
 export interface SlidingWindowOptions extends RedisOptions {
   /** Permits per window; the same range as the in-memory SlidingWindow. */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^30). */
   windowMs: number;
+  /**
+   * Segments per window (2 to 1000, each a whole number of microseconds): exact to a
+   * segment, as in memory. Omitted: the two-window estimate.
+   */
+  segments?: number;
 }
 
-/** SlidingWindow with its state in Redis: the two-window weighted counter, as in memory. */
+/**
+ * SlidingWindow with its state in Redis: the two-window weighted counter, or with
+ * `segments` the segmented window (one count per segment in the key's value), as in memory.
+ */
 export class SlidingWindow extends RedisLimiter {
   readonly algorithm = 'SlidingWindow';
   readonly limit: number;
   readonly windowMs: number;
+  /** Segments per window; undefined for the two-window estimate. */
+  readonly segments: number | undefined;
   private readonly args: readonly string[];
 
   constructor(options: SlidingWindowOptions) {
-    const { opts, common } = readRedisCommon('SlidingWindow', options, ['limit', 'windowMs']);
-    const { limit, windowMs } = readWindowOptions('SlidingWindow', opts, 2);
-    super('SlidingWindow', common, SCRIPT);
+    const { opts, common } = readRedisCommon('SlidingWindow', options, [
+      'limit',
+      'windowMs',
+      'segments',
+    ]);
+    const { limit, windowMs, segments } = readSlidingWindowOptions('SlidingWindow', opts);
+    super('SlidingWindow', common, segments === undefined ? SCRIPT : SEGMENTS_SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;
-    this.args = [String(limit), String(windowMs * 1000)];
+    this.segments = segments;
+    this.args =
+      segments === undefined
+        ? [String(limit), String(windowMs * 1000)]
+        : [String(limit), String(Math.round(windowMs * 1000) / segments), String(segments)];
     this.startFleet();
   }
 

@@ -1,0 +1,73 @@
+import { STAMP_US } from '../layout.js';
+import { integerOption, rangeError, show } from '../validate.js';
+import { readWindowOptions } from './window-bits.js';
+
+export const MIN_SEGMENTS = 2;
+export const MAX_SEGMENTS = 1000;
+
+/**
+ * Bit budget of a segmented SlidingWindow. The state word's 28-bit payload holds the
+ * current segment's number (modulo 2^segBits) and its count (countBits, one bit wider than
+ * `limit + 2` needs, so the reserved payloads never occur); a ring entry (one Int32 per
+ * segment) holds a tag (the segment's number modulo 2^tagBits) and the same count field.
+ *
+ * The segment number is decoded relative to the slot's stamp (2^20 µs, lagging by up to two
+ * stamps), so the field must cover that many segments either way. A tag must tell a
+ * segment from the ones N and 2N before it (what an entry holds until a roll rewrites it),
+ * so 2^tagBits ≥ 4 × segments.
+ */
+export function segmentBits(
+  limit: number,
+  segmentUs: number,
+  segments: number,
+): { countBits: number; segBits: number; tagBits: number } | null {
+  const countBits = 32 - Math.clz32(limit + 2);
+  const segBits = 28 - countBits;
+  const tagBits = 32 - countBits;
+  if (segBits < 2 || 2 ** (segBits - 1) < 3 + (2 * STAMP_US) / segmentUs) return null;
+  if (2 ** tagBits < 4 * segments) return null;
+  return { countBits, segBits, tagBits };
+}
+
+/** The largest limit `segmentBits` accepts (for error messages and the README table). */
+export function maxSegmentedLimit(segmentUs: number, segments: number): number {
+  let lo = 0;
+  let hi = 2 ** 26;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (segmentBits(mid, segmentUs, segments)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/**
+ * A SlidingWindow's own options, checked: `windowMs`, `segments` (absent: the two-window
+ * estimate) and `limit` up to what fits. Every backend's SlidingWindow reads them here.
+ */
+export function readSlidingWindowOptions(
+  owner: string,
+  opts: Record<string, unknown>,
+): { limit: number; windowMs: number; segments: number | undefined } {
+  if (opts.segments === undefined) {
+    return { ...readWindowOptions(owner, opts, 2), segments: undefined };
+  }
+  // windowMs first (its own checks), with a limit that always fits: the real one is below.
+  const { windowMs } = readWindowOptions(owner, { ...opts, limit: 1 }, 2);
+  const segments = integerOption(owner, 'segments', opts.segments, MIN_SEGMENTS, MAX_SEGMENTS);
+  const windowUs = Math.round(windowMs * 1000);
+  if (Math.abs(windowMs * 1000 - windowUs) > 1e-6 || windowUs % segments !== 0) {
+    throw rangeError(
+      `${owner}: option "segments" (${show(segments)}) must split "windowMs" (${show(windowMs)}) into segments of a whole number of microseconds`,
+    );
+  }
+  const segmentUs = windowUs / segments;
+  const max = maxSegmentedLimit(segmentUs, segments);
+  if (typeof opts.limit === 'number' && Number.isInteger(opts.limit) && opts.limit > max) {
+    throw rangeError(
+      `${owner}: option "limit" must be an integer from 1 to ${max} with ${segments} segments of ${segmentUs / 1000} ms (a segment's number and count share a 28-bit word), got ${show(opts.limit)}; fewer (so longer) segments allow a larger limit`,
+    );
+  }
+  const limit = integerOption(owner, 'limit', opts.limit, 1, max);
+  return { limit, windowMs, segments };
+}
