@@ -11,7 +11,7 @@
  * parameters. Numbers go back as strings ('%.17g' round-trips a double; Redis would
  * truncate a Lua number to an integer).
  */
-export const PRELUDE = `
+export const CALL_ARGS = `
 local OP = ARGV[1]
 local NOW
 if ARGV[2] == '' then
@@ -23,7 +23,10 @@ end
 local PERMITS = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
 local SLACK_MS = tonumber(ARGV[5])
-local INF = math.huge
+`;
+
+/** What every script shares after its call's arguments (the batch script too). */
+const HELPERS = `local INF = math.huge
 local function fmt(x) return string.format('%.17g', x) end
 -- A figure for the reply: integers as integer replies (exact), the rest as '%.17g' strings.
 local function out(x)
@@ -32,6 +35,12 @@ local function out(x)
 end
 local function ttlMs(us) return math.ceil(us / 1000) + SLACK_MS end
 `;
+
+/** The head of every algorithm's script: one call's arguments, then the shared helpers. */
+export const PRELUDE = CALL_ARGS + HELPERS;
+
+/** Where the driver stops defining functions and runs the op (the batch script's cut). */
+export const RUN_OP = '\nlocal st = load()\n';
 
 /** Runs the op. The retry search is the in-memory Limiter.retryAfterUs(), step for step. */
 export const DRIVER = `

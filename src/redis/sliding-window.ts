@@ -3,7 +3,7 @@ import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 
-const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT, true);
 
 export interface SlidingWindowOptions extends RedisOptions {
   /** Permits per window; the same range as the in-memory SlidingWindow. */

@@ -1,0 +1,78 @@
+import { CALL_ARGS, RUN_OP } from './driver.lua.js';
+
+/**
+ * The batch form of an algorithm's script: several calls of one limiter decided by one
+ * EVALSHA, in order, each exactly as its own EVALSHA would decide it (Redis runs a script
+ * atomically, so nothing comes between them). The functions are built once per batch
+ * instead of once per call, and the command, the script call and `TIME` are paid once.
+ *
+ * KEYS: each call's keys in turn (`nk` per call, the same count for every call of one
+ * limiter). ARGV: 1 the number of calls, 2 `nk`, 3 where the calls' arguments start,
+ * 4–5 unused, 6… the limiter's parameters (as in the single script), then five per call:
+ * op, time ('' = the server's TIME, read once per batch), permits, extra, TTL slack.
+ *
+ * The reply holds one entry per call: what the single script replies, or, for a call whose
+ * script failed (a `redis.call` error, a wrong key type), the string '!' and the error
+ * reply's text. That call alone fails; what it wrote before failing stays written, as it
+ * would for its own EVALSHA, and the calls after it are still decided.
+ */
+export function batchSource(source: string): string {
+  const head = source.indexOf(CALL_ARGS);
+  const cut = source.lastIndexOf(RUN_OP);
+  if (head < 0 || cut < 0 || source.indexOf(CALL_ARGS, head + 1) >= 0) {
+    throw new Error('atomic-limiter/redis: a script without the driver cannot be batched');
+  }
+  // The call's arguments become variables set per call; keys are read from KEY, the
+  // current call's slice of KEYS.
+  const defs = `${source.slice(0, head)}${BATCH_ARGS}${source.slice(head + CALL_ARGS.length, cut)}`;
+  const run = source.slice(cut);
+  return `${defs.replaceAll('KEYS[', 'KEY[')}
+local function one()${run.replaceAll('KEYS[', 'KEY[')}
+end
+${BATCH_LOOP}`;
+}
+
+const BATCH_ARGS = `
+local OP, NOW, PERMITS, EXTRA, SLACK_MS
+local KEY = {}
+`;
+
+const BATCH_LOOP = `
+local n = tonumber(ARGV[1])
+local nk = tonumber(ARGV[2])
+local at = tonumber(ARGV[3])
+local serverNow
+local replies = {}
+for i = 0, n - 1 do
+  local a = at + i * 5
+  OP = ARGV[a]
+  if ARGV[a + 1] == '' then
+    if not serverNow then
+      local t = redis.call('TIME')
+      serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    NOW = serverNow
+  else
+    NOW = tonumber(ARGV[a + 1])
+  end
+  PERMITS = tonumber(ARGV[a + 2])
+  EXTRA = ARGV[a + 3]
+  SLACK_MS = tonumber(ARGV[a + 4])
+  for j = 1, nk do KEY[j] = KEYS[i * nk + j] end
+  local ok, r = pcall(one)
+  if ok and type(r) == 'table' and r.err then
+    ok, r = false, r.err
+  elseif not ok and type(r) == 'table' then
+    r = r.err
+  end
+  if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
+  if not ok then
+    r = tostring(r)
+    -- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
+    if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+    r = '!' .. r
+  end
+  replies[i + 1] = r
+end
+return replies
+`;
