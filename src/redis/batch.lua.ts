@@ -32,9 +32,22 @@ end
 ${BATCH_LOOP}`;
 }
 
+// String keys (getKey/setKey/delKey) are read from Redis once per batch and written back
+// once at its end: what the calls in between see is what their own EVALSHA would have read
+// (nothing else runs meanwhile), and the last write of each key is what they would leave.
 const BATCH_ARGS = `
 local OP, NOW, PERMITS, EXTRA, SLACK_MS
 local KEY = {}
+local STORE = {}
+local function getKey(k)
+  local e = STORE[k]
+  if e then return e.v end
+  local v = redis.call('GET', k)
+  STORE[k] = {v = v}
+  return v
+end
+local function setKey(k, v, ms) STORE[k] = {v = v, ms = ms, dirty = true} end
+local function delKey(k) STORE[k] = {v = false, dirty = true} end
 `;
 
 const BATCH_LOOP = `
@@ -73,6 +86,11 @@ for i = 0, n - 1 do
     r = '!' .. r
   end
   replies[i + 1] = r
+end
+for k, e in pairs(STORE) do
+  if e.dirty then
+    if e.v then redis.call('SET', k, e.v, 'PX', e.ms) else redis.call('DEL', k) end
+  end
 end
 return replies
 `;

@@ -23,6 +23,11 @@ end
 local PERMITS = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
 local SLACK_MS = tonumber(ARGV[5])
+-- A key holding one string (buckets, windows) is read and written through these, which
+-- the batch form replaces by a cache written back once per batch.
+local function getKey(k) return redis.call('GET', k) end
+local function setKey(k, v, ms) redis.call('SET', k, v, 'PX', ms) end
+local function delKey(k) redis.call('DEL', k) end
 `;
 
 /** What every script shares after its call's arguments (the batch script too). */

@@ -11,7 +11,7 @@ local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
 
 local function load()
-  local v = redis.call('GET', KEYS[1])
+  local v = getKey(KEYS[1])
   if not v then return {adm = 0, rej = 0} end
   local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
   return {win = tonumber(a), count = tonumber(b), adm = tonumber(c), rej = tonumber(d)}
@@ -35,15 +35,14 @@ end
 local function save(st)
   local f = fresh(st, NOW)
   if f <= 0 then
-    redis.call('DEL', KEYS[1])
+    delKey(KEYS[1])
   else
-    redis.call('SET', KEYS[1],
-      string.format('%d %d %d %d', st.win, st.count, st.adm, st.rej),
-      'PX', ttlMs(f))
+    setKey(KEYS[1],
+      string.format('%d %d %d %d', st.win, st.count, st.adm, st.rej), ttlMs(f))
   end
 end
 
-local function drop() redis.call('DEL', KEYS[1]) end
+local function drop() delKey(KEYS[1]) end
 
 local function step(st, t, p)
   local win, count = read(st, t)
