@@ -179,7 +179,24 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  it('a call whose key holds another type fails alone; the rest of its batch is decided', async () => {
+  it('a hot key: equal calls in one tick go as runs; exactly the first `capacity` are admitted', async () => {
+    const r = new red.TokenBucket({ redis, capacity: 150, refillPerSecond: 1e-3, prefix: 'b-hot' });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    await resetStats([server.port]);
+    // 200 equal calls, with one on another key in the middle: the run is split around it.
+    const calls: Promise<boolean>[] = [];
+    for (let i = 0; i < 200; i++) calls.push(r.tryAcquire(i === 60 ? 'other' : 'hot'));
+    const got = await Promise.all(calls);
+    const hot = got.filter((_, i) => i !== 60);
+    expect(hot.slice(0, 150).every(Boolean)).toBe(true);
+    expect(hot.slice(150).some(Boolean)).toBe(false);
+    expect(got[60]).toBe(true);
+    expect(await scriptRuns([server.port])).toBe(Math.ceil(200 / MAX_BATCH));
+    expect(await r.stats('hot')).toMatchObject({ available: 0, admitted: 150, rejected: 49 });
+    await r.close();
+  });
+
+  it('a call on a key of another type fails alone; the rest of its batch is decided', async () => {
     const clock = new ManualClock(0);
     const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
     const r = new red.TokenBucket({
@@ -220,7 +237,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await r.close();
   });
 
-  it('a batch whose reply never comes fails each of its calls by the policy, then recovers', async () => {
+  it('a batch whose reply never comes fails each call by the policy, then recovers', async () => {
     const clock = new ManualClock(0);
     const make = (whenUnavailable: 'deny' | 'throw', prefix: string) =>
       new red.TokenBucket({

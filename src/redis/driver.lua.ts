@@ -23,10 +23,15 @@ end
 local PERMITS = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
 local SLACK_MS = tonumber(ARGV[5])
--- A key holding one string (buckets, windows) is read and written through these, which
--- the batch form replaces by a cache written back once per batch.
-local function getKey(k) return redis.call('GET', k) end
-local function setKey(k, v, ms) redis.call('SET', k, v, 'PX', ms) end
+-- A key holding one state as a string (buckets, windows) is read and written through
+-- these (the algorithm's decode and encode), which the batch form replaces by a cache of
+-- decoded states written back once per batch.
+local function getState(k, decode)
+  local v = redis.call('GET', k)
+  if v then return decode(v) end
+  return nil
+end
+local function putState(k, st, encode, ms) redis.call('SET', k, encode(st), 'PX', ms) end
 local function delKey(k) redis.call('DEL', k) end
 `;
 

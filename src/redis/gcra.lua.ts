@@ -18,12 +18,12 @@ local QLIMIT = tonumber(ARGV[11])
 
 local function units(t) return math.floor(t * SCALE) end
 
-local function load()
-  local v = getKey(KEYS[1])
-  if not v then return {adm = 0, rej = 0} end
+local function decode(v)
   local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
   return {tat = tonumber(a), adm = tonumber(b), rej = tonumber(c)}
 end
+
+local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
 
 local function fresh(st, t)
   if not st.tat then return 0 end
@@ -32,13 +32,15 @@ local function fresh(st, t)
   return 0
 end
 
+local function encode(st) return string.format('%d %d %d', st.tat, st.adm, st.rej) end
+
 local function save(st)
   local f = fresh(st, NOW)
   if f <= 0 then
     delKey(KEYS[1])
   else
     -- All three are integers (the TAT counts whole units).
-    setKey(KEYS[1], string.format('%d %d %d', st.tat, st.adm, st.rej), ttlMs(f))
+    putState(KEYS[1], st, encode, ttlMs(f))
   end
 end
 

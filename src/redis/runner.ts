@@ -38,7 +38,7 @@ interface Pending {
   /** The script to run when the call goes alone (a faster one of its own, or `script`). */
   readonly alone: Script;
   readonly keys: readonly string[];
-  /** op, time, permits, extra, TTL slack: ARGV[1…5]. */
+  /** op, time, permits, extra, TTL slack: ARGV[1…5] (the slack is the limiter's own). */
   readonly head: readonly string[];
   /** The limiter's parameters, ARGV[6…]: one array per limiter, so calls batch by it. */
   readonly params: readonly string[];
@@ -166,15 +166,42 @@ export class Runner {
         slot: first.slot,
       };
     }
-    const n = u.calls.length;
-    const keys: string[] = [];
-    const args: string[] = [String(n), String(first.keys.length), '', '', ''];
+    // Each key's names go once; a run of equal calls (same keys, op, time, permits and
+    // extra: a hot key's calls) goes as one entry with its count. Every argument costs the
+    // client an encoding and Redis a parse, so a hot batch stays a few dozen bytes.
+    const keys: string[] = [...first.keys];
+    const groups = new Map<string, number>([[first.keys[0]!, 1]]);
+    const args: string[] = ['', String(first.keys.length), '', first.head[4]!, ''];
     for (const a of first.params) args.push(a);
     args[2] = String(args.length + 1);
+    let runs = 0;
+    let countAt = -1;
+    let prev: Pending | undefined;
     for (const p of u.calls) {
-      for (const k of p.keys) keys.push(k);
-      for (const a of p.head) args.push(a);
+      const h = p.head;
+      if (
+        prev &&
+        prev.keys[0] === p.keys[0] &&
+        prev.head[0] === h[0] &&
+        prev.head[1] === h[1] &&
+        prev.head[2] === h[2] &&
+        prev.head[3] === h[3]
+      ) {
+        args[countAt] = String(Number(args[countAt]) + 1);
+        continue;
+      }
+      let g = groups.get(p.keys[0]!);
+      if (g === undefined) {
+        g = groups.size + 1;
+        groups.set(p.keys[0]!, g);
+        for (const k of p.keys) keys.push(k);
+      }
+      countAt = args.length;
+      args.push('1', String(g), h[0]!, h[1]!, h[2]!, h[3]!);
+      runs++;
+      prev = p;
     }
+    args[0] = String(runs);
     return { verb: u.verb, script, keys, args, slot: first.slot };
   }
 

@@ -12,13 +12,13 @@ export const SLIDING_WINDOW_SCRIPT = `${PRELUDE}
 local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
 
-local function load()
-  local v = getKey(KEYS[1])
-  if not v then return {adm = 0, rej = 0} end
+local function decode(v)
   local a, b, c, d, e = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
   return {win = tonumber(a), prev = tonumber(b), curr = tonumber(c), adm = tonumber(d),
     rej = tonumber(e)}
 end
+
+local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
 
 -- The counters rolled forward to t's window.
 local function read(st, t)
@@ -41,13 +41,16 @@ local function fresh(st, t)
   return 0
 end
 
+local function encode(st)
+  return string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej)
+end
+
 local function save(st)
   local f = fresh(st, NOW)
   if f <= 0 then
     delKey(KEYS[1])
   else
-    setKey(KEYS[1],
-      string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej), ttlMs(f))
+    putState(KEYS[1], st, encode, ttlMs(f))
   end
 end
 
