@@ -1,8 +1,11 @@
+import { createHash } from 'node:crypto';
 import { Cluster as IoCluster, Redis as IoRedis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as mem from '../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../src/index.js';
+import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
+import { GCRA_TRY_SCRIPT } from '../src/redis/gcra-try.lua.js';
 import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
@@ -175,6 +178,43 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const runs = (await scriptRuns([server.port])) - keys.length; // the stats() at the end
       expect(runs).toBe(commands);
       expect(calls).toBeGreaterThan(4 * commands);
+      await r.close();
+    });
+  }
+
+  for (const leaky of [false, true]) {
+    it(`${leaky ? 'LeakyBucket' : 'TokenBucket'}: tryAcquire alone runs its own script and decides as in memory`, async () => {
+      const clock = new ManualClock(0);
+      const opts = { capacity: 6, clock };
+      const [m, r] = leaky
+        ? [
+            new mem.LeakyBucket({ ...opts, ratePerSecond: 2.5 }),
+            new red.LeakyBucket({ ...opts, ratePerSecond: 2.5, redis, prefix: 'b-try-l' }),
+          ]
+        : [
+            new mem.TokenBucket({ ...opts, refillPerSecond: 2.5 }),
+            new red.TokenBucket({ ...opts, refillPerSecond: 2.5, redis, prefix: 'b-try-t' }),
+          ];
+      await cli(server.port, 'SCRIPT', 'FLUSH');
+      const next = prng(leaky ? 11 : 5);
+      for (let step = 0; step < 300; step++) {
+        if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
+        const key = next() < 0.5 ? 'a' : 7;
+        const permits = 1 + Math.floor(next() ** 3 * 6);
+        expect([step, await r.tryAcquire(key, permits)]).toEqual([
+          step,
+          m.tryAcquire(key, permits),
+        ]);
+      }
+      for (const key of ['a', 7]) {
+        const { queued: _, ...got } = await r.stats(key);
+        const { queued: __, ...want } = m.stats(key);
+        expect([key, got]).toEqual([key, want]);
+      }
+      // Only the tryAcquire script ran the 300 calls (stats() loaded the full one after).
+      const sha = (src: string) => createHash('sha1').update(src).digest('hex');
+      const loaded = await redis.script('EXISTS', sha(GCRA_TRY_SCRIPT), sha(GCRA_SCRIPT));
+      expect(loaded).toEqual([1, 1]);
       await r.close();
     });
   }
