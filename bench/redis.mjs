@@ -5,8 +5,10 @@
 //   node bench/redis.mjs [--quick]            alone, prints the JSON
 //
 // Measured, for each subject, with every call allowed (limits far above the calls):
-//   (i)  one at a time: each call awaited before the next (p50 / p99 per call);
-//   (ii) 64 in flight: 64 loops each awaiting its own calls; per-call cost = wall ÷ calls.
+//   (i)   one at a time: each call awaited before the next (p50 / p99 per call);
+//   (ii)  64 in flight: 64 loops each awaiting its own calls; per-call cost = wall ÷ calls;
+//   (iii) Redis's own CPU per call (INFO commandstats: the script commands' usec).
+// Figures are medians over rounds; each ratio is the median of the rounds' own ratios.
 // The floor: a trivial script (`return 1`) run by EVALSHA through the same kind of client —
 // one network round trip and one script call, nothing else. Rounds interleave the subjects
 // so that a noisy moment hits all of them.
@@ -159,29 +161,61 @@ export async function runRedis({ quick = false } = {}) {
       for (let i = 0; i < z.warm; i++) await call();
       await inFlight(call, IN_FLIGHT * 20);
     }
-    const samples = Object.fromEntries(Object.keys(calls).map((k) => [k, { one: [], many: [] }]));
+    // Server CPU per decision: the script commands' own time (INFO commandstats), read
+    // before and after each subject's turn.
+    const serverUs = async () => {
+      const info = await floorClient.info('commandstats');
+      let us = 0;
+      for (const m of info.matchAll(/cmdstat_eval(?:sha)?:calls=\d+,usec=(\d+)/g))
+        us += Number(m[1]);
+      return us;
+    };
+    const samples = Object.fromEntries(
+      Object.keys(calls).map((k) => [
+        k,
+        { p50: [], p99: [], many: [], serverOneUs: 0, serverManyUs: 0 },
+      ]),
+    );
+    const ratioRounds = [];
     for (let r = 0; r < z.rounds; r++) {
+      const round = {};
       for (const [name, call] of Object.entries(calls)) {
-        await oneAtATime(call, z.oneAtATime, samples[name].one);
-        samples[name].many.push(await inFlight(call, z.inFlightCalls));
+        const s = samples[name];
+        const t0 = await serverUs();
+        const one = [];
+        await oneAtATime(call, z.oneAtATime, one);
+        one.sort((a, b) => a - b);
+        const t1 = await serverUs();
+        const many = await inFlight(call, z.inFlightCalls);
+        s.serverOneUs += t1 - t0;
+        s.serverManyUs += (await serverUs()) - t1;
+        s.p50.push(percentile(one, 0.5));
+        s.p99.push(percentile(one, 0.99));
+        s.many.push(many);
+        round[name] = { p50: percentile(one, 0.5), many };
       }
+      ratioRounds.push({
+        oneAtATimeOverFloor: round.tryAcquire.p50 / round.floor.p50,
+        consumeOverFloor: round.consume.p50 / round.floor.p50,
+        inFlightOverRlf: round.tryAcquire.many / round.rlf.many,
+        consumeInFlightOverRlf: round.consume.many / round.rlf.many,
+        inFlightOverFloor: round.tryAcquire.many / round.floor.many,
+      });
     }
     const out = {};
     for (const [name, s] of Object.entries(samples)) {
-      const one = s.one.sort((a, b) => a - b);
       out[name] = {
-        p50Us: percentile(one, 0.5),
-        p99Us: percentile(one, 0.99),
+        p50Us: median(s.p50),
+        p99Us: median(s.p99),
         inFlight64PerCallUs: median(s.many),
+        serverUsPerCall: s.serverOneUs / (z.oneAtATime * z.rounds),
+        serverUsPerCallInFlight: s.serverManyUs / (z.inFlightCalls * z.rounds),
       };
     }
-    const ratios = {
-      oneAtATimeOverFloor: out.tryAcquire.p50Us / out.floor.p50Us,
-      consumeOverFloor: out.consume.p50Us / out.floor.p50Us,
-      inFlightOverRlf: out.tryAcquire.inFlight64PerCallUs / out.rlf.inFlight64PerCallUs,
-      consumeInFlightOverRlf: out.consume.inFlight64PerCallUs / out.rlf.inFlight64PerCallUs,
-      inFlightOverFloor: out.tryAcquire.inFlight64PerCallUs / out.floor.inFlight64PerCallUs,
-    };
+    // Each ratio is the median over rounds of that round's ratio: a noisy moment moves
+    // one round, in which every subject ran within seconds of the others.
+    const ratios = {};
+    for (const k of Object.keys(ratioRounds[0])) ratios[k] = median(ratioRounds.map((x) => x[k]));
     return {
       inFlight: IN_FLIGHT,
       rounds: z.rounds,

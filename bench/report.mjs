@@ -526,13 +526,21 @@ function httpSection(h) {
 function redisSection(r) {
   if (r.skipped) return `== Redis: skipped (${r.skipped})`;
   const us = (x) => fmtNs(x * 1000);
-  const row = (name, x) => [name, us(x.p50Us), us(x.p99Us), us(x.inFlight64PerCallUs)];
+  const row = (name, x) => [
+    name,
+    us(x.p50Us),
+    us(x.p99Us),
+    us(x.inFlight64PerCallUs),
+    x.serverUsPerCall === undefined ? '—' : us(x.serverUsPerCall),
+    x.serverUsPerCallInFlight === undefined ? '—' : us(x.serverUsPerCallInFlight),
+  ];
   const s = r.subjects;
   const q = r.ratios;
   return [
     '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
     `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
-    `its own calls; per call = wall ÷ calls (median of ${r.rounds} rounds). Floor: EVALSHA of 'return 1'.`,
+    `its own calls; per call = wall ÷ calls. Medians of ${r.rounds} interleaved rounds; ratios: median of the rounds' ratios.`,
+    "Floor: EVALSHA of 'return 1'. Redis CPU: the script commands' time (INFO commandstats) ÷ calls.",
     '',
     table(
       [
@@ -540,6 +548,8 @@ function redisSection(r) {
         { title: 'p50', align: 'right' },
         { title: 'p99', align: 'right' },
         { title: `${r.inFlight} in flight`, align: 'right' },
+        { title: 'Redis CPU: alone', align: 'right' },
+        { title: `in flight`, align: 'right' },
       ],
       [
         row('atomic-limiter/redis TokenBucket tryAcquire', s.tryAcquire),

@@ -194,6 +194,7 @@ interface Reply {
 
 /** Slack added to TTLs under a ManualClock, whose time does not follow Redis's. */
 const MANUAL_SLACK_MS = 3_600_000;
+const SLACK_ARG = String(MANUAL_SLACK_MS);
 
 /**
  * What the six Redis limiters share: options, the script runner, the failure policy, the
@@ -421,8 +422,11 @@ export abstract class RedisLimiter {
     );
   }
 
-  /** The script's parameters (ARGV[6…]) for a key. */
-  protected abstract params(tag: string): readonly string[];
+  /**
+   * The script's parameters (ARGV[6…]): the limiter's own, the same array for every call
+   * and key (calls are batched by it).
+   */
+  protected abstract params(): readonly string[];
 
   /** Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
   protected keysOf(tag: string): readonly string[] {
@@ -446,19 +450,20 @@ export abstract class RedisLimiter {
     force = false,
   ): Promise<unknown> {
     if (this.closed && !force) return Promise.reject(new LimiterClosedError());
-    const args = [
+    const head = [
       op,
       this.clock ? String(this.clock.nowUs()) : '',
       String(permits),
       extra,
-      this.clock ? String(MANUAL_SLACK_MS) : '0',
-      ...this.params(tag),
+      this.clock ? SLACK_ARG : '0',
     ];
-    // The slot only groups a Cluster pipeline; standalone it is not computed.
+    // The slot only groups a Cluster's batches; standalone it is not computed.
     return this.runner.run(
       this.script,
+      op === 't' && this.tryScript ? this.tryScript : this.script,
       this.keysOf(tag),
-      args,
+      head,
+      this.params(),
       this.adapter.cluster ? slotOf(tag) : 0,
     );
   }

@@ -5,7 +5,8 @@ import { show, typeError } from '../validate.js';
  * its constructor's name, which bundlers rename and subclasses change):
  *
  * - ioredis `Redis` / `Cluster` (v5, v6): `evalsha` and `pipeline`; a Cluster also has
- *   `nodes`. Calls of one tick go out as one pipeline (per hash slot on a Cluster).
+ *   `nodes`. The commands of one send() (the runner's batches of one tick, one per hash
+ *   slot) go out as one pipeline (per hash slot on a Cluster).
  * - node-redis `createClient` / `createCluster` (v5, v6): `evalSha` and `sendCommand`; a
  *   cluster also has `getSlotMaster`, and its `sendCommand` takes the routing key first.
  *   node-redis writes every command of one tick in one write by itself.

@@ -8,13 +8,15 @@ import { DRIVER, PRELUDE } from './driver.lua.js';
  * until the last lease expires.
  *
  * ARGV[4] is the lease id of a grant or of a lease's release; ARGV[6…]: limit, leaseUs,
- * channel, tag.
+ * channel.
  */
 export const CONCURRENCY_SCRIPT = `${PRELUDE}
 local LIMIT = tonumber(ARGV[6])
 local LEASE_US = tonumber(ARGV[7])
 local CHANNEL = ARGV[8]
-local TAG = ARGV[9]
+-- The key's tag, published when permits free up: read from the key's name (between its
+-- braces), so the parameters are the limiter's alone and one batch serves many keys.
+local function tag() return string.match(KEYS[1], '{([^{}]*)}$') end
 
 local function permitsOf(member) return tonumber(string.match(member, '|(%d+)$')) end
 
@@ -37,7 +39,7 @@ local function load()
       redis.call('SET', KEYS[1], fmt(st.held) .. ' ' .. fmt(st.adm) .. ' ' .. fmt(st.rej),
         'KEEPTTL')
     end
-    redis.call('PUBLISH', CHANNEL, TAG)
+    redis.call('PUBLISH', CHANNEL, tag())
   end
   return st
 end
@@ -59,12 +61,12 @@ local function save(st)
     redis.call('SET', KEYS[1], fmt(st.held) .. ' ' .. fmt(st.adm) .. ' ' .. fmt(st.rej), 'PX', ms)
     redis.call('PEXPIRE', KEYS[2], ms)
   end
-  if st.freed then redis.call('PUBLISH', CHANNEL, TAG) end
+  if st.freed then redis.call('PUBLISH', CHANNEL, tag()) end
 end
 
 local function drop()
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('PUBLISH', CHANNEL, TAG)
+  redis.call('PUBLISH', CHANNEL, tag())
 end
 
 local function step(st, t, p)

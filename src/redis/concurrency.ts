@@ -15,7 +15,7 @@ import { tagOf } from './keys.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
-const SCRIPT = new Script('atomic-limiter:concurrency', CONCURRENCY_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:concurrency', CONCURRENCY_SCRIPT, true);
 
 export interface ConcurrencyOptions extends RedisOptions {
   /** Permits that may be held at once per key. Integer, 1 to 2^27. */
@@ -71,8 +71,8 @@ export class Concurrency extends RedisLimiter {
     return [base, `${base}:z`];
   }
 
-  protected params(tag: string): readonly string[] {
-    return [...this.base, tag];
+  protected params(): readonly string[] {
+    return this.base;
   }
 
   protected override grantId(): string {

@@ -11,7 +11,7 @@
  * parameters. Numbers go back as strings ('%.17g' round-trips a double; Redis would
  * truncate a Lua number to an integer).
  */
-export const PRELUDE = `
+export const CALL_ARGS = `
 local OP = ARGV[1]
 local NOW
 if ARGV[2] == '' then
@@ -23,7 +23,20 @@ end
 local PERMITS = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
 local SLACK_MS = tonumber(ARGV[5])
-local INF = math.huge
+-- A key holding one state as a string (buckets, windows) is read and written through
+-- these (the algorithm's decode and encode), which the batch form replaces by a cache of
+-- decoded states written back once per batch.
+local function getState(k, decode)
+  local v = redis.call('GET', k)
+  if v then return decode(v) end
+  return nil
+end
+local function putState(k, st, encode, ms) redis.call('SET', k, encode(st), 'PX', ms) end
+local function delKey(k) redis.call('DEL', k) end
+`;
+
+/** What every script shares after its call's arguments (the batch script too). */
+const HELPERS = `local INF = math.huge
 local function fmt(x) return string.format('%.17g', x) end
 -- A figure for the reply: integers as integer replies (exact), the rest as '%.17g' strings.
 local function out(x)
@@ -32,6 +45,12 @@ local function out(x)
 end
 local function ttlMs(us) return math.ceil(us / 1000) + SLACK_MS end
 `;
+
+/** The head of every algorithm's script: one call's arguments, then the shared helpers. */
+export const PRELUDE = CALL_ARGS + HELPERS;
+
+/** Where the driver stops defining functions and runs the op (the batch script's cut). */
+export const RUN_OP = '\nlocal st = load()\n';
 
 /** Runs the op. The retry search is the in-memory Limiter.retryAfterUs(), step for step. */
 export const DRIVER = `

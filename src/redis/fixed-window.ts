@@ -3,7 +3,7 @@ import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { FIXED_WINDOW_SCRIPT } from './fixed-window.lua.js';
 import { Script } from './runner.js';
 
-const SCRIPT = new Script('atomic-limiter:fixed-window', FIXED_WINDOW_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:fixed-window', FIXED_WINDOW_SCRIPT, true);
 
 export interface FixedWindowOptions extends RedisOptions {
   /** Permits per window; the same range as the in-memory FixedWindow. */

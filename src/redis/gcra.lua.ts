@@ -18,12 +18,12 @@ local QLIMIT = tonumber(ARGV[11])
 
 local function units(t) return math.floor(t * SCALE) end
 
-local function load()
-  local v = redis.call('GET', KEYS[1])
-  if not v then return {adm = 0, rej = 0} end
+local function decode(v)
   local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
   return {tat = tonumber(a), adm = tonumber(b), rej = tonumber(c)}
 end
+
+local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
 
 local function fresh(st, t)
   if not st.tat then return 0 end
@@ -32,17 +32,19 @@ local function fresh(st, t)
   return 0
 end
 
+local function encode(st) return string.format('%d %d %d', st.tat, st.adm, st.rej) end
+
 local function save(st)
   local f = fresh(st, NOW)
   if f <= 0 then
-    redis.call('DEL', KEYS[1])
+    delKey(KEYS[1])
   else
     -- All three are integers (the TAT counts whole units).
-    redis.call('SET', KEYS[1], string.format('%d %d %d', st.tat, st.adm, st.rej), 'PX', ttlMs(f))
+    putState(KEYS[1], st, encode, ttlMs(f))
   end
 end
 
-local function drop() redis.call('DEL', KEYS[1]) end
+local function drop() delKey(KEYS[1]) end
 
 local function step(st, t, p)
   local now = units(t)

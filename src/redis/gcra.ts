@@ -12,7 +12,7 @@ import { GCRA_TRY_SCRIPT } from './gcra-try.lua.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
-const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
 const TRY_SCRIPT = new Script('atomic-limiter:gcra-try', GCRA_TRY_SCRIPT);
 
 /**

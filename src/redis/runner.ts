@@ -1,14 +1,20 @@
 import { createHash } from 'node:crypto';
+import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
 export class Script {
   readonly sha: string;
+  /** The form that decides several calls in one run (src/redis/batch.lua.ts), if any. */
+  readonly batch: Script | undefined;
   constructor(
     readonly name: string,
     readonly source: string,
+    batchable = false,
   ) {
     this.sha = createHash('sha1').update(source).digest('hex');
+    // Named as the script itself: an error names the algorithm's script either way.
+    this.batch = batchable ? new Script(name, batchSource(source)) : undefined;
   }
 }
 
@@ -25,14 +31,34 @@ const TRANSIENT =
 // refused, offline queue disabled) do not.
 const REPLY = /^[A-Z][A-Z0-9_-]* /;
 
+/** One call: its script, keys and arguments, and how its promise settles. */
 interface Pending {
-  readonly command: Command;
+  /** The algorithm's script (its batch form decides this call beside others). */
   readonly script: Script;
+  /** The script to run when the call goes alone (a faster one of its own, or `script`). */
+  readonly alone: Script;
+  readonly keys: readonly string[];
+  /** op, time, permits, extra, TTL slack: ARGV[1…5] (the slack is the limiter's own). */
+  readonly head: readonly string[];
+  /** The limiter's parameters, ARGV[6…]: one array per limiter, so calls batch by it. */
+  readonly params: readonly string[];
+  readonly slot: number;
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
   readonly deadline: number;
   done: boolean;
 }
+
+/** What goes out as one command: one call, or a batch of calls of one script and slot. */
+interface Unit {
+  readonly calls: readonly Pending[];
+  /** The script sent (the batch form for a batch). */
+  readonly script: Script;
+  readonly verb: 'EVALSHA' | 'EVAL';
+}
+
+/** Calls per batch at most: a longer batch would hold Redis (a single thread) longer. */
+export const MAX_BATCH = 128;
 
 /**
  * Runs scripts for one limiter: every call made in the same tick goes to the adapter in
@@ -40,6 +66,12 @@ interface Pending {
  * (reconnecting, queueing offline), and only NOSCRIPT is retried — by EVAL, which runs the
  * script and caches it on that node. After a timeout or a dropped connection the script may
  * have run; running it again could charge twice, so those are reported, never replayed.
+ *
+ * Calls of one tick that share a script, its parameters and a hash slot go out as ONE
+ * `EVALSHA` of the script's batch form (batch.lua.ts), which decides them in order, each as
+ * its own call would be decided: one command, one script run and one `TIME` for all of
+ * them. A call alone goes as its own `EVALSHA`. A batch whose reply is lost or late fails
+ * each of its calls, as if each had been sent alone.
  *
  * One timer covers all calls in flight (armed for the oldest deadline), not one per call.
  */
@@ -57,14 +89,20 @@ export class Runner {
 
   run(
     script: Script,
+    alone: Script,
     keys: readonly string[],
-    args: readonly string[],
+    head: readonly string[],
+    params: readonly string[],
     slot: number,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
       const p: Pending = {
-        command: { verb: 'EVALSHA', script: script.sha, keys, args, slot },
         script,
+        alone,
+        keys,
+        head,
+        params,
+        slot,
         resolve,
         reject,
         deadline: performance.now() + this.timeoutMs,
@@ -82,25 +120,136 @@ export class Runner {
 
   private readonly flush = (): void => {
     this.scheduled = false;
-    const batch = this.queue;
+    const queue = this.queue;
     this.queue = [];
-    this.dispatch(batch);
-  };
-
-  private dispatch(batch: Pending[]): void {
-    let replies: Promise<unknown>[];
-    try {
-      replies = this.adapter.send(batch.map((p) => p.command));
-    } catch (error) {
-      for (const p of batch) this.fail(p, error);
+    if (queue.length === 1) {
+      this.dispatch([{ calls: queue, script: queue[0]!.alone, verb: 'EVALSHA' }]);
       return;
     }
-    batch.forEach((p, i) => {
+    // One runner serves one limiter: its calls share the script and parameters, and group
+    // by hash slot (all in one standalone), each group in its calls' order.
+    const groups = new Map<number, Pending[]>();
+    const units: Unit[] = [];
+    for (const p of queue) {
+      const g = groups.get(p.slot);
+      if (!g) groups.set(p.slot, [p]);
+      else if (g[0]!.script === p.script && g[0]!.params === p.params) g.push(p);
+      else units.push({ calls: [p], script: p.alone, verb: 'EVALSHA' });
+    }
+    for (const g of groups.values()) {
+      const batch = g[0]!.script.batch;
+      if (g.length === 1 || !batch) {
+        for (const p of g) units.push({ calls: [p], script: p.alone, verb: 'EVALSHA' });
+        continue;
+      }
+      for (let i = 0; i < g.length; i += MAX_BATCH) {
+        const calls = g.slice(i, i + MAX_BATCH);
+        units.push(
+          calls.length === 1
+            ? { calls, script: calls[0]!.alone, verb: 'EVALSHA' }
+            : { calls, script: batch, verb: 'EVALSHA' },
+        );
+      }
+    }
+    this.dispatch(units);
+  };
+
+  private command(u: Unit): Command {
+    const first = u.calls[0]!;
+    const script = u.verb === 'EVALSHA' ? u.script.sha : u.script.source;
+    if (u.calls.length === 1 && u.script !== first.script.batch) {
+      return {
+        verb: u.verb,
+        script,
+        keys: first.keys,
+        args: first.head.concat(first.params),
+        slot: first.slot,
+      };
+    }
+    // Each key's names go once; a run of equal calls (same keys, op, time, permits and
+    // extra: a hot key's calls) goes as one entry with its count. Every argument costs the
+    // client an encoding and Redis a parse, so a hot batch stays a few dozen bytes.
+    const keys: string[] = [...first.keys];
+    const groups = new Map<string, number>([[first.keys[0]!, 1]]);
+    const args: string[] = ['', String(first.keys.length), '', first.head[4]!, ''];
+    for (const a of first.params) args.push(a);
+    args[2] = String(args.length + 1);
+    let runs = 0;
+    let countAt = -1;
+    let prev: Pending | undefined;
+    for (const p of u.calls) {
+      const h = p.head;
+      if (
+        prev &&
+        prev.keys[0] === p.keys[0] &&
+        prev.head[0] === h[0] &&
+        prev.head[1] === h[1] &&
+        prev.head[2] === h[2] &&
+        prev.head[3] === h[3]
+      ) {
+        args[countAt] = String(Number(args[countAt]) + 1);
+        continue;
+      }
+      let g = groups.get(p.keys[0]!);
+      if (g === undefined) {
+        g = groups.size + 1;
+        groups.set(p.keys[0]!, g);
+        for (const k of p.keys) keys.push(k);
+      }
+      countAt = args.length;
+      args.push('1', String(g), h[0]!, h[1]!, h[2]!, h[3]!);
+      runs++;
+      prev = p;
+    }
+    args[0] = String(runs);
+    return { verb: u.verb, script, keys, args, slot: first.slot };
+  }
+
+  private dispatch(units: Unit[]): void {
+    let replies: Promise<unknown>[];
+    try {
+      replies = this.adapter.send(units.map((u) => this.command(u)));
+    } catch (error) {
+      for (const u of units) this.failUnit(u, error);
+      return;
+    }
+    units.forEach((u, i) => {
       replies[i]!.then(
-        (reply) => this.settle(p, reply),
-        (error) => this.fail(p, error),
+        (reply) => this.settleUnit(u, reply),
+        (error) => this.failUnit(u, error),
       );
     });
+  }
+
+  private settleUnit(u: Unit, reply: unknown): void {
+    if (u.script !== u.calls[0]!.script.batch) {
+      this.settle(u.calls[0]!, reply);
+      return;
+    }
+    if (!Array.isArray(reply) || reply.length !== u.calls.length) {
+      const error = new Error(
+        `atomic-limiter/redis: script ${u.script.name} returned an unexpected batch reply`,
+      );
+      for (const p of u.calls) this.reject(p, error);
+      return;
+    }
+    u.calls.forEach((p, i) => {
+      const r = reply[i];
+      if (typeof r === 'string' && r.startsWith('!')) this.fail(p, new Error(r.slice(1)));
+      else this.settle(p, r);
+    });
+  }
+
+  private failUnit(u: Unit, error: unknown): void {
+    const message = error instanceof Error ? error.message : String(error);
+    if (u.verb === 'EVALSHA' && message.startsWith('NOSCRIPT')) {
+      // The node restarted, failed over or its scripts were flushed: run the source. The
+      // script did not run, so nothing is charged twice.
+      const calls = u.calls.filter((p) => !p.done);
+      if (calls.length > 0) this.dispatch([{ calls, script: u.script, verb: 'EVAL' }]);
+      return;
+    }
+    for (const p of u.calls) this.fail(p, error);
   }
 
   private settle(p: Pending, reply: unknown): void {
@@ -110,31 +259,25 @@ export class Runner {
     p.resolve(reply);
   }
 
+  private reject(p: Pending, error: unknown): void {
+    if (p.done) return;
+    p.done = true;
+    this.inFlight.delete(p);
+    p.reject(error);
+  }
+
   private fail(p: Pending, error: unknown): void {
     if (p.done) return;
     const message = error instanceof Error ? error.message : String(error);
-    if (p.command.verb === 'EVALSHA' && message.startsWith('NOSCRIPT')) {
-      // The node restarted, failed over or its scripts were flushed: run the source.
-      const retry: Pending = {
-        ...p,
-        command: { ...p.command, verb: 'EVAL', script: p.script.source },
-      };
-      this.inFlight.delete(p);
-      p.done = true;
-      this.inFlight.add(retry);
-      this.dispatch([retry]);
-      return;
-    }
-    p.done = true;
-    this.inFlight.delete(p);
     if (REPLY.test(message) && !TRANSIENT.test(message)) {
-      p.reject(
+      this.reject(
+        p,
         new Error(`atomic-limiter/redis: script ${p.script.name} failed: ${message}`, {
           cause: error,
         }),
       );
     } else {
-      p.reject(new Unavailable(message, { cause: error }));
+      this.reject(p, new Unavailable(message, { cause: error }));
     }
   }
 

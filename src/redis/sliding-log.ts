@@ -3,7 +3,7 @@ import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_LOG_SCRIPT } from './sliding-log.lua.js';
 
-const SCRIPT = new Script('atomic-limiter:sliding-log', SLIDING_LOG_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:sliding-log', SLIDING_LOG_SCRIPT, true);
 
 export interface SlidingLogOptions extends RedisOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */

@@ -12,13 +12,13 @@ export const SLIDING_WINDOW_SCRIPT = `${PRELUDE}
 local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
 
-local function load()
-  local v = redis.call('GET', KEYS[1])
-  if not v then return {adm = 0, rej = 0} end
+local function decode(v)
   local a, b, c, d, e = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
   return {win = tonumber(a), prev = tonumber(b), curr = tonumber(c), adm = tonumber(d),
     rej = tonumber(e)}
 end
+
+local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
 
 -- The counters rolled forward to t's window.
 local function read(st, t)
@@ -41,17 +41,20 @@ local function fresh(st, t)
   return 0
 end
 
+local function encode(st)
+  return string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej)
+end
+
 local function save(st)
   local f = fresh(st, NOW)
   if f <= 0 then
-    redis.call('DEL', KEYS[1])
+    delKey(KEYS[1])
   else
-    redis.call('SET', KEYS[1],
-      string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej), 'PX', ttlMs(f))
+    putState(KEYS[1], st, encode, ttlMs(f))
   end
 end
 
-local function drop() redis.call('DEL', KEYS[1]) end
+local function drop() delKey(KEYS[1]) end
 
 local function step(st, t, p)
   local win, prev, curr = read(st, t)

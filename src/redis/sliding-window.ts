@@ -4,10 +4,11 @@ import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
 
-const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT);
+const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT, true);
 const SEGMENTS_SCRIPT = new Script(
   'atomic-limiter:sliding-window-segments',
   SLIDING_WINDOW_SEGMENTS_SCRIPT,
+  true,
 );
 
 export interface SlidingWindowOptions extends RedisOptions {

@@ -1,0 +1,422 @@
+import { createHash } from 'node:crypto';
+import { Cluster as IoCluster, Redis as IoRedis } from 'ioredis';
+import * as nodeRedis from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as mem from '../src/index.js';
+import { BackendUnavailableError, ManualClock } from '../src/index.js';
+import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
+import { GCRA_TRY_SCRIPT } from '../src/redis/gcra-try.lua.js';
+import * as red from '../src/redis/index.js';
+import { slotOf, tagOf } from '../src/redis/keys.js';
+import { MAX_BATCH } from '../src/redis/runner.js';
+import { cli, RedisCluster, RedisServer } from './helpers/redis.js';
+
+// Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
+// slot on a Cluster). These tests prove that a batch decides exactly as the calls one by
+// one would: the same random ticks go through the Redis class and the in-memory class on
+// one ManualClock, and every answer must be equal, in order; the server's own command
+// counts show how many commands the ticks took.
+
+type Limiter = mem.TokenBucket | mem.FixedWindow | mem.SlidingLog | mem.Concurrency;
+type RedisLimiter = red.TokenBucket | red.FixedWindow | red.SlidingLog | red.Concurrency;
+type Make = (redis: unknown, clock: ManualClock, prefix: string) => [Limiter, RedisLimiter];
+
+const CASES: [string, Make, number][] = [
+  [
+    'TokenBucket',
+    (redis, clock, prefix) => [
+      new mem.TokenBucket({ capacity: 10, refillPerSecond: 3.7, clock }),
+      new red.TokenBucket({ redis, capacity: 10, refillPerSecond: 3.7, clock, prefix }),
+    ],
+    3000,
+  ],
+  [
+    'LeakyBucket',
+    (redis, clock, prefix) => [
+      new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
+      new red.LeakyBucket({ redis, capacity: 6, ratePerSecond: 2.5, clock, prefix }) as never,
+    ],
+    2000,
+  ],
+  [
+    'FixedWindow',
+    (redis, clock, prefix) => [
+      new mem.FixedWindow({ limit: 9, windowMs: 1000, clock }),
+      new red.FixedWindow({ redis, limit: 9, windowMs: 1000, clock, prefix }),
+    ],
+    1000,
+  ],
+  [
+    'SlidingWindow',
+    (redis, clock, prefix) => [
+      new mem.SlidingWindow({ limit: 11, windowMs: 700, clock }) as never,
+      new red.SlidingWindow({ redis, limit: 11, windowMs: 700, clock, prefix }) as never,
+    ],
+    700,
+  ],
+  [
+    'SlidingWindow with segments',
+    (redis, clock, prefix) => [
+      new mem.SlidingWindow({ limit: 11, windowMs: 700, segments: 7, clock }) as never,
+      new red.SlidingWindow({
+        redis,
+        limit: 11,
+        windowMs: 700,
+        segments: 7,
+        clock,
+        prefix,
+      }) as never,
+    ],
+    700,
+  ],
+  [
+    'SlidingLog',
+    (redis, clock, prefix) => [
+      new mem.SlidingLog({ limit: 7, windowMs: 500, clock }),
+      new red.SlidingLog({ redis, limit: 7, windowMs: 500, clock, prefix }),
+    ],
+    500,
+  ],
+  [
+    'Concurrency',
+    (redis, clock, prefix) => [
+      new mem.Concurrency({ limit: 5, clock }),
+      new red.Concurrency({ redis, limit: 5, clock, prefix, leaseMs: 2 ** 30 }),
+    ],
+    1000,
+  ],
+];
+
+function prng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+/** Successful EVALSHA + EVAL commands run by these servers since their last RESETSTAT. */
+async function scriptRuns(ports: readonly number[]): Promise<number> {
+  let n = 0;
+  for (const port of ports) {
+    const info = await cli(port, 'INFO', 'commandstats');
+    for (const m of info.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+),.*failed_calls=(\d+)/g)) {
+      n += Number(m[1]) - Number(m[2]);
+    }
+  }
+  return n;
+}
+
+async function resetStats(ports: readonly number[]): Promise<void> {
+  for (const port of ports) await cli(port, 'CONFIG', 'RESETSTAT');
+}
+
+/**
+ * Random ticks of calls (consume, tryAcquire, refund; several keys) through both limiters,
+ * time moving between ticks. Every answer must be equal, in order. Returns the calls made
+ * and the commands a batch per tick and slot should take.
+ */
+async function ticks(
+  name: string,
+  m: Limiter,
+  r: RedisLimiter,
+  windowMs: number,
+  keys: readonly (string | number)[],
+  cluster: boolean,
+  clock: ManualClock,
+  count: number,
+): Promise<{ calls: number; commands: number }> {
+  const next = prng(name.length * 7919 + keys.length);
+  let calls = 0;
+  let commands = 0;
+  for (let tick = 0; tick < count; tick++) {
+    if (next() < 0.4) clock.advance(Math.round(next() * windowMs * 0.6 * 1000) / 1000);
+    // Mostly small ticks, sometimes one longer than a batch may be.
+    const size = next() < 0.05 ? MAX_BATCH + 5 : 1 + Math.floor(next() * 12);
+    const expected: unknown[] = [];
+    const got: Promise<unknown>[] = [];
+    const slots = new Map<number, number>();
+    for (let i = 0; i < size; i++) {
+      const key = keys[Math.floor(next() * keys.length)]!;
+      const permits = 1 + Math.floor(next() ** 3 * 3);
+      const x = next();
+      const slot = cluster ? slotOf(tagOf(name, key)) : 0;
+      slots.set(slot, (slots.get(slot) ?? 0) + 1);
+      if (x < 0.15 && name !== 'Concurrency') {
+        m.refund(key, permits);
+        got.push(r.refund(key, permits).then(() => 'refunded'));
+        expected.push('refunded');
+      } else if (x < 0.45) {
+        expected.push(m.tryAcquire(key, permits));
+        got.push(r.tryAcquire(key, permits));
+      } else {
+        expected.push(m.consume(key, permits));
+        got.push(r.consume(key, permits));
+      }
+    }
+    const answers = await Promise.all(got);
+    expect({ tick, answers }).toEqual({ tick, answers: expected });
+    calls += size;
+    for (const n of slots.values()) commands += Math.ceil(n / MAX_BATCH);
+  }
+  for (const key of keys) {
+    expect([key, (await r.stats(key)).available]).toEqual([key, m.stats(key).available]);
+  }
+  return { calls, commands };
+}
+
+describe('a batch decides as the calls one by one (ioredis, standalone)', () => {
+  let server: RedisServer;
+  let redis: IoRedis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new IoRedis(server.port, '127.0.0.1');
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
+
+  for (const [name, make, windowMs] of CASES) {
+    it(`${name}: random ticks give equal answers, one command per tick`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(redis, clock, `b-${name}`);
+      // The scripts are loaded by a first call, so that no NOSCRIPT retry is counted.
+      await r.stats('warm');
+      await Promise.all([r.stats('warm'), r.stats('warm')]);
+      await resetStats([server.port]);
+      const keys = ['a', 'b{x}', 42, ''];
+      const { calls, commands } = await ticks(name, m, r, windowMs, keys, false, clock, 60);
+      const runs = (await scriptRuns([server.port])) - keys.length; // the stats() at the end
+      expect(runs).toBe(commands);
+      expect(calls).toBeGreaterThan(4 * commands);
+      await r.close();
+    });
+  }
+
+  for (const leaky of [false, true]) {
+    it(`${leaky ? 'LeakyBucket' : 'TokenBucket'}: tryAcquire alone runs its own script and decides as in memory`, async () => {
+      const clock = new ManualClock(0);
+      const opts = { capacity: 6, clock };
+      const [m, r] = leaky
+        ? [
+            new mem.LeakyBucket({ ...opts, ratePerSecond: 2.5 }),
+            new red.LeakyBucket({ ...opts, ratePerSecond: 2.5, redis, prefix: 'b-try-l' }),
+          ]
+        : [
+            new mem.TokenBucket({ ...opts, refillPerSecond: 2.5 }),
+            new red.TokenBucket({ ...opts, refillPerSecond: 2.5, redis, prefix: 'b-try-t' }),
+          ];
+      await cli(server.port, 'SCRIPT', 'FLUSH');
+      const next = prng(leaky ? 11 : 5);
+      for (let step = 0; step < 300; step++) {
+        if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
+        const key = next() < 0.5 ? 'a' : 7;
+        const permits = 1 + Math.floor(next() ** 3 * 6);
+        expect([step, await r.tryAcquire(key, permits)]).toEqual([
+          step,
+          m.tryAcquire(key, permits),
+        ]);
+      }
+      for (const key of ['a', 7]) {
+        const { queued: _, ...got } = await r.stats(key);
+        const { queued: __, ...want } = m.stats(key);
+        expect([key, got]).toEqual([key, want]);
+      }
+      // Only the tryAcquire script ran the 300 calls (stats() loaded the full one after).
+      const sha = (src: string) => createHash('sha1').update(src).digest('hex');
+      const loaded = await redis.script('EXISTS', sha(GCRA_TRY_SCRIPT), sha(GCRA_SCRIPT));
+      expect(loaded).toEqual([1, 1]);
+      await r.close();
+    });
+  }
+
+  it('a hot key: equal calls in one tick go as runs; exactly the first `capacity` are admitted', async () => {
+    const r = new red.TokenBucket({ redis, capacity: 150, refillPerSecond: 1e-3, prefix: 'b-hot' });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    await resetStats([server.port]);
+    // 200 equal calls, with one on another key in the middle: the run is split around it.
+    const calls: Promise<boolean>[] = [];
+    for (let i = 0; i < 200; i++) calls.push(r.tryAcquire(i === 60 ? 'other' : 'hot'));
+    const got = await Promise.all(calls);
+    const hot = got.filter((_, i) => i !== 60);
+    expect(hot.slice(0, 150).every(Boolean)).toBe(true);
+    expect(hot.slice(150).some(Boolean)).toBe(false);
+    expect(got[60]).toBe(true);
+    expect(await scriptRuns([server.port])).toBe(Math.ceil(200 / MAX_BATCH));
+    expect(await r.stats('hot')).toMatchObject({ available: 0, admitted: 150, rejected: 49 });
+    await r.close();
+  });
+
+  it('a call on a key of another type fails alone; the rest of its batch is decided', async () => {
+    const clock = new ManualClock(0);
+    const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: 3,
+      refillPerSecond: 1,
+      clock,
+      prefix: 'b-wrongtype',
+      whenUnavailable: 'allow',
+    });
+    await redis.lpush(r.redisKeys('bad')[0]!, 'not a bucket');
+    const calls = ['ok', 'bad', 'ok', 'ok', 'bad', 'ok'].map((key) =>
+      r.consume(key).then(
+        (d) => d,
+        (e: Error) => e,
+      ),
+    );
+    const got = await Promise.all(calls);
+    const want = ['ok', 'ok', 'ok', 'ok'].map(() => m.consume('ok'));
+    expect([got[0], got[2], got[3], got[5]]).toEqual(want);
+    for (const e of [got[1], got[4]]) {
+      expect(e).toBeInstanceOf(Error);
+      expect(e).not.toBeInstanceOf(BackendUnavailableError);
+      expect((e as Error).message).toMatch(/script atomic-limiter:gcra failed: WRONGTYPE/);
+    }
+    await r.close();
+  });
+
+  it('SCRIPT FLUSH before a batch: the batch is run by EVAL, each call decided once', async () => {
+    const clock = new ManualClock(0);
+    const r = new red.FixedWindow({ redis, limit: 5, windowMs: 1000, clock, prefix: 'b-flush' });
+    await r.stats('k');
+    await cli(server.port, 'SCRIPT', 'FLUSH');
+    const got = await Promise.all(Array.from({ length: 8 }, () => r.tryAcquire('k')));
+    expect(got).toEqual([true, true, true, true, true, false, false, false]);
+    expect((await r.stats('k')).admitted).toBe(5);
+    expect((await r.stats('k')).rejected).toBe(3);
+    await r.close();
+  });
+
+  it('a batch whose reply never comes fails each call by the policy, then recovers', async () => {
+    const clock = new ManualClock(0);
+    const make = (whenUnavailable: 'deny' | 'throw', prefix: string) =>
+      new red.TokenBucket({
+        redis,
+        capacity: 20,
+        refillPerSecond: 1,
+        clock,
+        prefix,
+        timeoutMs: 150,
+        whenUnavailable,
+      });
+    const deny = make('deny', 'b-lost-deny');
+    const thrower = make('throw', 'b-lost-throw');
+    // Both script forms loaded (a NOSCRIPT reply would show the batch never ran).
+    await Promise.all([deny.stats('k'), deny.stats('k'), thrower.stats('k'), thrower.stats('k')]);
+    // Redis answers nobody for 600 ms: the batches' replies come too late.
+    const pauser = new IoRedis(server.port, '127.0.0.1');
+    try {
+      await pauser.client('PAUSE', 600, 'ALL');
+      const denied = await Promise.all(Array.from({ length: 6 }, () => deny.consume('k')));
+      for (const d of denied) {
+        expect(d).toMatchObject({ allowed: false, reason: 'unavailable', retryAfterMs: 150 });
+      }
+      const thrown = await Promise.all(
+        Array.from({ length: 6 }, () => thrower.tryAcquire('k').then(String, (e) => e)),
+      );
+      for (const e of thrown) expect(e).toBeInstanceOf(BackendUnavailableError);
+      await pauser.client('UNPAUSE');
+    } finally {
+      pauser.disconnect();
+    }
+    // The late batches did run (a reply lost is never replayed): 6 + 6 permits are gone.
+    expect((await deny.stats('k')).available).toBe(14);
+    expect((await thrower.stats('k')).available).toBe(14);
+    const again = await Promise.all(Array.from({ length: 3 }, () => deny.consume('k')));
+    expect(again.map((d) => [d.allowed, d.remaining])).toEqual([
+      [true, 13],
+      [true, 12],
+      [true, 11],
+    ]);
+    await deny.close();
+    await thrower.close();
+  });
+});
+
+describe('a batch decides as the calls one by one (node-redis, standalone)', () => {
+  let server: RedisServer;
+  let client: ReturnType<typeof nodeRedis.createClient>;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    client = nodeRedis.createClient({ url: server.url });
+    await client.connect();
+  });
+  afterAll(async () => {
+    client?.destroy();
+    await server?.close();
+  });
+
+  for (const [name, make, windowMs] of CASES) {
+    it(`${name}: random ticks give equal answers, one command per tick`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(client, clock, `n-${name}`);
+      await r.stats('warm');
+      await Promise.all([r.stats('warm'), r.stats('warm')]);
+      await resetStats([server.port]);
+      const keys = ['a', 'b{x}', 7];
+      const { calls, commands } = await ticks(name, m, r, windowMs, keys, false, clock, 40);
+      expect((await scriptRuns([server.port])) - keys.length).toBe(commands);
+      expect(calls).toBeGreaterThan(4 * commands);
+      await r.close();
+    });
+  }
+});
+
+describe('a batch per hash slot on a three-master Redis Cluster', () => {
+  let cluster: RedisCluster;
+  beforeAll(async () => {
+    cluster = await RedisCluster.start();
+  });
+  afterAll(async () => {
+    await cluster?.close();
+  });
+
+  const clients: [string, (ports: number[]) => Promise<{ c: unknown; close(): void }>][] = [
+    [
+      'ioredis Cluster',
+      async (ports) => {
+        const c = new IoCluster(ports.map((port) => ({ host: '127.0.0.1', port })));
+        return { c, close: () => c.disconnect() };
+      },
+    ],
+    [
+      'node-redis createCluster',
+      async (ports) => {
+        const c = nodeRedis.createCluster({
+          rootNodes: ports.map((port) => ({ url: `redis://127.0.0.1:${port}` })),
+        });
+        await c.connect();
+        return { c, close: () => void c.destroy() };
+      },
+    ],
+  ];
+  for (const [client, open] of clients) {
+    for (const [name, make, windowMs] of CASES.filter(([n]) =>
+      ['TokenBucket', 'SlidingLog', 'Concurrency'].includes(n),
+    )) {
+      it(`${client}, ${name}: equal answers, one command per tick and slot`, async () => {
+        const { c, close } = await open(cluster.ports);
+        try {
+          const clock = new ManualClock(0);
+          const [m, r] = make(c, clock, `c-${client.replace(/\W/g, '')}`);
+          // Keys on all three nodes, in several slots.
+          const keys = ['a', 'b', 'c', 'd', 'user:{x}', '{x}', 9];
+          for (const k of keys) await r.stats(k);
+          await Promise.all(keys.map((k) => r.stats(k)));
+          await resetStats(cluster.ports);
+          const { calls, commands } = await ticks(name, m, r, windowMs, keys, true, clock, 30);
+          expect((await scriptRuns(cluster.ports)) - keys.length).toBe(commands);
+          expect(calls).toBeGreaterThan(commands);
+          await r.close();
+        } finally {
+          close();
+        }
+      });
+    }
+  }
+});
