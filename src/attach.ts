@@ -12,10 +12,11 @@ import { LeakyBucket } from './algorithms/leaky-bucket.js';
 import { SlidingLog } from './algorithms/sliding-log.js';
 import { SlidingWindow } from './algorithms/sliding-window.js';
 import { TokenBucket } from './algorithms/token-bucket.js';
+import { headerAlgo } from './buffer.js';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
 import { LAYOUT_VERSION } from './layout.js';
-import { Attached, headerAlgo, type LimiterHandle } from './limiter.js';
+import { Attached, type LimiterHandle } from './options.js';
 import { show, typeError } from './validate.js';
 
 export type AnyLimiter =

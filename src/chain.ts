@@ -1,5 +1,6 @@
-import type { AcquireOptions, Decision, Key, Lease } from './limiter.js';
+import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
+import type { AcquireOptions, Decision, Lease } from './options.js';
 import { permitsError, show, typeError } from './validate.js';
 
 /**

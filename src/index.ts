@@ -16,17 +16,16 @@ export {
   LimiterError,
   QueueFullError,
 } from './errors.js';
+export type { Key, Limiter } from './limiter.js';
+export { TABLE_FULL_CHANNEL } from './limiter.js';
 export type {
   AcquireOptions,
   AlgorithmName,
   CommonOptions,
   Decision,
-  Key,
   Lease,
-  Limiter,
   LimiterHandle,
   QueueOrder,
   Stats,
   WhenFull,
-} from './limiter.js';
-export { TABLE_FULL_CHANNEL } from './limiter.js';
+} from './options.js';

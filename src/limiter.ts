@@ -1,42 +1,26 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
-import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import { fixedView, openBuffer } from './buffer.js';
+import { type Clock, ManualClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
 import { type AttemptMode, Core, ENQUEUE, enter, HEAD, run, TRY, unwrapStamp } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
-  computeLayout,
-  DEFAULT_MAX_BYTES,
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
   GEN_MASK,
   GEN_SHIFT,
-  H_ALGO,
-  H_BYTES_DIV64,
   H_CONTROL,
-  H_HOLDERS,
   H_INSERTS,
   H_KEYS,
-  H_LOG_RING,
-  H_MAGIC,
-  H_MAX_KEYS,
-  H_MAX_WAITERS,
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
   H_RECLAIMS,
-  H_SEED0,
-  H_SEED1,
   H_SEGMENTS,
-  H_SLOTS,
-  H_STRIPES,
   H_TABLE_FULL,
-  H_VERSION,
   H_WHEN_FULL,
-  hotWord,
   LAYOUT_VERSION,
   type Layout,
-  MAGIC,
-  MAX_BUFFER_BYTES,
   PAYLOAD_MASK,
   REJECT,
   RESERVED,
@@ -52,128 +36,23 @@ import {
   W_WAITING,
 } from './layout.js';
 import { LogPool } from './log-pool.js';
+import {
+  type AcquireOptions,
+  type AlgorithmName,
+  Attached,
+  type Decision,
+  type Fresh,
+  type Lease,
+  type LimiterHandle,
+  type QueueOrder,
+  type Stats,
+  type WhenFull,
+} from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
-import {
-  acquireOptions,
-  checkOptionsObject,
-  enumOption,
-  integerOption,
-  permitsError,
-  rangeError,
-  show,
-  typeError,
-} from './validate.js';
+import { acquireOptions, permitsError } from './validate.js';
 
 export type { Key } from './table.js';
-
-/** The outcome of `consume()`. A refusal is a value, not an exception. */
-export interface Decision {
-  /** Whether the permits were granted. */
-  readonly allowed: boolean;
-  /** Permits that could still be granted right now, after this decision. */
-  readonly remaining: number;
-  /** The limiter's limit (capacity, or permits per window, or concurrent permits). */
-  readonly limit: number;
-  /**
-   * 0 when allowed. Otherwise the exact wait: retrying after it succeeds if nothing else
-   * consumed meanwhile, retrying sooner fails. `Infinity` when waiting alone cannot help
-   * (`Concurrency`: a holder must release).
-   */
-  readonly retryAfterMs: number;
-  /** Time until the key is back to its initial state (full bucket, empty windows). */
-  readonly resetAfterMs: number;
-  /**
-   * Why: on a refusal, the limit (`'limited'`), no slot for a new key (`'table-full'`), or
-   * a backend that could not be reached (`'unavailable'`: Redis limiters with
-   * `whenUnavailable` `'allow'` / `'deny'`, on allowed decisions too); `'table-full'` also
-   * on a new key allowed without state by `whenFull: 'allow'`.
-   */
-  readonly reason?: 'limited' | 'table-full' | 'unavailable';
-}
-
-/** Per-key counters and the permits available now. */
-export interface Stats {
-  readonly available: number;
-  readonly queued: number;
-  /** Permits granted since the key entered the table (wraps at 2^32). */
-  readonly admitted: number;
-  /** Permits refused since the key entered the table (wraps at 2^32). */
-  readonly rejected: number;
-}
-
-export type QueueOrder = 'oldest-first' | 'newest-first';
-
-/** The six algorithms, by class name. */
-export type AlgorithmName =
-  | 'TokenBucket'
-  | 'LeakyBucket'
-  | 'FixedWindow'
-  | 'SlidingWindow'
-  | 'SlidingLog'
-  | 'Concurrency';
-
-/** Options every limiter takes. */
-export interface CommonOptions {
-  /**
-   * Distinct keys the shared table has room for when created (minimum 1, default 1024).
-   * Keys idle in their initial state are reclaimed when space is needed; when none is, the
-   * table grows (by segments of 1.5 slots per key, doubling) up to `maxKeys`.
-   */
-  keys?: number;
-  /**
-   * The most keys the table may grow to (default 1 048 576, or as many as `maxBytes`
-   * holds). Beyond it, when every candidate slot of a new key holds an active key,
-   * `whenFull` decides for it, with `reason: 'table-full'`. At least `keys`.
-   */
-  maxKeys?: number;
-  /**
-   * What a new key gets when no slot can be had for it: `'deny'` (default: a refusal with
-   * `reason: 'table-full'` and the time until the soonest candidate slot can be reclaimed)
-   * or `'allow'` (granted without any state: no limit applies to it until a slot frees —
-   * the choice of an HTTP API that would rather serve a new client than refuse it).
-   */
-  whenFull?: WhenFull;
-  /**
-   * Largest shared buffer this limiter may reserve, in bytes (default 256 MiB, at most
-   * 2^31 − 2^16). A configuration needing more is refused with a RangeError saying how much.
-   */
-  maxBytes?: number;
-  /** Permits that may wait per key in `acquire()`; 0 (default) means never wait. */
-  queueLimit?: number;
-  /** `'oldest-first'` (default, FIFO) or `'newest-first'` (evicts the oldest waiter). */
-  queueOrder?: QueueOrder;
-  /**
-   * Waiters that may be queued at once across all keys and threads (default 4096; each
-   * costs 32 bytes of shared memory). Past it, `acquire()` rejects with QueueFullError.
-   */
-  maxWaiters?: number;
-  /** The clock (default: the host's monotonic clock). Pass a `ManualClock` in tests. */
-  clock?: Clock;
-}
-
-/** What travels to another thread: `new Worker(file, { workerData: limiter.handle })`. */
-export interface LimiterHandle {
-  readonly kind: 'atomic-limiter';
-  readonly version: number;
-  readonly buffer: SharedArrayBuffer;
-  readonly clock: ClockHandle;
-  /** SlidingLog only: the pool of its log rings (a second buffer that grows with use). */
-  readonly logs?: SharedArrayBuffer;
-}
-
-export type WhenFull = 'deny' | 'allow';
-
-export const COMMON_OPTIONS = [
-  'keys',
-  'maxKeys',
-  'queueLimit',
-  'queueOrder',
-  'maxWaiters',
-  'clock',
-  'whenFull',
-  'maxBytes',
-] as const;
 
 /**
  * Published (only when someone subscribes) each time a new key finds no slot:
@@ -183,114 +62,6 @@ export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
 /** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
 const TABLE_FULL_RETRY_MS = 1000;
-const MAX_KEYS = 1 << 22;
-const DEFAULT_KEYS = 1024;
-const DEFAULT_MAX_KEYS = 1 << 20;
-
-/** A buffer and clock to attach to (from `attach()`); never built by users. */
-export class Attached {
-  constructor(
-    readonly buffer: SharedArrayBuffer,
-    readonly clock: Clock,
-    /** SlidingLog's log pool (see LimiterHandle.logs). */
-    readonly logs?: SharedArrayBuffer,
-  ) {}
-}
-
-/** A validated new limiter: its options packed for the header. */
-export interface Fresh {
-  readonly params: readonly number[];
-  readonly logRing: number;
-  readonly keys: number;
-  readonly maxKeys: number;
-  /** Whether the user chose maxKeys (else it shrinks to fit maxBytes). */
-  readonly maxKeysGiven: boolean;
-  readonly queueLimit: number;
-  readonly queueOrder: QueueOrder;
-  readonly maxWaiters: number;
-  readonly clock: Clock;
-  readonly whenFull: WhenFull;
-  readonly maxBytes: number;
-  /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
-  readonly holdersPerSlot?: number;
-}
-
-export function readCommon(
-  owner: string,
-  options: unknown,
-  own: readonly string[],
-): { opts: Record<string, unknown>; common: Omit<Fresh, 'params' | 'logRing'> } {
-  const opts = checkOptionsObject(owner, options, [...own, ...COMMON_OPTIONS]);
-  const keys = integerOption(owner, 'keys', opts.keys, 1, MAX_KEYS, DEFAULT_KEYS);
-  const maxKeysGiven = opts.maxKeys !== undefined;
-  const maxKeys = integerOption(
-    owner,
-    'maxKeys',
-    opts.maxKeys,
-    1,
-    MAX_KEYS,
-    Math.max(keys, DEFAULT_MAX_KEYS),
-  );
-  if (maxKeys < keys) {
-    throw rangeError(
-      `${owner}: option "maxKeys" (${maxKeys}) must be at least "keys" (${keys}): the table starts at "keys" and grows up to "maxKeys"`,
-    );
-  }
-  const queueLimit = integerOption(owner, 'queueLimit', opts.queueLimit, 0, 2 ** 31 - 1, 0);
-  const maxWaiters = integerOption(owner, 'maxWaiters', opts.maxWaiters, 1, 1 << 20, 4096);
-  const queueOrder = enumOption<QueueOrder>(
-    owner,
-    'queueOrder',
-    opts.queueOrder,
-    ['oldest-first', 'newest-first'],
-    'oldest-first',
-  );
-  const whenFull = enumOption<WhenFull>(
-    owner,
-    'whenFull',
-    opts.whenFull,
-    ['deny', 'allow'],
-    'deny',
-  );
-  const maxBytes = integerOption(
-    owner,
-    'maxBytes',
-    opts.maxBytes,
-    2 ** 16,
-    MAX_BUFFER_BYTES,
-    DEFAULT_MAX_BYTES,
-  );
-  const clock = opts.clock ?? monotonicClock;
-  if (
-    typeof clock !== 'object' ||
-    clock === null ||
-    typeof (clock as Clock).nowUs !== 'function' ||
-    !(clock === monotonicClock || clock instanceof ManualClock || clock instanceof CoarseClock)
-  ) {
-    throw typeError(
-      `${owner}: option "clock" must be a ManualClock or a CoarseClock (or omitted for the monotonic clock), got ${show(clock)}`,
-    );
-  }
-  return {
-    opts,
-    common: {
-      keys,
-      maxKeys,
-      maxKeysGiven,
-      queueLimit,
-      queueOrder,
-      maxWaiters,
-      whenFull,
-      maxBytes,
-      clock: clock as Clock,
-    },
-  };
-}
-
-function randomSeed(): number {
-  return (Math.random() * 2 ** 32) | 0;
-}
-
 /**
  * The machinery every limiter shares: the buffer, the key table, the clock, the CAS loop.
  * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
@@ -335,87 +106,12 @@ export abstract class Limiter implements SlotPolicy {
     algo: number,
     source: Fresh | Attached,
   ) {
-    if (source instanceof Attached) {
-      this.buffer = source.buffer;
-      this.clock = source.clock;
-      this.i32 = fixedView(this.buffer);
-      this.f64 = new Float64Array(this.buffer, 0, 16);
-      const i32 = this.i32;
-      this.layout = computeLayout(
-        i32[H_KEYS]!,
-        i32[H_LOG_RING]!,
-        i32[H_MAX_WAITERS]!,
-        i32[H_HOLDERS]!,
-        i32[H_MAX_KEYS]!,
-      );
-      const length = this.buffer.byteLength;
-      if (i32[H_ALGO] !== algo || length < this.layout.bytes || length > this.layout.maxBytes) {
-        throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
-      }
-      if (this.layout.logRing > 0 && !(source.logs instanceof SharedArrayBuffer)) {
-        throw typeError(`${owner}: the handle has no log pool (handle.logs)`);
-      }
-    } else {
-      const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
-      const layoutFor = (maxKeys: number) =>
-        computeLayout(
-          source.keys,
-          source.logRing,
-          source.maxWaiters,
-          slots * (source.holdersPerSlot ?? 0),
-          maxKeys,
-        );
-      let layout = layoutFor(source.maxKeys);
-      // What `keys` reserve without growing (a log's pool may take a ring for every slot).
-      const least = layoutFor(source.keys).totalMaxBytes;
-      if (least > source.maxBytes) {
-        throw rangeError(
-          `${owner}: ${show(source.keys)} keys need ${mib(least)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
-        );
-      }
-      if (layout.totalMaxBytes > source.maxBytes && source.maxKeysGiven) {
-        throw rangeError(
-          `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.totalMaxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${source.logRing > 0 ? ' or "limit"' : ''}, or raise "maxBytes"`,
-        );
-      }
-      // Without an explicit maxKeys, the ceiling is as many segments as maxBytes holds.
-      while (layout.totalMaxBytes > source.maxBytes) {
-        layout = layoutFor(source.keys * 2 ** (layout.segments.length - 2));
-      }
-      this.layout = layout;
-      // A growable buffer reserves its maximum (address space) and commits what exists.
-      this.buffer =
-        layout.maxBytes > layout.bytes
-          ? new SharedArrayBuffer(layout.bytes, { maxByteLength: layout.maxBytes })
-          : new SharedArrayBuffer(layout.bytes);
-      this.clock = source.clock;
-      this.i32 = fixedView(this.buffer);
-      this.f64 = new Float64Array(this.buffer, 0, 16);
-      const i32 = this.i32;
-      i32[H_VERSION] = LAYOUT_VERSION;
-      i32[H_ALGO] = algo;
-      i32[H_SLOTS] = layout.slots;
-      i32[H_STRIPES] = layout.stripes;
-      i32[H_SEED0] = randomSeed();
-      i32[H_SEED1] = randomSeed();
-      i32[H_KEYS] = source.keys;
-      i32[H_MAX_KEYS] = layout.maxKeys;
-      i32[H_SEGMENTS] = 1;
-      i32[H_QUEUE_LIMIT] = source.queueLimit;
-      i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
-      i32[H_LOG_RING] = source.logRing;
-      i32[H_MAX_WAITERS] = source.maxWaiters;
-      i32[H_HOLDERS] = layout.holders;
-      i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
-      i32[H_BYTES_DIV64] = layout.bytes / 64;
-      source.params.forEach((p, k) => {
-        this.f64[F64_PARAMS + k] = p;
-      });
-      this.f64[F64_EPOCH_US] = Math.floor(this.clock.nowUs());
-      for (let s = 0; s <= layout.slots; s++) i32[hotWord(layout, s) + S_STATE] = FRESH;
-      // Magic last: a thread that sees it sees a complete header.
-      Atomics.store(i32, H_MAGIC, MAGIC);
-    }
+    const { buffer, layout } = openBuffer(owner, algo, source);
+    this.buffer = buffer;
+    this.layout = layout;
+    this.clock = source.clock;
+    this.i32 = fixedView(buffer);
+    this.f64 = new Float64Array(buffer, 0, 16);
     if (this.layout.logRing > 0) {
       const logs = source instanceof Attached ? source.logs! : LogPool.create(this.layout);
       this.pool = new LogPool(logs, this.layout);
@@ -1075,48 +771,6 @@ export abstract class Limiter implements SlotPolicy {
     const shift = 32 - bits;
     return ref + (((field - ref) << shift) >> shift);
   }
-}
-
-function mib(bytes: number): string {
-  return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-}
-
-/** A fixed-length Int32 view of the whole buffer as long as it is now. */
-function fixedView(buffer: SharedArrayBuffer): Int32Array {
-  return new Int32Array(buffer, 0, buffer.byteLength >> 2);
-}
-
-/** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
-export function headerAlgo(buffer: SharedArrayBuffer): number {
-  const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
-  if (buffer.byteLength < 256 || Atomics.load(i32, H_MAGIC) !== MAGIC) {
-    throw typeError('attach: the buffer is not an atomic-limiter buffer (wrong magic)');
-  }
-  const version = Atomics.load(i32, H_VERSION);
-  if (version !== LAYOUT_VERSION) {
-    throw typeError(
-      `attach: the buffer has layout version ${version}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
-    );
-  }
-  if (Atomics.load(i32, H_BYTES_DIV64) * 64 > buffer.byteLength) {
-    throw typeError('attach: the buffer size does not match its header');
-  }
-  return Atomics.load(i32, H_ALGO);
-}
-
-/** Options of `acquire()`. */
-export interface AcquireOptions {
-  /** Aborting it removes the waiter; the promise rejects with the signal's reason. */
-  signal?: AbortSignal;
-  /** Longest wait in milliseconds; then the promise rejects with a `TimeoutError`. */
-  timeoutMs?: number;
-}
-
-/** What `acquire()` resolves with. Releasing twice is harmless. */
-export interface Lease {
-  /** Gives the permits back (`Concurrency`); a no-op for rate limiters. */
-  release(): void;
-  [Symbol.dispose](): void;
 }
 
 interface Waiter {

@@ -10,14 +10,8 @@ import {
   RESERVED,
   S_STATE,
 } from '../layout.js';
-import {
-  Attached,
-  type CommonOptions,
-  type Fresh,
-  type Key,
-  Limiter,
-  readCommon,
-} from '../limiter.js';
+import { type Key, Limiter } from '../limiter.js';
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';

@@ -1,6 +1,7 @@
 import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
-import { type Attached, type Fresh, Limiter } from '../limiter.js';
+import { Limiter } from '../limiter.js';
+import type { Attached, Fresh } from '../options.js';
 import type { Key } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 

@@ -1,7 +1,8 @@
 import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
-import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { Limiter } from '../limiter.js';
 import type { LogPool } from '../log-pool.js';
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';

@@ -1,6 +1,7 @@
 import { enter, run, TRY } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
-import { Attached, type CommonOptions, type Fresh, Limiter, readCommon } from '../limiter.js';
+import { Limiter } from '../limiter.js';
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import type { Key } from '../table.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions } from './segment-bits.js';

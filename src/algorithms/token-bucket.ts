@@ -1,4 +1,4 @@
-import { Attached, type CommonOptions, type Fresh, readCommon } from '../limiter.js';
+import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import { Gcra, readBucketOptions } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 

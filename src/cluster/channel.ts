@@ -4,7 +4,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
-import type { Decision, Key } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { Decision } from '../options.js';
 import {
   ABORT,
   ACQUIRE,

@@ -5,7 +5,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
-import type { AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { AlgorithmName, Decision, Lease, Stats } from '../options.js';
 import {
   acquireOptions,
   checkKey,

@@ -10,7 +10,8 @@
 import cluster, { type Worker } from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
 import { ClusterUnavailableError } from '../errors.js';
-import type { Key, Lease } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { Lease } from '../options.js';
 import { show, typeError } from '../validate.js';
 import {
   ABORT,

@@ -35,7 +35,8 @@ import {
   LimiterClosedError,
   QueueFullError,
 } from '../errors.js';
-import type { AlgorithmName, Decision, Key, Stats } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { AlgorithmName, Decision, Stats } from '../options.js';
 
 // Every message carries MARK, so the user's own IPC messages pass through untouched; the
 // version changes with the protocol.

@@ -4,7 +4,8 @@
  */
 import cluster from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
-import { type AlgorithmName, headerAlgo } from '../limiter.js';
+import { headerAlgo } from '../buffer.js';
+import type { AlgorithmName } from '../options.js';
 import { show, typeError } from '../validate.js';
 import { dispatcher, type Served } from './primary.js';
 import type { Description } from './protocol.js';

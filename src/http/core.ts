@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { QueueFullError } from '../errors.js';
-import type { Decision, Key, Lease } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { Decision, Lease } from '../options.js';
 import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import {

@@ -1,4 +1,4 @@
-import type { Decision } from '../limiter.js';
+import type { Decision } from '../options.js';
 import { rangeError, show, typeError } from '../validate.js';
 
 /**

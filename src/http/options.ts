@@ -1,4 +1,5 @@
-import type { Decision, Key, Lease } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { Decision, Lease } from '../options.js';
 import { checkOptionsObject, integerOption, rangeError, show, typeError } from '../validate.js';
 import {
   AddressKeys,

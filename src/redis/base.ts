@@ -1,6 +1,7 @@
 import { ManualClock } from '../clock.js';
 import { BackendUnavailableError, LimiterClosedError, QueueFullError } from '../errors.js';
-import type { AcquireOptions, AlgorithmName, Decision, Key, Lease, Stats } from '../limiter.js';
+import type { Key } from '../limiter.js';
+import type { AcquireOptions, AlgorithmName, Decision, Lease, Stats } from '../options.js';
 import {
   acquireOptions,
   checkOptionsObject,

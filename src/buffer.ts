@@ -1,0 +1,168 @@
+import {
+  computeLayout,
+  F64_EPOCH_US,
+  F64_PARAMS,
+  FRESH,
+  H_ALGO,
+  H_BYTES_DIV64,
+  H_HOLDERS,
+  H_KEYS,
+  H_LOG_RING,
+  H_MAGIC,
+  H_MAX_KEYS,
+  H_MAX_WAITERS,
+  H_QUEUE_LIMIT,
+  H_QUEUE_ORDER,
+  H_SEED0,
+  H_SEED1,
+  H_SEGMENTS,
+  H_SLOTS,
+  H_STRIPES,
+  H_VERSION,
+  H_WHEN_FULL,
+  hotWord,
+  LAYOUT_VERSION,
+  type Layout,
+  MAGIC,
+  S_STATE,
+} from './layout.js';
+import { Attached, type Fresh } from './options.js';
+import { rangeError, show, typeError } from './validate.js';
+
+// A limiter's shared buffer: made and its header written for new options, or checked
+// when attached from a handle (the layout itself is in layout.ts).
+
+/**
+ * The buffer and layout of a limiter: `source`'s, checked to belong to algorithm `algo`,
+ * or a new buffer sized for its options within `maxBytes`, header written.
+ */
+export function openBuffer(
+  owner: string,
+  algo: number,
+  source: Fresh | Attached,
+): { buffer: SharedArrayBuffer; layout: Layout } {
+  return source instanceof Attached
+    ? { buffer: source.buffer, layout: attachedLayout(owner, algo, source) }
+    : createBuffer(owner, algo, source);
+}
+
+function attachedLayout(owner: string, algo: number, source: Attached): Layout {
+  const i32 = fixedView(source.buffer);
+  const layout = computeLayout(
+    i32[H_KEYS]!,
+    i32[H_LOG_RING]!,
+    i32[H_MAX_WAITERS]!,
+    i32[H_HOLDERS]!,
+    i32[H_MAX_KEYS]!,
+  );
+  const length = source.buffer.byteLength;
+  if (i32[H_ALGO] !== algo || length < layout.bytes || length > layout.maxBytes) {
+    throw typeError(`${owner}: the buffer does not belong to a ${owner}`);
+  }
+  if (layout.logRing > 0 && !(source.logs instanceof SharedArrayBuffer)) {
+    throw typeError(`${owner}: the handle has no log pool (handle.logs)`);
+  }
+  return layout;
+}
+
+function createBuffer(
+  owner: string,
+  algo: number,
+  source: Fresh,
+): { buffer: SharedArrayBuffer; layout: Layout } {
+  const layout = layoutWithin(owner, source);
+  // A growable buffer reserves its maximum (address space) and commits what exists.
+  const buffer =
+    layout.maxBytes > layout.bytes
+      ? new SharedArrayBuffer(layout.bytes, { maxByteLength: layout.maxBytes })
+      : new SharedArrayBuffer(layout.bytes);
+  const i32 = fixedView(buffer);
+  const f64 = new Float64Array(buffer, 0, 16);
+  i32[H_VERSION] = LAYOUT_VERSION;
+  i32[H_ALGO] = algo;
+  i32[H_SLOTS] = layout.slots;
+  i32[H_STRIPES] = layout.stripes;
+  i32[H_SEED0] = randomSeed();
+  i32[H_SEED1] = randomSeed();
+  i32[H_KEYS] = source.keys;
+  i32[H_MAX_KEYS] = layout.maxKeys;
+  i32[H_SEGMENTS] = 1;
+  i32[H_QUEUE_LIMIT] = source.queueLimit;
+  i32[H_QUEUE_ORDER] = source.queueOrder === 'newest-first' ? 1 : 0;
+  i32[H_LOG_RING] = source.logRing;
+  i32[H_MAX_WAITERS] = source.maxWaiters;
+  i32[H_HOLDERS] = layout.holders;
+  i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
+  i32[H_BYTES_DIV64] = layout.bytes / 64;
+  source.params.forEach((p, k) => {
+    f64[F64_PARAMS + k] = p;
+  });
+  f64[F64_EPOCH_US] = Math.floor(source.clock.nowUs());
+  for (let s = 0; s <= layout.slots; s++) i32[hotWord(layout, s) + S_STATE] = FRESH;
+  // Magic last: a thread that sees it sees a complete header.
+  Atomics.store(i32, H_MAGIC, MAGIC);
+  return { buffer, layout };
+}
+
+/** The layout for `source`'s options whose reservation fits its `maxBytes`, or a RangeError. */
+function layoutWithin(owner: string, source: Fresh): Layout {
+  const slots = computeLayout(source.keys, 0, 1, 0).slots + 1;
+  const layoutFor = (maxKeys: number) =>
+    computeLayout(
+      source.keys,
+      source.logRing,
+      source.maxWaiters,
+      slots * (source.holdersPerSlot ?? 0),
+      maxKeys,
+    );
+  let layout = layoutFor(source.maxKeys);
+  const orLimit = source.logRing > 0 ? ' or "limit"' : '';
+  // What `keys` reserve without growing (a log's pool may take a ring for every slot).
+  const least = layoutFor(source.keys).totalMaxBytes;
+  if (least > source.maxBytes) {
+    throw rangeError(
+      `${owner}: ${show(source.keys)} keys need ${mib(least)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "keys"${orLimit}, or raise "maxBytes"`,
+    );
+  }
+  if (layout.totalMaxBytes > source.maxBytes && source.maxKeysGiven) {
+    throw rangeError(
+      `${owner}: a table growing to ${show(source.maxKeys)} keys reserves ${mib(layout.totalMaxBytes)} of shared memory, more than "maxBytes" allows (${mib(source.maxBytes)}); lower "maxKeys"${orLimit}, or raise "maxBytes"`,
+    );
+  }
+  // Without an explicit maxKeys, the ceiling is as many segments as maxBytes holds.
+  while (layout.totalMaxBytes > source.maxBytes) {
+    layout = layoutFor(source.keys * 2 ** (layout.segments.length - 2));
+  }
+  return layout;
+}
+
+function randomSeed(): number {
+  return (Math.random() * 2 ** 32) | 0;
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+}
+
+/** A fixed-length Int32 view of the whole buffer as long as it is now. */
+export function fixedView(buffer: SharedArrayBuffer): Int32Array {
+  return new Int32Array(buffer, 0, buffer.byteLength >> 2);
+}
+
+/** Reads a limiter's header for attach(): algorithm id, or throws a clear error. */
+export function headerAlgo(buffer: SharedArrayBuffer): number {
+  const i32 = new Int32Array(buffer, 0, Math.min(16, buffer.byteLength >> 2));
+  if (buffer.byteLength < 256 || Atomics.load(i32, H_MAGIC) !== MAGIC) {
+    throw typeError('attach: the buffer is not an atomic-limiter buffer (wrong magic)');
+  }
+  const version = Atomics.load(i32, H_VERSION);
+  if (version !== LAYOUT_VERSION) {
+    throw typeError(
+      `attach: the buffer has layout version ${version}; this copy of atomic-limiter reads version ${LAYOUT_VERSION}`,
+    );
+  }
+  if (Atomics.load(i32, H_BYTES_DIV64) * 64 > buffer.byteLength) {
+    throw typeError('attach: the buffer size does not match its header');
+  }
+  return Atomics.load(i32, H_ALGO);
+}
