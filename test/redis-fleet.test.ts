@@ -43,13 +43,16 @@ describe('fleet mode: blocks', () => {
     expect(decisions.every((d) => d.allowed)).toBe(true);
     // remaining is what this process may still spend without asking Redis.
     expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
-    // Ten blocks of 10, and one more ask (the next block, leased ahead at a quarter left)
-    // that Redis refused: that refusal is now cached.
-    expect(await evalCalls()).toBe(11);
+    // Ten blocks of 10, and at most two more asks (the leases taken ahead, at a quarter and
+    // an eighth left) that Redis refused: that refusal is now cached. Asks of one tick go
+    // in one command, so there may be fewer commands than asks, never more.
+    const calls = await evalCalls();
+    expect(calls).toBeGreaterThanOrEqual(5);
+    expect(calls).toBeLessThanOrEqual(12);
     const refused = await fw.consume('k');
     expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
     expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
-    expect(await evalCalls()).toBe(11);
+    expect(await evalCalls()).toBe(calls);
     await fw.close();
   });
 

@@ -11,7 +11,7 @@ import {
   show,
   typeError,
 } from '../validate.js';
-import { Blocks, type BlocksHandle } from './blocks.js';
+import { Blocks, type BlocksHandle, I_FETCH, I_FETCH2 } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
 import { slotOf, tagOf } from './keys.js';
 import { Runner, type Script, Unavailable } from './runner.js';
@@ -324,8 +324,11 @@ export abstract class RedisLimiter {
       const now = this.localMs();
       if (b.take(s, permits, now)) {
         // A quarter of a block left: the next one is leased in the background, so that the
-        // threads spending this one need not wait for a round trip.
-        if (b.permits(s) <= this.block >> 2 && this.block >= 4) this.prefetch(b, s, tag);
+        // threads spending this one need not wait for a round trip; an eighth left with
+        // that lease still out, a second one (a key spending faster than a round trip).
+        const left = b.permits(s);
+        if (left <= this.block >> 2 && this.block >= 4) this.prefetch(b, s, tag, I_FETCH);
+        if (left <= this.block >> 3 && this.block >= 8) this.prefetch(b, s, tag, I_FETCH2);
         return {
           allowed: true,
           remaining: b.permits(s),
@@ -398,8 +401,8 @@ export abstract class RedisLimiter {
     }
   }
 
-  private prefetch(b: Blocks, s: number, tag: string): void {
-    if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs)) return;
+  private prefetch(b: Blocks, s: number, tag: string, which: number): void {
+    if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs, which)) return;
     this.call('b', tag, this.block, '1').then(
       (reply) => {
         const r = this.parse(reply);
@@ -410,9 +413,9 @@ export abstract class RedisLimiter {
         } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
           b.refuse(s, at + r.retryAfterUs / 1000);
         }
-        b.endFetch(s);
+        b.endFetch(s, which);
       },
-      () => b.endFetch(s), // the next empty block asks again, under the failure policy
+      () => b.endFetch(s, which), // the next empty block asks again, under the failure policy
     );
   }
 

@@ -16,7 +16,11 @@ const I_STATE = 0; // 0 empty, 1 claiming, 2 ready
 const I_FP0 = 1;
 const I_FP1 = 2;
 const I_PERMITS = 3; // permits in hand
-const I_FETCH = 4; // fetch lease: real-time deadline in ms (low 31 bits), 0 = nobody fetches
+// Fetch leases: real-time deadline in ms (low 31 bits), 0 = free. The first is the key's
+// fetch (a thread that found the block empty, or a prefetch); the second is a prefetch of
+// its own, for a key spending its block faster than a round trip brings the next.
+export const I_FETCH = 4;
+export const I_FETCH2 = 7;
 const I_GEN = 5; // bumped when a fetch ends: wakes threads waiting for it
 const INTS = 8;
 // Float64 fields per slot.
@@ -155,9 +159,12 @@ export class Blocks {
     Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
   }
 
-  /** Claims the fetch of slot `s` (single flight); a dead fetcher's claim lapses at its lease. */
-  claimFetch(s: number, leaseMs: number): boolean {
-    const i = s * INTS + I_FETCH;
+  /**
+   * Claims fetch lease `which` (I_FETCH or I_FETCH2) of slot `s`: one fetch at a time per
+   * lease. A dead fetcher's claim lapses at its lease.
+   */
+  claimFetch(s: number, leaseMs: number, which = I_FETCH): boolean {
+    const i = s * INTS + which;
     const now = Date.now();
     const deadline = (now + leaseMs) & 0x7fffffff || 1;
     const held = Atomics.load(this.ints, i);
@@ -165,17 +172,22 @@ export class Blocks {
     return Atomics.compareExchange(this.ints, i, held, deadline) === held;
   }
 
-  endFetch(s: number): void {
-    Atomics.store(this.ints, s * INTS + I_FETCH, 0);
+  endFetch(s: number, which = I_FETCH): void {
+    Atomics.store(this.ints, s * INTS + which, 0);
     Atomics.add(this.ints, s * INTS + I_GEN, 1);
     Atomics.notify(this.ints, s * INTS + I_GEN);
   }
 
-  /** Resolves when the fetch in flight for slot `s` ends, or after `maxMs`. */
+  /** Resolves when a fetch in flight for slot `s` ends (at once if none is), or after `maxMs`. */
   async waitFetch(s: number, maxMs: number): Promise<void> {
     const i = s * INTS + I_GEN;
     const gen = Atomics.load(this.ints, i);
-    if (Atomics.load(this.ints, s * INTS + I_FETCH) === 0) return;
+    if (
+      Atomics.load(this.ints, s * INTS + I_FETCH) === 0 &&
+      Atomics.load(this.ints, s * INTS + I_FETCH2) === 0
+    ) {
+      return;
+    }
     const r = Atomics.waitAsync(this.ints, i, gen, maxMs);
     if (r.async) await r.value;
   }
