@@ -22,6 +22,9 @@ import type { Config } from './options.js';
  * Which middlewares have seen a request: one engine, or a set of them when stacked. A WeakMap
  * rather than a property of the request: adding a property to an Express request (whose
  * prototype Express replaced) cost ~3 µs a request in the HTTP bench, an entry here ~0.3 µs.
+ * On a request that keeps Node's prototype (Fastify's raw request) the property was ~0.5 µs
+ * cheaper; one mark for every server style still lets stacked middlewares of different
+ * styles see each other.
  */
 const seen = new WeakMap<IncomingMessage, object>();
 
