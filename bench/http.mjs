@@ -3,195 +3,82 @@
 // (express-rate-limit with its memory store; @fastify/rate-limit), on one key and on 10 000.
 //
 //   runHttp({ quick })                                     from run.mjs (part "http")
-//   node bench/http.mjs --serve --framework=express|fastify --subject=S
-//                                          one server; prints {"port":…} and serves until killed
-//   node bench/http.mjs --in-process --framework=F --subject=S --keys=K --n=N
-//                                          one in-process measurement; prints one JSON line
+//   node bench/http.mjs --load             the load generator: one autocannon run per IPC message
+//   (the servers and the in-process measurement: bench/http-subjects.mjs)
 //
-// 1. Under load: each server in a child process, autocannon in this one (2 cores: one each),
-//    each limiter with its default fields (ours: draft-8 RateLimit + RateLimit-Policy;
+// 1. Under load: for each framework the three servers run side by side in child processes and
+//    the load generator (autocannon) in another; with taskset and 2 CPUs, the servers are
+//    pinned to CPU 0 and the load generator to CPU 1. Each server is warmed up with every key
+//    first. Then rounds of none, ours, peer, none (ours and peer swap every other round) on
+//    1 key and on 10 000; each limiter's overhead in a round is taken against the two
+//    no-limiter loads around it, and the medians over rounds are reported, beside the noise
+//    floor (how far the two no-limiter loads of a round differ). Three figures per request:
+//    - wall: 1/rps − 1/rps(no limiter);
+//    - CPU: the server's CPU time per request − that with no limiter (read over IPC);
+//    - in situ: the time from a stamp taken just before the limiter to the handler's start,
+//      median over the requests, − that with no limiter: the limiter's own time inside the
+//      loaded server, which other processes taking the CPU barely move.
+//    Each limiter with its default fields (ours: draft-8 RateLimit + RateLimit-Policy;
 //    express-rate-limit and @fastify/rate-limit: X-RateLimit-Limit / -Remaining / -Reset).
-//    Overhead per request: 1/rps − 1/rps(no limiter), and the server's CPU time per request
-//    minus that of no limiter (read from the child over IPC around each measured load).
-// 2. In process, without the network (steadier on a shared machine): Express, the subject's
-//    middleware called on real IncomingMessage / ServerResponse objects, each call awaited;
-//    Fastify, the whole app through app.inject(). CPU µs per request minus no limiter's. Both
-//    with each limiter's default fields and with the same draft-6 fields for all.
+// 2. In process, without the network: Express, the subject's middleware called on real
+//    IncomingMessage / ServerResponse objects, each call awaited; Fastify, the whole app
+//    through app.inject(). CPU µs per request minus no limiter's. Both with each limiter's
+//    default fields and with the same draft-6 fields for all.
 //
 // Every subject reads the key from an `x-key` header with a key function (one key, or 10 000
 // in turn). Limits are large enough that every request is allowed; any non-2xx answer fails
-// the run. Rounds alternate the order of subjects; medians of the rounds are reported. The
-// goal: our overhead ≤ ½ of each peer's.
-import { spawn } from 'node:child_process';
+// the run. The goal: our overhead ≤ ½ of each peer's.
+import { spawn, spawnSync } from 'node:child_process';
+import os from 'node:os';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { draft6, FRAMEWORKS, IN_PROCESS_SUBJECTS, KEYS, PEER, SUBJECTS } from './http-subjects.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
-const KEYS = 10_000;
-const FRAMEWORKS = ['express', 'fastify'];
-/** Under autocannon: each limiter as a user would set it up (its default fields). */
-const SUBJECTS = ['none', 'ours', 'peer'];
-/** In process, also each limiter writing the same draft-6 fields. */
-const IN_PROCESS_SUBJECTS = [...SUBJECTS, 'ours-draft-6', 'peer-draft-6'];
-const PEER = { express: 'express-rate-limit', fastify: '@fastify/rate-limit' };
-const BIG = 1_000_000_000; // so that nothing is ever refused
+const SUBJECTS_FILE = fileURLToPath(new URL('./http-subjects.mjs', import.meta.url));
 
 function sizes(quick) {
-  return quick
+  const base = {
+    connections: 16,
+    // Requests each server gets before any measurement, on top of one per key.
+    warmupRequests: 3_000,
+    pipelining: 1,
+  };
+  const sz = quick
     ? {
-        rounds: 1,
-        durationS: 1,
-        warmupS: 0.3,
-        connections: 16,
+        ...base,
+        warmupRequests: 500,
+        rounds: 2,
+        durationS: 0.5,
+        inProcessRounds: 1,
         inProcessExpress: 10_000,
         inProcessFastify: 1_000,
         inProcessSubjects: SUBJECTS,
       }
     : {
-        rounds: 3,
-        durationS: 3,
-        warmupS: 1,
-        connections: 16,
+        ...base,
+        rounds: 7,
+        durationS: 1.5,
+        inProcessRounds: 3,
         inProcessExpress: 100_000,
         inProcessFastify: 10_000,
         inProcessSubjects: IN_PROCESS_SUBJECTS,
       };
-}
-
-// ---- the server (child process) ---------------------------------------------------------
-
-const keyOf = (req) => req.headers['x-key'] ?? 'none';
-const draft6 = (subject) => subject.endsWith('-draft-6');
-
-/** The limiting middleware of a subject for Express ('none': one that only calls next()). */
-async function expressMiddleware(subject) {
-  if (subject.startsWith('ours')) {
-    const { TokenBucket } = await import('../dist/index.js');
-    const { rateLimit } = await import('../dist/http.js');
-    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    return rateLimit({ limiter, key: keyOf, headers: draft6(subject) ? 'draft-6' : 'draft-8' });
-  }
-  if (subject.startsWith('peer')) {
-    const { rateLimit } = await import('express-rate-limit');
-    return rateLimit({
-      windowMs: 60_000,
-      limit: BIG,
-      keyGenerator: keyOf,
-      validate: false,
-      // Its defaults: X-RateLimit-Limit / -Remaining / -Reset (and Date).
-      ...(draft6(subject) ? { standardHeaders: 'draft-6', legacyHeaders: false } : {}),
-    });
-  }
-  return (_req, _res, next) => next();
-}
-
-async function serveExpress(subject) {
-  const { default: express } = await import('express');
-  const app = express();
-  app.set('etag', false);
-  app.use(await expressMiddleware(subject));
-  app.get('/', (_req, res) => {
-    res.send('hello world');
-  });
-  return new Promise((resolve) => {
-    const server = app.listen(0, '127.0.0.1', () => resolve(server.address().port));
-  });
-}
-
-async function fastifyApp(subject) {
-  const { default: Fastify } = await import('fastify');
-  const app = Fastify({ logger: false });
-  if (subject.startsWith('ours')) {
-    const { TokenBucket } = await import('../dist/index.js');
-    const { fastifyRateLimit } = await import('../dist/http.js');
-    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    await app.register(fastifyRateLimit, {
-      limiter,
-      key: keyOf,
-      headers: draft6(subject) ? 'draft-6' : 'draft-8',
-    });
-  } else if (subject.startsWith('peer')) {
-    const { default: fastifyRateLimit } = await import('@fastify/rate-limit');
-    await app.register(fastifyRateLimit, {
-      max: BIG,
-      timeWindow: 60_000,
-      keyGenerator: keyOf,
-      // Its default: X-RateLimit-Limit / -Remaining / -Reset; the draft: RateLimit-… names.
-      enableDraftSpec: draft6(subject),
-      cache: 2 * KEYS,
-    });
-  }
-  app.get('/', async () => 'hello world');
-  return app;
-}
-
-async function serveFastify(subject) {
-  const app = await fastifyApp(subject);
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return app.server.address().port;
-}
-
-// ---- in process: the limiter's own cost, without the network --------------------------------
-
-/**
- * Express: the subject's middleware called on real IncomingMessage / ServerResponse objects
- * (no socket: it only sets headers and calls next), each call awaited. Fastify: the whole app
- * through app.inject(), one request after the other. All subjects live in this one process
- * and take turns in batches, so drift of this shared machine falls on each of them alike.
- * Returns CPU µs per request, per subject and key count.
- */
-async function measureInProcess(framework, subjects, n) {
-  const { IncomingMessage, ServerResponse } = await import('node:http');
-  const { Socket } = await import('node:net');
-  const calls = {};
-  for (const subject of subjects) {
-    if (framework === 'express') {
-      const mw = await expressMiddleware(subject);
-      const socket = new Socket();
-      calls[subject] = (key) => {
-        const req = new IncomingMessage(socket);
-        req.method = 'GET';
-        req.url = '/';
-        req.headers = { 'x-key': key };
-        const res = new ServerResponse(req);
-        return new Promise((resolve, reject) => mw(req, res, (e) => (e ? reject(e) : resolve())));
-      };
-    } else {
-      const app = await fastifyApp(subject);
-      await app.ready();
-      calls[subject] = async (key) => {
-        const r = await app.inject({ method: 'GET', url: '/', headers: { 'x-key': key } });
-        if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
-      };
-    }
-  }
-  const BATCH = 100;
-  const out = {};
-  for (const keys of [1, KEYS]) {
-    const keyAt = (i) => (keys === 1 ? 'k' : `k${i % keys}`);
-    const cpuUs = Object.fromEntries(subjects.map((s) => [s, 0]));
-    for (let pass = 0; pass < 2; pass++) {
-      // Pass 0 warms every subject up; pass 1 measures.
-      for (let b = 0; b < n / BATCH; b++) {
-        for (let j = 0; j < subjects.length; j++) {
-          const subject = subjects[(b + j) % subjects.length]; // rotate who goes first
-          const call = calls[subject];
-          const c0 = process.cpuUsage();
-          for (let i = b * BATCH; i < (b + 1) * BATCH; i++) await call(keyAt(i));
-          const c = process.cpuUsage(c0);
-          if (pass === 1) cpuUs[subject] += c.user + c.system;
-        }
-      }
-    }
-    for (const s of subjects) (out[s] ??= {})[keys] = { cpuUs: cpuUs[s] / n };
-  }
-  return out;
+  // Overrides for experiments: HTTP_BENCH='{"rounds":3,"pipelining":4}'.
+  return { ...sz, ...JSON.parse(process.env.HTTP_BENCH ?? '{}') };
 }
 
 function inProcessChild(framework, subjects, n) {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      [SELF, '--in-process', `--framework=${framework}`, `--subjects=${subjects}`, `--n=${n}`],
+      [
+        SUBJECTS_FILE,
+        '--in-process',
+        `--framework=${framework}`,
+        `--subjects=${subjects}`,
+        `--n=${n}`,
+      ],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     let out = '';
@@ -206,12 +93,31 @@ function inProcessChild(framework, subjects, n) {
 
 // ---- the load (parent) --------------------------------------------------------------------
 
-function startServer(framework, subject) {
+/**
+ * Pinning: with taskset and two CPUs, the servers run on CPU 0 and the load generator on
+ * CPU 1, so that neither takes the other's core (other processes of the machine still may).
+ * Returns the command prefix for each side, or none.
+ */
+function pinning() {
+  if (os.availableParallelism() < 2 || os.platform() !== 'linux') return undefined;
+  const probe = spawnSync('taskset', ['-c', '0,1', process.execPath, '-e', '0'], {
+    stdio: 'ignore',
+  });
+  if (probe.status !== 0) return undefined;
+  return { server: ['taskset', '-c', '0'], loader: ['taskset', '-c', '1'] };
+}
+
+function spawnNode(prefix, args, stdio) {
+  const [cmd, ...rest] = prefix ?? [process.execPath];
+  return spawn(cmd, prefix ? [...rest, process.execPath, ...args] : args, { stdio });
+}
+
+function startServer(framework, subject, pin) {
   return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      [SELF, '--serve', `--framework=${framework}`, `--subject=${subject}`],
-      { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
+    const child = spawnNode(
+      pin?.server,
+      [SUBJECTS_FILE, '--serve', `--framework=${framework}`, `--subject=${subject}`],
+      ['ignore', 'pipe', 'inherit', 'ipc'],
     );
     let out = '';
     child.stdout.on('data', (c) => {
@@ -226,20 +132,34 @@ function startServer(framework, subject) {
   });
 }
 
-/** The server's CPU time so far (µs), asked over IPC. */
-function serverCpuUs(child) {
-  return new Promise((resolve) => {
-    child.once('message', (m) => resolve(m.user + m.system));
-    child.send('cpu');
+/** Asks a child over IPC and waits for its one answer. */
+function ask(child, message) {
+  return new Promise((resolve, reject) => {
+    const onExit = (code) => reject(new Error(`child exited (${code}) during ${message.type}`));
+    child.once('exit', onExit);
+    child.once('message', (m) => {
+      child.off('exit', onExit);
+      if (m?.error) reject(new Error(m.error));
+      else resolve(m);
+    });
+    child.send(message);
   });
 }
 
-async function load(autocannon, port, keys, durationS, connections) {
+/** The load generator: a child process running autocannon on request (see `--load`). */
+function startLoader(pin) {
+  return spawnNode(pin?.loader, [SELF, '--load'], ['ignore', 'inherit', 'inherit', 'ipc']);
+}
+
+/** One load on a port: `durationS` seconds, or `amount` requests (the warm-up). */
+async function runLoad({ port, keys, durationS, amount, connections, pipelining }) {
+  const { default: autocannon } = await import('autocannon');
   let n = 0;
   const result = await autocannon({
     url: `http://127.0.0.1:${port}/`,
     connections,
-    duration: durationS,
+    pipelining,
+    ...(amount === undefined ? { duration: durationS } : { amount }),
     requests: [
       {
         setupRequest: (req) => {
@@ -255,7 +175,31 @@ async function load(autocannon, port, keys, durationS, connections) {
       `port ${port}: ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`,
     );
   }
-  return { rps: result.requests.total / durationS, requests: result.requests.total };
+  return { requests: result.requests.total, seconds: result.duration };
+}
+
+/** One measured load: requests/s, and the server's CPU time per request and busy share. */
+async function measure(loader, server, keys, sz) {
+  const c0 = await ask(server.child, 'cpu');
+  const t0 = performance.now();
+  const { requests } = await ask(loader, {
+    type: 'load',
+    port: server.port,
+    keys,
+    durationS: sz.durationS,
+    connections: sz.connections,
+    pipelining: sz.pipelining,
+  });
+  const wallS = (performance.now() - t0) / 1000;
+  const c1 = await ask(server.child, 'cpu');
+  const cpuUs = c1.user + c1.system - (c0.user + c0.system);
+  return {
+    rps: requests / sz.durationS,
+    cpuUs: cpuUs / requests,
+    busy: cpuUs / 1e6 / wallS,
+    spanUs: c1.spans.medianUs,
+    spanMeanUs: c1.spans.meanUs,
+  };
 }
 
 function nameOf(subject, framework) {
@@ -267,9 +211,15 @@ function nameOf(subject, framework) {
   return draft6(subject) ? `${base} (draft-6)` : base;
 }
 
-function judge(ours, peer) {
-  if (!(peer > 0)) return { ours, peer, ratio: undefined, met: undefined };
-  return { ours, peer, ratio: Math.max(0, ours) / peer, met: ours <= peer / 2 };
+/**
+ * Ours ÷ the peer's overhead; ≤ 0.5 meets the goal. `noiseUs`: the median change between the
+ * two no-limiter loads of a round. A peer overhead within twice that decides nothing (the
+ * measurement cannot tell it from zero), and neither does a peer overhead at or below zero.
+ */
+function judge(ours, peer, noiseUs = 0) {
+  const decided = peer > 0 && peer > 2 * noiseUs;
+  const ratio = peer > 0 ? Math.max(0, ours) / peer : undefined;
+  return { ours, peer, noiseUs, ratio, met: decided ? ours <= peer / 2 : undefined };
 }
 
 function median(xs) {
@@ -277,44 +227,84 @@ function median(xs) {
   return (s[(s.length - 1) >> 1] + s[s.length >> 1]) / 2;
 }
 
-export async function runHttp({ quick = false } = {}) {
-  const { default: autocannon } = await import('autocannon');
-  const sz = sizes(quick);
-  const samples = {}; // framework → subject → keys → [rps]
-  for (let round = 0; round < sz.rounds; round++) {
+/**
+ * Under load. Per framework, the three servers run side by side (idle but for the one under
+ * load), each warmed up first with every key it will see (so 10 000 keys measure keys the
+ * limiter already holds, for ours and the peer alike). Then rounds, each: none, ours, peer,
+ * none (ours and peer swap places every other round), for 1 key and for 10 000. Each
+ * limiter's overhead in a round is taken against the two no-limiter loads around it, so the
+ * machine's drift between rounds cancels; the medians over rounds are reported.
+ */
+export async function runHttpLoad(sz) {
+  const pin = sz.pin === false ? undefined : pinning();
+  const loader = startLoader(pin);
+  const samples = {}; // framework → keys → subject → [{ rps, cpuUs, busy, wallOverheadUs, … }]
+  try {
     for (const framework of FRAMEWORKS) {
-      // Alternate the order of subjects between rounds.
-      const order = round % 2 === 0 ? SUBJECTS : [...SUBJECTS].reverse();
-      for (const subject of order) {
-        const { port, child } = await startServer(framework, subject);
-        try {
+      const servers = {};
+      try {
+        for (const subject of SUBJECTS) {
+          servers[subject] = await startServer(framework, subject, pin);
+        }
+        for (const subject of SUBJECTS) {
           for (const keys of [1, KEYS]) {
-            await load(autocannon, port, keys, sz.warmupS, sz.connections);
-            const cpu0 = await serverCpuUs(child);
-            const { rps, requests } = await load(
-              autocannon,
-              port,
+            await ask(loader, {
+              type: 'load',
+              port: servers[subject].port,
               keys,
-              sz.durationS,
-              sz.connections,
-            );
-            const cpuUs = ((await serverCpuUs(child)) - cpu0) / requests;
-            samples[framework] ??= {};
-            samples[framework][subject] ??= {};
-            const at = (samples[framework][subject][keys] ??= { rps: [], cpuUs: [] });
-            at.rps.push(rps);
-            at.cpuUs.push(cpuUs);
+              amount: (keys === 1 ? 0 : keys) + sz.warmupRequests,
+              connections: sz.connections,
+              pipelining: sz.pipelining,
+            });
           }
-        } finally {
-          child.removeAllListeners('exit');
-          child.kill('SIGKILL');
+        }
+        for (let round = 0; round < sz.rounds; round++) {
+          for (const keys of [1, KEYS]) {
+            const order = round % 2 === 0 ? ['ours', 'peer'] : ['peer', 'ours'];
+            const before = await measure(loader, servers.none, keys, sz);
+            const got = {};
+            for (const s of order) got[s] = await measure(loader, servers[s], keys, sz);
+            const after = await measure(loader, servers.none, keys, sz);
+            const noneUsPerRequest = (1e6 / before.rps + 1e6 / after.rps) / 2;
+            const noneCpuUs = (before.cpuUs + after.cpuUs) / 2;
+            const at = ((samples[framework] ??= {})[keys] ??= { none: [], ours: [], peer: [] });
+            at.none.push(before, after);
+            // What the wall and CPU figures move by with nothing changed: the noise floor.
+            (at.noise ??= []).push({
+              wallUs: Math.abs(1e6 / before.rps - 1e6 / after.rps),
+              cpuUs: Math.abs(before.cpuUs - after.cpuUs),
+              inSituUs: Math.abs(before.spanUs - after.spanUs),
+            });
+            for (const s of order) {
+              at[s].push({
+                ...got[s],
+                wallOverheadUs: 1e6 / got[s].rps - noneUsPerRequest,
+                cpuOverheadUs: got[s].cpuUs - noneCpuUs,
+                inSituUs: got[s].spanUs - (before.spanUs + after.spanUs) / 2,
+                inSituMeanUs: got[s].spanMeanUs - (before.spanMeanUs + after.spanMeanUs) / 2,
+              });
+            }
+          }
+        }
+      } finally {
+        for (const s of Object.values(servers)) {
+          s.child.removeAllListeners('exit');
+          s.child.kill('SIGKILL');
         }
       }
     }
+  } finally {
+    loader.kill('SIGKILL');
   }
+  return { samples, pinned: pin !== undefined };
+}
+
+export async function runHttp({ quick = false } = {}) {
+  const sz = sizes(quick);
+  const { samples, pinned } = await runHttpLoad(sz);
   // In process: one child per framework and round, its subjects taking turns.
   const inProcess = {};
-  for (let round = 0; round < sz.rounds; round++) {
+  for (let round = 0; round < sz.inProcessRounds; round++) {
     for (const framework of FRAMEWORKS) {
       const n = framework === 'express' ? sz.inProcessExpress : sz.inProcessFastify;
       const r = await inProcessChild(framework, sz.inProcessSubjects, n);
@@ -329,7 +319,7 @@ export async function runHttp({ quick = false } = {}) {
       }
     }
   }
-  return analyzeHttp(samples, inProcess, sz);
+  return analyzeHttp(samples, inProcess, { ...sz, pinned });
 }
 
 /** Medians, overhead per request (µs) and the ratios the goal is judged on. */
@@ -339,11 +329,9 @@ export function analyzeHttp(samples, inProcess, sz) {
   const inProcessRows = [];
   for (const framework of FRAMEWORKS) {
     for (const keys of [1, KEYS]) {
-      const rps = (s) => median(samples[framework][s][keys].rps);
-      const cpu = (s) => median(samples[framework][s][keys].cpuUs);
-      const none = rps('none');
-      const overheadUs = (s) => (1 / rps(s) - 1 / none) * 1e6;
-      const cpuOverheadUs = (s) => cpu(s) - cpu('none');
+      const at = samples[framework][keys];
+      const med = (s, field) => median(at[s].map((x) => x[field]));
+      const noise = (field) => median(at.noise.map((x) => x[field]));
       const inCpu = (s) => median(inProcess[framework][s][keys].cpuUs);
       const inOverhead = (s) => inCpu(s) - inCpu('none');
       for (const subject of sz.inProcessSubjects) {
@@ -356,26 +344,33 @@ export function analyzeHttp(samples, inProcess, sz) {
         });
       }
       for (const subject of SUBJECTS) {
+        const none = subject === 'none';
         rows.push({
           framework,
           subject: nameOf(subject, framework),
           keys,
-          rps: rps(subject),
-          ratioToNone: rps(subject) / none,
-          overheadUs: overheadUs(subject),
-          serverCpuUs: cpu(subject),
-          cpuOverheadUs: cpuOverheadUs(subject),
+          rps: med(subject, 'rps'),
+          ratioToNone: med(subject, 'rps') / med('none', 'rps'),
+          overheadUs: none ? undefined : med(subject, 'wallOverheadUs'),
+          serverCpuUs: med(subject, 'cpuUs'),
+          cpuOverheadUs: none ? undefined : med(subject, 'cpuOverheadUs'),
+          serverBusy: med(subject, 'busy'),
+          inSituUs: med(subject, 'spanUs'),
+          inSituOverheadUs: none ? undefined : med(subject, 'inSituUs'),
+          inSituMeanOverheadUs: none ? undefined : med(subject, 'inSituMeanUs'),
         });
       }
       goal.push({
         framework,
         peer: PEER[framework],
         keys,
-        // Wall: from requests/s. CPU: the server's CPU time per request (steadier on a shared
-        // machine). Each ratio is ours ÷ the peer's; ≤ 0.5 meets the goal. An overhead the
-        // noise swallows (the peer's at or below zero) decides nothing.
-        wall: judge(overheadUs('ours'), overheadUs('peer')),
-        cpu: judge(cpuOverheadUs('ours'), cpuOverheadUs('peer')),
+        // Wall: from requests/s. CPU: the server's CPU time per request. Each ratio is ours
+        // ÷ the peer's (medians over rounds); ≤ 0.5 meets the goal. An overhead the noise
+        // swallows (the peer's at or below zero) decides nothing.
+        wall: judge(med('ours', 'wallOverheadUs'), med('peer', 'wallOverheadUs'), noise('wallUs')),
+        cpu: judge(med('ours', 'cpuOverheadUs'), med('peer', 'cpuOverheadUs'), noise('cpuUs')),
+        inSitu: judge(med('ours', 'inSituUs'), med('peer', 'inSituUs'), noise('inSituUs')),
+        inSituMean: judge(med('ours', 'inSituMeanUs'), med('peer', 'inSituMeanUs')),
         inProcess: judge(inOverhead('ours'), inOverhead('peer')),
         inProcessDraft6: sz.inProcessSubjects.includes('ours-draft-6')
           ? judge(inOverhead('ours-draft-6'), inOverhead('peer-draft-6'))
@@ -388,22 +383,13 @@ export function analyzeHttp(samples, inProcess, sz) {
 
 // ---- command line ------------------------------------------------------------------------
 
-if (process.argv[1] === SELF && process.argv.includes('--in-process')) {
-  const arg = (name) =>
-    process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-  const r = await measureInProcess(arg('framework'), arg('subjects').split(','), Number(arg('n')));
-  console.log(JSON.stringify(r));
-} else if (process.argv[1] === SELF && process.argv.includes('--serve')) {
-  const arg = (name) =>
-    process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-  const framework = arg('framework');
-  const subject = arg('subject');
-  if (!FRAMEWORKS.includes(framework) || !IN_PROCESS_SUBJECTS.includes(subject)) {
-    throw new RangeError(`--framework=${FRAMEWORKS} --subject=${IN_PROCESS_SUBJECTS}`);
-  }
-  const port = framework === 'express' ? await serveExpress(subject) : await serveFastify(subject);
+if (process.argv[1] === SELF && process.argv.includes('--load')) {
+  // The load generator: runs one load per message from the parent, answers its counts.
   process.on('message', (m) => {
-    if (m === 'cpu') process.send(process.cpuUsage());
+    runLoad(m).then(
+      (r) => process.send(r),
+      (error) => process.send({ error: String(error?.stack ?? error) }),
+    );
   });
-  console.log(JSON.stringify({ port }));
+  process.on('disconnect', () => process.exit(0));
 }

@@ -462,15 +462,17 @@ function clusterSection(c, nativeFigures = {}) {
 }
 
 function httpSection(h) {
-  const us = (x) => `${x.toFixed(1)} µs`;
+  const us = (x) => (x === undefined ? '-' : `${x.toFixed(1)} µs`);
   const verdict = (j) =>
     j.met === undefined
-      ? 'inconclusive (the peer overhead is within noise)'
+      ? `inconclusive (${fmtRatio(j.ratio ?? 0)}; the peer's overhead is within the noise)`
       : `${fmtRatio(j.ratio)} (${j.met ? 'met' : 'NOT met'})`;
   return [
     `== HTTP middleware: "hello world", every subject keyed by an x-key header (1 key, or 10 000 in turn); medians of ${h.rounds} round(s)`,
-    `Under load: autocannon, ${h.connections} connections, ${h.durationS} s, server in a child process; each limiter with its default fields.`,
-    'wall overhead = 1/rps − 1/rps(no limiter); CPU overhead = server CPU µs per request − that with no limiter.',
+    `Under load: autocannon, ${h.connections} connections, pipelining ${h.pipelining}, ${h.durationS} s per load; ${h.pinned ? 'servers pinned to CPU 0, load generator to CPU 1' : 'not pinned (no taskset or one CPU)'};`,
+    'rounds of none / ours / peer / none; each limiter with its default fields. Per request, against the',
+    "no-limiter loads of the same round: wall = 1/rps − 1/rps(none); CPU = server CPU time − none's;",
+    'in situ = median time from just before the limiter to the handler − none\'s. "busy" = server CPU ÷ wall.',
     '',
     table(
       [
@@ -478,20 +480,24 @@ function httpSection(h) {
         { title: 'limiter', align: 'left' },
         { title: 'keys', align: 'right' },
         { title: 'requests/s', align: 'right' },
-        { title: '÷ none', align: 'right' },
+        { title: 'busy', align: 'right' },
         { title: 'wall overhead', align: 'right' },
         { title: 'server CPU', align: 'right' },
         { title: 'CPU overhead', align: 'right' },
+        { title: 'in situ', align: 'right' },
+        { title: 'in situ overhead', align: 'right' },
       ],
       h.rows.map((r) => [
         r.framework,
         r.subject,
         String(r.keys),
         String(Math.round(r.rps)),
-        fmtRatio(r.ratioToNone),
-        r.subject === 'no limiter' ? '-' : us(r.overheadUs),
+        fmtRatio(r.serverBusy),
+        us(r.overheadUs),
         us(r.serverCpuUs),
-        r.subject === 'no limiter' ? '-' : us(r.cpuOverheadUs),
+        us(r.cpuOverheadUs),
+        us(r.inSituUs),
+        us(r.inSituOverheadUs),
       ]),
     ),
     '',
@@ -515,10 +521,10 @@ function httpSection(h) {
       ]),
     ),
     '',
-    'our overhead ÷ the peer overhead (goal ≤ 0.5):',
+    "our overhead ÷ the peer's (goal ≤ 0.5; noise = median change between the two no-limiter loads of a round):",
     ...h.goal.map(
       (g) =>
-        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}; under load: CPU ${verdict(g.cpu)}, wall ${verdict(g.wall)}`,
+        `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in situ ${verdict(g.inSitu)} [noise ${us(g.inSitu.noiseUs)}], mean ${verdict(g.inSituMean)}; CPU ${verdict(g.cpu)} [noise ${us(g.cpu.noiseUs)}]; wall ${verdict(g.wall)} [noise ${us(g.wall.noiseUs)}]; in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}`,
     ),
   ].join('\n');
 }

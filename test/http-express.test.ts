@@ -436,6 +436,47 @@ describe('rateLimit mounted twice', () => {
   });
 });
 
+describe('rateLimit and the request objects', () => {
+  it('adds no property to the request or the response, allowed or refused', async () => {
+    // Its "seen" mark lives outside the request: adding a property to an Express request
+    // costs microseconds (see core.ts), and the objects are the application's.
+    const limiter = new FixedWindow({ limit: 1, windowMs: 1000, clock: new ManualClock() });
+    const limit = rateLimit({ limiter, key: () => 'k' });
+    const added: string[][] = [];
+    const app = express();
+    app.use((req, res, next) => {
+      const before = new Set([...Reflect.ownKeys(req), ...Reflect.ownKeys(res)]);
+      let wentOn = false;
+      limit(req, res, (err?: unknown) => {
+        wentOn = true;
+        if (err) return next(err);
+        const after = [...Reflect.ownKeys(req), ...Reflect.ownKeys(res)];
+        added.push(after.filter((k) => !before.has(k)).map(String));
+        next();
+      });
+      if (!wentOn) {
+        // Refused: the response was written (Node's own fields change), the request not.
+        added.push(
+          Reflect.ownKeys(req)
+            .filter((k) => !before.has(k))
+            .map(String),
+        );
+      }
+    });
+    app.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const replies = await sequence(port, 2);
+      expect(replies.map((r) => r.status)).toEqual([200, 429]);
+      expect(added).toEqual([[], []]);
+    } finally {
+      await close();
+    }
+  });
+});
+
 describe('rateLimit with a chain holding a Concurrency member', () => {
   it('releases the Concurrency permits after the response and keeps the rate permits spent', async () => {
     const clock = new ManualClock();

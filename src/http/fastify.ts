@@ -24,6 +24,7 @@ const fastifyHost: Host<FastifyRequest, FastifyReply> = {
   rawRes: (reply) => reply.raw,
   ip: (request) => request.ip,
   started: (reply) => reply.sent || reply.raw.headersSent,
+  setHeaderThrowsWhenStarted: false,
   setHeader: (reply, name, value) => {
     reply.header(name, value);
   },

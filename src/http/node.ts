@@ -22,6 +22,7 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
   rawRes: (res) => res,
   ip: (req) => req.ip,
   started: (res) => res.headersSent,
+  setHeaderThrowsWhenStarted: true,
   setHeader: (res, name, value) => {
     res.setHeader(name, value);
   },
