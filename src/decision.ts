@@ -205,14 +205,25 @@ function count(core: Core, index: number, permits: number): void {
  */
 function raiseStamp(core: Core, w: number, raw: number): void {
   const stampNow = core.stampNow;
-  for (;;) {
-    const next = (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG);
-    const seen = Atomics.compareExchange(core.i32, w + S_STAMP, raw, next);
-    // Lost to a queue flipping its flag (try again) or to another grant's raise.
-    if (seen === raw || unwrapStamp(seen, stampNow) >= stampNow) break;
+  const next = (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG);
+  const seen = Atomics.compareExchange(core.i32, w + S_STAMP, raw, next);
+  if (seen !== raw) raiseStampAgain(core, w, seen);
+  core.lastStamp = stampNow;
+}
+
+/** raiseStamp() after a lost CAS: to a queue flipping its flag (try again) or to another raise. */
+function raiseStampAgain(core: Core, w: number, raw: number): void {
+  const stampNow = core.stampNow;
+  while (unwrapStamp(raw, stampNow) < stampNow) {
+    const seen = Atomics.compareExchange(
+      core.i32,
+      w + S_STAMP,
+      raw,
+      (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG),
+    );
+    if (seen === raw) return;
     raw = seen;
   }
-  core.lastStamp = stampNow;
 }
 
 /** The error for a call refused before deciding: closed limiter or bad permits. */
