@@ -4,8 +4,8 @@ import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as mem from '../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../src/index.js';
+import { FIXED_WINDOW_SCRIPT } from '../src/redis/fixed-window.lua.js';
 import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
-import { GCRA_TRY_SCRIPT } from '../src/redis/gcra-try.lua.js';
 import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
@@ -197,39 +197,102 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  for (const leaky of [false, true]) {
-    it(`${leaky ? 'LeakyBucket' : 'TokenBucket'}: tryAcquire alone runs its own script and decides as in memory`, async () => {
+  // TokenBucket, LeakyBucket and FixedWindow run a call that goes alone through a script of
+  // its own (single.lua.ts), with the parameters inline; a batch runs the shared script's
+  // batch form. Both read and write the key the same way.
+  const SINGLES: [
+    string,
+    string,
+    (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
+  ][] = [
+    [
+      'TokenBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) => [
+        new mem.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock }),
+        new red.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock, redis, prefix }),
+      ],
+    ],
+    [
+      'LeakyBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) => [
+        new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
+        new red.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock, redis, prefix }) as never,
+      ],
+    ],
+    [
+      'FixedWindow',
+      FIXED_WINDOW_SCRIPT,
+      (clock, prefix) => [
+        new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
+        new red.FixedWindow({ limit: 6, windowMs: 1000, clock, redis, prefix }),
+      ],
+    ],
+  ];
+  const sha = (src: string) => createHash('sha1').update(src).digest('hex');
+
+  for (const [name, shared, make] of SINGLES) {
+    it(`${name}: tryAcquire and consume alone run their own scripts and decide as in memory`, async () => {
       const clock = new ManualClock(0);
-      const opts = { capacity: 6, clock };
-      const [m, r] = leaky
-        ? [
-            new mem.LeakyBucket({ ...opts, ratePerSecond: 2.5 }),
-            new red.LeakyBucket({ ...opts, ratePerSecond: 2.5, redis, prefix: 'b-try-l' }),
-          ]
-        : [
-            new mem.TokenBucket({ ...opts, refillPerSecond: 2.5 }),
-            new red.TokenBucket({ ...opts, refillPerSecond: 2.5, redis, prefix: 'b-try-t' }),
-          ];
+      const [m, r] = make(clock, `b-single-${name}`);
       await cli(server.port, 'SCRIPT', 'FLUSH');
-      const next = prng(leaky ? 11 : 5);
+      await resetStats([server.port]);
+      const next = prng(name.length * 31);
       for (let step = 0; step < 300; step++) {
         if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
         const key = next() < 0.5 ? 'a' : 7;
         const permits = 1 + Math.floor(next() ** 3 * 6);
-        expect([step, await r.tryAcquire(key, permits)]).toEqual([
-          step,
-          m.tryAcquire(key, permits),
-        ]);
+        if (next() < 0.5) {
+          expect([step, await r.tryAcquire(key, permits)]).toEqual([
+            step,
+            m.tryAcquire(key, permits),
+          ]);
+        } else {
+          expect([step, await r.consume(key, permits)]).toEqual([step, m.consume(key, permits)]);
+        }
       }
+      // The 300 calls were 300 script runs, none by the shared script: never loaded.
+      expect(await scriptRuns([server.port])).toBe(300);
+      expect(await redis.script('EXISTS', sha(shared))).toEqual([0]);
       for (const key of ['a', 7]) {
         const { queued: _, ...got } = await r.stats(key);
         const { queued: __, ...want } = m.stats(key);
         expect([key, got]).toEqual([key, want]);
       }
-      // Only the tryAcquire script ran the 300 calls (stats() loaded the full one after).
-      const sha = (src: string) => createHash('sha1').update(src).digest('hex');
-      const loaded = await redis.script('EXISTS', sha(GCRA_TRY_SCRIPT), sha(GCRA_SCRIPT));
-      expect(loaded).toEqual([1, 1]);
+      await r.close();
+    });
+
+    it(`${name}: a key passes between single calls and batches and every answer stays equal`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(clock, `b-handover-${name}`);
+      const next = prng(name.length * 97);
+      let alone = 0;
+      let batched = 0;
+      for (let step = 0; step < 200; step++) {
+        if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
+        const size = next() < 0.5 ? 1 : 2 + Math.floor(next() * 3);
+        const expected: unknown[] = [];
+        const got: Promise<unknown>[] = [];
+        for (let i = 0; i < size; i++) {
+          const permits = 1 + Math.floor(next() ** 3 * 6);
+          if (next() < 0.5) {
+            expected.push(m.tryAcquire('k', permits));
+            got.push(r.tryAcquire('k', permits));
+          } else {
+            expected.push(m.consume('k', permits));
+            got.push(r.consume('k', permits));
+          }
+        }
+        expect({ step, answers: await Promise.all(got) }).toEqual({ step, answers: expected });
+        if (size === 1) alone++;
+        else batched++;
+      }
+      expect(alone).toBeGreaterThan(50);
+      expect(batched).toBeGreaterThan(50);
+      const { queued: _, ...got } = await r.stats('k');
+      const { queued: __, ...want } = m.stats('k');
+      expect(got).toEqual(want);
       await r.close();
     });
   }

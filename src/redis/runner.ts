@@ -1,16 +1,22 @@
 import { createHash } from 'node:crypto';
 import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
+import { singleArgs } from './single.lua.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
 export class Script {
   readonly sha: string;
   /** The form that decides several calls in one run (src/redis/batch.lua.ts), if any. */
   readonly batch: Script | undefined;
+  /**
+   * @param single a single-call script (single.lua.ts): its parameters are in its source,
+   *   and its ARGV is the call's permits and time alone.
+   */
   constructor(
     readonly name: string,
     readonly source: string,
     batchable = false,
+    readonly single = false,
   ) {
     this.sha = createHash('sha1').update(source).digest('hex');
     // Named as the script itself: an error names the algorithm's script either way.
@@ -162,7 +168,7 @@ export class Runner {
         verb: u.verb,
         script,
         keys: first.keys,
-        args: first.head.concat(first.params),
+        args: u.script.single ? singleArgs(first.head) : first.head.concat(first.params),
         slot: first.slot,
       };
     }
