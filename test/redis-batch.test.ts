@@ -233,7 +233,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   const sha = (src: string) => createHash('sha1').update(src).digest('hex');
 
   for (const [name, shared, make] of SINGLES) {
-    it(`${name}: tryAcquire and consume alone run their own scripts and decide as in memory`, async () => {
+    it(`${name}: calls alone run their own scripts and decide as in memory`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock, `b-single-${name}`);
       await cli(server.port, 'SCRIPT', 'FLUSH');
@@ -263,7 +263,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       await r.close();
     });
 
-    it(`${name}: a key passes between single calls and batches and every answer stays equal`, async () => {
+    it(`${name}: a key passes between single calls and batches, answers equal`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock, `b-handover-${name}`);
       const next = prng(name.length * 97);
@@ -293,6 +293,31 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const { queued: _, ...got } = await r.stats('k');
       const { queued: __, ...want } = m.stats('k');
       expect(got).toEqual(want);
+      await r.close();
+    });
+
+    it(`${name}: a key holding another format is an error naming the key, alone or batched`, async () => {
+      const [, r] = make(new ManualClock(0), `b-foreign-${name}`);
+      const [key] = r.redisKeys('k');
+      // The old text form, and a string of the binary form's length: neither is misread.
+      for (const value of ['12 3 4 5', 'x'.repeat(name === 'FixedWindow' ? 33 : 25)]) {
+        await redis.set(key!, value);
+        const alone = await r.tryAcquire('k').then(
+          () => undefined,
+          (e: Error) => e.message,
+        );
+        expect(alone).toMatch(/script atomic-limiter:[a-z-]+ failed: .*holds no .* state/);
+        const batch = await Promise.all([
+          r.consume('k').then(
+            () => undefined,
+            (e: Error) => e.message,
+          ),
+          r.tryAcquire(value),
+        ]);
+        expect(batch[0]).toMatch(/holds no .* state/);
+        expect(batch[1]).toBe(true);
+        expect(await redis.get(key!)).toBe(value);
+      }
       await r.close();
     });
   }

@@ -8,8 +8,8 @@ import { RedisServer } from './helpers/redis.js';
 // One seeded random sequence of calls (keys, permits, time steps, refunds) goes through the
 // Redis class and the in-memory class on one ManualClock; every Decision must be equal,
 // field for field (allowed, remaining, retryAfterMs, resetAfterMs, reason), and so must
-// every tryAcquire() answer and, at the end, each key's available permits. Calls go one at a time: each runs
-// alone, by the algorithm's single-call script where it has one (single.lua.ts).
+// every tryAcquire() answer and, at the end, each key's available permits. Calls go one at
+// a time: each runs alone, by the algorithm's single-call script where it has one.
 
 function prng(seed: number): () => number {
   let s = seed >>> 0;

@@ -1,4 +1,5 @@
 import { luaNumber, SINGLE_ARGS, SINGLE_OUT } from './single.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
 
 /** A FixedWindow's parameters (fixed-window.lua.ts ARGV[6…]) and its TTL slack in ms. */
 export interface FixedWindowParams {
@@ -11,7 +12,7 @@ export interface FixedWindowParams {
  * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
  * 'c') of one FixedWindow call, with the limiter's parameters inline: fixed-window.lua.ts's
  * read(), step(), save() and the driver's retryAfter(), step for step. The key holds
- * "window count admitted rejected", as fixed-window.lua.ts reads and writes it.
+ * window, count, admitted, rejected (state.lua.ts), as fixed-window.lua.ts reads and writes it.
  */
 export function fixedWindowSingleScript(op: 't' | 'c', p: FixedWindowParams): string {
   const limit = luaNumber(p.limit);
@@ -21,8 +22,7 @@ ${SINGLE_ARGS}
 local sw, sc, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
-  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-  sw, sc, adm, rej = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow')}
 else
   adm, rej = 0, 0
 end
@@ -41,7 +41,7 @@ end
 -- save(): the key lives until its window ends, or goes.
 if count > 0 then
   local ms = math.ceil(((win + 1) * W - NOW) / 1000) + ${luaNumber(p.slackMs)}
-  redis.call('SET', KEYS[1], string.format('%d %d %d %d', sw, sc, adm, rej), 'PX', ms)
+  redis.call('SET', KEYS[1], ${encodeState(['sw', 'sc', 'adm', 'rej'])}, 'PX', ms)
 else
   redis.call('DEL', KEYS[1])
 end

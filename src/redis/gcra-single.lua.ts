@@ -1,4 +1,5 @@
 import { luaNumber, SINGLE_ARGS, SINGLE_OUT } from './single.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
 export interface GcraParams {
@@ -18,7 +19,7 @@ export interface GcraParams {
  * 'c') of one TokenBucket / LeakyBucket call, with the limiter's parameters inline: the
  * arithmetic of gcra.lua.ts's step(), save(), avail(), fresh() and the driver's
  * retryAfter(), step for step, without building them as functions on the grant path.
- * The key holds "tat admitted rejected" (integers), as gcra.lua.ts reads and writes it.
+ * The key holds tat, admitted, rejected (state.lua.ts), as gcra.lua.ts reads and writes it.
  */
 export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
   const cost = `P * ${luaNumber(p.k)}`;
@@ -32,8 +33,7 @@ local u = math.floor(NOW * SCALE)
 local tat, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
-  local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
-  tat, adm, rej = tonumber(a), tonumber(b), tonumber(c)
+  ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket')}
 else
   adm, rej = 0, 0
 end
@@ -51,7 +51,7 @@ end
 -- save(): the key lives until the bucket is fresh again, or goes.
 if tat and tat > u then
   local ms = math.ceil((tat - u) / SCALE / 1000) + ${luaNumber(p.slackMs)}
-  redis.call('SET', KEYS[1], string.format('%d %d %d', tat, adm, rej), 'PX', ms)
+  redis.call('SET', KEYS[1], ${encodeState(['tat', 'adm', 'rej'])}, 'PX', ms)
 else
   redis.call('DEL', KEYS[1])
 end
