@@ -461,7 +461,7 @@ export abstract class RedisLimiter {
     const head = [
       op,
       this.clock ? String(this.clock.nowUs()) : '',
-      String(permits),
+      permits === 1 ? '1' : String(permits),
       extra,
       this.clock ? SLACK_ARG : '0',
     ];
@@ -593,14 +593,17 @@ export abstract class RedisLimiter {
       return this.fleetConsume(tag, key, permits).then((d) => d.allowed);
     }
     return this.call('t', tag, permits, this.grantId()).then(
-      (reply) => {
-        if (reply === 1) return true;
-        if (reply === 0) return false;
-        throw this.badReply(reply);
-      },
+      this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
     );
   }
+
+  /** A tryAcquire() reply as its answer (made once: no closure per call). */
+  private readonly tryReply = (reply: unknown): boolean => {
+    if (reply === 1) return true;
+    if (reply === 0) return false;
+    throw this.badReply(reply);
+  };
 
   /** Like `tryAcquire`, and explains the outcome: the same Decision as in memory. */
   consume(key?: Key, permits = 1): Promise<Decision> {

@@ -51,7 +51,8 @@ interface Pending {
   readonly slot: number;
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
-  readonly deadline: number;
+  /** performance.now() past which it fails as unavailable; set when the call goes out. */
+  deadline: number;
   done: boolean;
 }
 
@@ -79,7 +80,9 @@ export const MAX_BATCH = 128;
  * them. A call alone goes as its own `EVALSHA`. A batch whose reply is lost or late fails
  * each of its calls, as if each had been sent alone.
  *
- * One timer covers all calls in flight (armed for the oldest deadline), not one per call.
+ * One timer covers all calls in flight (armed for the oldest deadline), not one per call;
+ * the calls of one tick share one deadline, read from the clock once when they go out.
+ * A call alone takes the shortest path: no batch bookkeeping, one adapter call.
  */
 export class Runner {
   private queue: Pending[] = [];
@@ -102,7 +105,7 @@ export class Runner {
     slot: number,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      const p: Pending = {
+      this.queue.push({
         script,
         alone,
         keys,
@@ -111,12 +114,9 @@ export class Runner {
         slot,
         resolve,
         reject,
-        deadline: performance.now() + this.timeoutMs,
+        deadline: 0,
         done: false,
-      };
-      this.queue.push(p);
-      this.inFlight.add(p);
-      this.arm(p.deadline);
+      });
       if (!this.scheduled) {
         this.scheduled = true;
         process.nextTick(this.flush);
@@ -126,12 +126,20 @@ export class Runner {
 
   private readonly flush = (): void => {
     this.scheduled = false;
+    const deadline = performance.now() + this.timeoutMs;
     const queue = this.queue;
-    this.queue = [];
+    for (const p of queue) {
+      p.deadline = deadline;
+      this.inFlight.add(p);
+    }
+    this.arm(deadline);
     if (queue.length === 1) {
-      this.dispatch([{ calls: queue, script: queue[0]!.alone, verb: 'EVALSHA' }]);
+      // The array stays this runner's queue: nothing of this call holds it.
+      const p = queue.pop()!;
+      this.sendAlone(p, p.alone, 'EVALSHA');
       return;
     }
+    this.queue = [];
     // One runner serves one limiter: its calls share the script and parameters, and group
     // by hash slot (all in one standalone), each group in its calls' order.
     const groups = new Map<number, Pending[]>();
@@ -209,6 +217,37 @@ export class Runner {
     }
     args[0] = String(runs);
     return { verb: u.verb, script, keys, args, slot: first.slot };
+  }
+
+  /** One call alone: its single-call script (or the shared one), one command. */
+  private sendAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL'): void {
+    let reply: Promise<unknown>;
+    try {
+      reply = this.adapter.sendOne({
+        verb,
+        script: verb === 'EVALSHA' ? script.sha : script.source,
+        keys: p.keys,
+        args: script.single ? singleArgs(p.head) : p.head.concat(p.params),
+        slot: p.slot,
+      });
+    } catch (error) {
+      this.failAlone(p, script, verb, error);
+      return;
+    }
+    reply.then(
+      (r) => this.settle(p, r),
+      (error) => this.failAlone(p, script, verb, error),
+    );
+  }
+
+  private failAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL', error: unknown): void {
+    const message = error instanceof Error ? error.message : String(error);
+    if (verb === 'EVALSHA' && !p.done && message.startsWith('NOSCRIPT')) {
+      // As failUnit(): the script did not run; EVAL runs it and caches it on that node.
+      this.sendAlone(p, script, 'EVAL');
+      return;
+    }
+    this.fail(p, error);
   }
 
   private dispatch(units: Unit[]): void {
