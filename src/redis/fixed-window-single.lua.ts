@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, SINGLE_OUT } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A FixedWindow's parameters (fixed-window.lua.ts ARGV[6…]) and its TTL slack in ms. */
@@ -51,10 +51,14 @@ end
 return 0
 `;
   }
-  return `${head}${SINGLE_OUT}
+  return `${head}
+local avail = ${limit} - count
 local fresh = 0
 if count > 0 then fresh = (win + 1) * W - NOW end
-if ok then return {1, out(${limit} - count), 0, out(fresh), out(NOW)} end
+${toReply('fresh')}
+local now = NOW
+${toReply('now')}
+if ok then return {1, avail, 0, fresh, now} end
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
   local w = math.floor((NOW + r) / W)
@@ -85,6 +89,7 @@ else
     retry = hi
   end
 end
-return {0, out(${limit} - count), out(retry), out(fresh), out(NOW), 0}
+${toReply('retry')}
+return {0, avail, retry, fresh, now, 0}
 `;
 }

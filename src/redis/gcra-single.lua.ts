@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, SINGLE_OUT } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
@@ -64,7 +64,7 @@ return 0
   const avail = p.leaky
     ? `if ahead == 0 then avail = ${luaNumber(p.limit)} else avail = 0 end`
     : `avail = math.max(0, math.min(${luaNumber(p.limit)}, math.floor((TAU - ahead) / K)))`;
-  return `${head}${SINGLE_OUT}
+  return `${head}
 local avail = ${luaNumber(p.limit)}
 local fresh = 0
 if tat then
@@ -72,7 +72,10 @@ if tat then
   ${avail}
   if tat > u then fresh = (tat - u) / SCALE end
 end
-if ok then return {1, out(avail), 0, out(fresh), out(NOW)} end
+${toReply('fresh')}
+local now = NOW
+${toReply('now')}
+if ok then return {1, avail, 0, fresh, now} end
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
   local n = math.floor((NOW + r) * SCALE)
@@ -110,6 +113,7 @@ else
     end
   end
 end
-return {0, out(avail), out(retry), out(fresh), out(NOW), 0}
+${toReply('retry')}
+return {0, avail, retry, fresh, now, 0}
 `;
 }

@@ -24,13 +24,16 @@ else
 end
 `;
 
-/** The driver's `out()`: integers as integer replies, the rest as '%.17g' strings. */
-export const SINGLE_OUT = `
-local function out(x)
-  if x == math.floor(x) and x > -9e15 and x < 9e15 then return x end
-  return string.format('%.17g', x)
-end
-`;
+/**
+ * Lua: the driver's `out()` applied to the local `name` in place (integers stay numbers,
+ * sent as integer replies; the rest become '%.17g' strings) — inline, since a function
+ * would be built on every run.
+ */
+export function toReply(name: string): string {
+  return `if not (${name} == math.floor(${name}) and ${name} > -9e15 and ${name} < 9e15) then
+  ${name} = string.format('%.17g', ${name})
+end`;
+}
 
 /**
  * A number as a Lua literal that reads back as the same double: JavaScript's shortest

@@ -20,11 +20,11 @@ function format(fields: number): string {
 export function decodeState(v: string, names: readonly string[], what: string): string {
   const bytes = 1 + 8 * names.length;
   const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of this version'`;
-  return `if #${v} ~= ${bytes} or string.byte(${v}) ~= 1 then
-    error(redis.error_reply(${error}))
-  end
-  local _
-  _, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})`;
+  // The length first: unpack() of a shorter string fails with a message of its own.
+  return `if #${v} ~= ${bytes} then error(redis.error_reply(${error})) end
+  local version
+  version, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
+  if version ~= 1 then error(redis.error_reply(${error})) end`;
 }
 
 /** Lua: the stored string of the values given (Lua expressions). */
