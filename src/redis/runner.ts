@@ -126,19 +126,17 @@ export class Runner {
 
   private readonly flush = (): void => {
     this.scheduled = false;
-    const deadline = performance.now() + this.timeoutMs;
     const queue = this.queue;
-    for (const p of queue) {
-      p.deadline = deadline;
-      this.inFlight.add(p);
-    }
-    this.arm(deadline);
     if (queue.length === 1) {
-      // The array stays this runner's queue: nothing of this call holds it.
+      // The array stays this runner's queue: nothing of this call holds it. The bookkeeping
+      // comes after the write, while Redis works (a reply settles in a later microtask).
       const p = queue.pop()!;
       this.sendAlone(p, p.alone, 'EVALSHA');
+      this.track(p, performance.now() + this.timeoutMs);
       return;
     }
+    const deadline = performance.now() + this.timeoutMs;
+    for (const p of queue) this.track(p, deadline);
     this.queue = [];
     // One runner serves one limiter: its calls share the script and parameters, and group
     // by hash slot (all in one standalone), each group in its calls' order.
@@ -217,6 +215,14 @@ export class Runner {
     }
     args[0] = String(runs);
     return { verb: u.verb, script, keys, args, slot: first.slot };
+  }
+
+  /** Watches a call gone out (or going) until its deadline. */
+  private track(p: Pending, deadline: number): void {
+    if (p.done) return; // failed already (the adapter threw)
+    p.deadline = deadline;
+    this.inFlight.add(p);
+    this.arm(deadline);
   }
 
   /** One call alone: its single-call script (or the shared one), one command. */
