@@ -9,6 +9,7 @@ import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
 import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
+import { SLIDING_WINDOW_SCRIPT } from '../src/redis/sliding-window.lua.js';
 import { cli, RedisCluster, RedisServer } from './helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
@@ -197,7 +198,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  // TokenBucket, LeakyBucket and FixedWindow run a call that goes alone through a script of
+  // TokenBucket, LeakyBucket, FixedWindow and SlidingWindow run a call that goes alone through a script of
   // its own (single.lua.ts), with the parameters inline; a batch runs the shared script's
   // batch form. Both read and write the key the same way.
   const SINGLES: [
@@ -227,6 +228,14 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       (clock, prefix) => [
         new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
         new red.FixedWindow({ limit: 6, windowMs: 1000, clock, redis, prefix }),
+      ],
+    ],
+    [
+      'SlidingWindow',
+      SLIDING_WINDOW_SCRIPT,
+      (clock, prefix) => [
+        new mem.SlidingWindow({ limit: 6, windowMs: 700, clock }) as never,
+        new red.SlidingWindow({ limit: 6, windowMs: 700, clock, redis, prefix }) as never,
       ],
     ],
   ];
@@ -300,7 +309,10 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const [, r] = make(new ManualClock(0), `b-foreign-${name}`);
       const [key] = r.redisKeys('k');
       // The old text form, and a string of the binary form's length: neither is misread.
-      for (const value of ['12 3 4 5', 'x'.repeat(name === 'FixedWindow' ? 33 : 25)]) {
+      for (const value of [
+        '12 3 4 5',
+        'x'.repeat(name === 'FixedWindow' ? 33 : name === 'SlidingWindow' ? 41 : 25),
+      ]) {
         await redis.set(key!, value);
         const alone = await r.tryAcquire('k').then(
           () => undefined,
