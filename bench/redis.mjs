@@ -10,8 +10,11 @@
 //   (iii) Redis's own CPU per call (INFO commandstats: the script commands' usec).
 // Figures are medians over rounds; each ratio is the median of the rounds' own ratios.
 // The floor: a trivial script (`return 1`) run by EVALSHA through the same kind of client —
-// one network round trip and one script call, nothing else. Rounds interleave the subjects
-// so that a noisy moment hits all of them.
+// one network round trip and one script call, nothing else. Beside it, the state floor: a
+// script that only does what any decision kept in Redis must (`TIME`, `GET` the key, `SET`
+// it back with a TTL; no arithmetic, a constant value) — the least a correct single-call
+// script can cost, so the gap above it is ours. Rounds interleave the subjects so that a
+// noisy moment hits all of them.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -138,6 +141,11 @@ export async function runRedis({ quick = false } = {}) {
   try {
     const floorClient = client();
     const sha = await floorClient.script('LOAD', 'return 1');
+    const stateSha = await floorClient.script(
+      'LOAD',
+      "redis.call('TIME') redis.call('GET', KEYS[1]) " +
+        "redis.call('SET', KEYS[1], '1795435752520400 20457 789', 'PX', 60000) return 1",
+    );
     const ours = new TokenBucket({
       redis: client(),
       capacity: 2 ** 24,
@@ -152,6 +160,7 @@ export async function runRedis({ quick = false } = {}) {
     });
     const calls = {
       floor: () => floorClient.evalsha(sha, 0),
+      stateFloor: () => floorClient.evalsha(stateSha, 1, 'bench-state'),
       tryAcquire: () => ours.tryAcquire(KEY),
       consume: () => ours.consume(KEY),
       rlf: () => rlf.consume(KEY),
@@ -196,6 +205,8 @@ export async function runRedis({ quick = false } = {}) {
       }
       ratioRounds.push({
         oneAtATimeOverFloor: round.tryAcquire.p50 / round.floor.p50,
+        stateFloorOverFloor: round.stateFloor.p50 / round.floor.p50,
+        oneAtATimeOverStateFloor: round.tryAcquire.p50 / round.stateFloor.p50,
         consumeOverFloor: round.consume.p50 / round.floor.p50,
         inFlightOverRlf: round.tryAcquire.many / round.rlf.many,
         consumeInFlightOverRlf: round.consume.many / round.rlf.many,

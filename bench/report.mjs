@@ -546,7 +546,8 @@ function redisSection(r) {
     '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
     `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
     `its own calls; per call = wall ÷ calls. Medians of ${r.rounds} interleaved rounds; ratios: median of the rounds' ratios.`,
-    "Floor: EVALSHA of 'return 1'. Redis CPU: the script commands' time (INFO commandstats) ÷ calls.",
+    "Floor: EVALSHA of 'return 1'. State floor: a script of TIME, GET, SET … PX alone (a constant value).",
+    "Redis CPU: the script commands' time (INFO commandstats) ÷ calls.",
     '',
     table(
       [
@@ -562,10 +563,16 @@ function redisSection(r) {
         row('atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
         row('rate-limiter-flexible RateLimiterRedis consume', s.rlf),
         row('floor: EVALSHA return 1', s.floor),
+        ...(s.stateFloor ? [row('state floor: TIME, GET, SET … PX', s.stateFloor)] : []),
       ],
     ),
     '',
     `ours ÷ floor, one at a time: tryAcquire ${fmtRatio(q.oneAtATimeOverFloor)}×, consume ${fmtRatio(q.consumeOverFloor)}× — goal ${r.goals.oneAtATime.text}: ${r.goals.oneAtATime.met ? 'met' : 'NOT met'}`,
+    ...(q.stateFloorOverFloor === undefined
+      ? []
+      : [
+          `state floor ÷ floor, one at a time: ${fmtRatio(q.stateFloorOverFloor)}× (the least any stored decision costs); tryAcquire ÷ state floor: ${fmtRatio(q.oneAtATimeOverStateFloor)}×`,
+        ]),
     `ours ÷ rlf, ${r.inFlight} in flight: tryAcquire ${fmtRatio(q.inFlightOverRlf)}×, consume ${fmtRatio(q.consumeInFlightOverRlf)}× — goal ${r.goals.inFlight.text}: ${r.goals.inFlight.met ? 'met' : 'NOT met'}`,
   ].join('\n');
 }

@@ -116,7 +116,9 @@ describe('acquire() on Redis', () => {
     const log: string[] = [];
     const a = track(w.acquire('k'), log, 'a');
     const b = track(w.acquire('k'), log, 'b');
-    await settle(redis);
+    // Both are in line once their first tries came back refused (each a round trip, two on
+    // a first run: NOSCRIPT, then EVAL): wait for that, not for a guessed number of pings.
+    while ((await w.stats('k')).queued < 2) await settle(redis);
     await expect(w.acquire('k')).rejects.toBeInstanceOf(QueueFullError);
     expect((await w.stats('k')).queued).toBe(2);
     clock.advance(1000);

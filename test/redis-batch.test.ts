@@ -4,11 +4,12 @@ import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as mem from '../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../src/index.js';
+import { FIXED_WINDOW_SCRIPT } from '../src/redis/fixed-window.lua.js';
 import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
-import { GCRA_TRY_SCRIPT } from '../src/redis/gcra-try.lua.js';
 import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
+import { SLIDING_WINDOW_SCRIPT } from '../src/redis/sliding-window.lua.js';
 import { cli, RedisCluster, RedisServer } from './helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
@@ -197,39 +198,138 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  for (const leaky of [false, true]) {
-    it(`${leaky ? 'LeakyBucket' : 'TokenBucket'}: tryAcquire alone runs its own script and decides as in memory`, async () => {
+  // TokenBucket, LeakyBucket, FixedWindow and SlidingWindow run a call that goes alone through a script of
+  // its own (single.lua.ts), with the parameters inline; a batch runs the shared script's
+  // batch form. Both read and write the key the same way.
+  const SINGLES: [
+    string,
+    string,
+    (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
+  ][] = [
+    [
+      'TokenBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) => [
+        new mem.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock }),
+        new red.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock, redis, prefix }),
+      ],
+    ],
+    [
+      'LeakyBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) => [
+        new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
+        new red.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock, redis, prefix }) as never,
+      ],
+    ],
+    [
+      'FixedWindow',
+      FIXED_WINDOW_SCRIPT,
+      (clock, prefix) => [
+        new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
+        new red.FixedWindow({ limit: 6, windowMs: 1000, clock, redis, prefix }),
+      ],
+    ],
+    [
+      'SlidingWindow',
+      SLIDING_WINDOW_SCRIPT,
+      (clock, prefix) => [
+        new mem.SlidingWindow({ limit: 6, windowMs: 700, clock }) as never,
+        new red.SlidingWindow({ limit: 6, windowMs: 700, clock, redis, prefix }) as never,
+      ],
+    ],
+  ];
+  const sha = (src: string) => createHash('sha1').update(src).digest('hex');
+
+  for (const [name, shared, make] of SINGLES) {
+    it(`${name}: calls alone run their own scripts and decide as in memory`, async () => {
       const clock = new ManualClock(0);
-      const opts = { capacity: 6, clock };
-      const [m, r] = leaky
-        ? [
-            new mem.LeakyBucket({ ...opts, ratePerSecond: 2.5 }),
-            new red.LeakyBucket({ ...opts, ratePerSecond: 2.5, redis, prefix: 'b-try-l' }),
-          ]
-        : [
-            new mem.TokenBucket({ ...opts, refillPerSecond: 2.5 }),
-            new red.TokenBucket({ ...opts, refillPerSecond: 2.5, redis, prefix: 'b-try-t' }),
-          ];
+      const [m, r] = make(clock, `b-single-${name}`);
       await cli(server.port, 'SCRIPT', 'FLUSH');
-      const next = prng(leaky ? 11 : 5);
+      await resetStats([server.port]);
+      const next = prng(name.length * 31);
       for (let step = 0; step < 300; step++) {
         if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
         const key = next() < 0.5 ? 'a' : 7;
         const permits = 1 + Math.floor(next() ** 3 * 6);
-        expect([step, await r.tryAcquire(key, permits)]).toEqual([
-          step,
-          m.tryAcquire(key, permits),
-        ]);
+        if (next() < 0.5) {
+          expect([step, await r.tryAcquire(key, permits)]).toEqual([
+            step,
+            m.tryAcquire(key, permits),
+          ]);
+        } else {
+          expect([step, await r.consume(key, permits)]).toEqual([step, m.consume(key, permits)]);
+        }
       }
+      // The 300 calls were 300 script runs, none by the shared script: never loaded.
+      expect(await scriptRuns([server.port])).toBe(300);
+      expect(await redis.script('EXISTS', sha(shared))).toEqual([0]);
       for (const key of ['a', 7]) {
         const { queued: _, ...got } = await r.stats(key);
         const { queued: __, ...want } = m.stats(key);
         expect([key, got]).toEqual([key, want]);
       }
-      // Only the tryAcquire script ran the 300 calls (stats() loaded the full one after).
-      const sha = (src: string) => createHash('sha1').update(src).digest('hex');
-      const loaded = await redis.script('EXISTS', sha(GCRA_TRY_SCRIPT), sha(GCRA_SCRIPT));
-      expect(loaded).toEqual([1, 1]);
+      await r.close();
+    });
+
+    it(`${name}: a key passes between single calls and batches, answers equal`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(clock, `b-handover-${name}`);
+      const next = prng(name.length * 97);
+      let alone = 0;
+      let batched = 0;
+      for (let step = 0; step < 200; step++) {
+        if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
+        const size = next() < 0.5 ? 1 : 2 + Math.floor(next() * 3);
+        const expected: unknown[] = [];
+        const got: Promise<unknown>[] = [];
+        for (let i = 0; i < size; i++) {
+          const permits = 1 + Math.floor(next() ** 3 * 6);
+          if (next() < 0.5) {
+            expected.push(m.tryAcquire('k', permits));
+            got.push(r.tryAcquire('k', permits));
+          } else {
+            expected.push(m.consume('k', permits));
+            got.push(r.consume('k', permits));
+          }
+        }
+        expect({ step, answers: await Promise.all(got) }).toEqual({ step, answers: expected });
+        if (size === 1) alone++;
+        else batched++;
+      }
+      expect(alone).toBeGreaterThan(50);
+      expect(batched).toBeGreaterThan(50);
+      const { queued: _, ...got } = await r.stats('k');
+      const { queued: __, ...want } = m.stats('k');
+      expect(got).toEqual(want);
+      await r.close();
+    });
+
+    it(`${name}: a key holding another format is an error naming the key, alone or batched`, async () => {
+      const [, r] = make(new ManualClock(0), `b-foreign-${name}`);
+      const [key] = r.redisKeys('k');
+      // The old text form, and a string of the binary form's length: neither is misread.
+      for (const value of [
+        '12 3 4 5',
+        'x'.repeat(name === 'FixedWindow' ? 33 : name === 'SlidingWindow' ? 41 : 25),
+      ]) {
+        await redis.set(key!, value);
+        const alone = await r.tryAcquire('k').then(
+          () => undefined,
+          (e: Error) => e.message,
+        );
+        expect(alone).toMatch(/script atomic-limiter:[a-z-]+ failed: .*holds no .* state/);
+        const batch = await Promise.all([
+          r.consume('k').then(
+            () => undefined,
+            (e: Error) => e.message,
+          ),
+          r.tryAcquire(value),
+        ]);
+        expect(batch[0]).toMatch(/holds no .* state/);
+        expect(batch[1]).toBe(true);
+        expect(await redis.get(key!)).toBe(value);
+      }
       await r.close();
     });
   }

@@ -194,7 +194,7 @@ interface Reply {
 }
 
 /** Slack added to TTLs under a ManualClock, whose time does not follow Redis's. */
-const MANUAL_SLACK_MS = 3_600_000;
+export const MANUAL_SLACK_MS = 3_600_000;
 const SLACK_ARG = String(MANUAL_SLACK_MS);
 
 /**
@@ -442,8 +442,12 @@ export abstract class RedisLimiter {
     return this.keysOf(tagOf(this.owner, key));
   }
 
-  /** A script of its own for tryAcquire() ('t'), where the algorithm has one. */
+  /**
+   * Single-call scripts (single.lua.ts) for tryAcquire() ('t') and consume() ('c'), where
+   * the algorithm has them: what such a call runs when it goes alone (not in a batch).
+   */
   protected tryScript: Script | undefined;
+  protected consumeScript: Script | undefined;
 
   /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
   protected call(
@@ -457,14 +461,16 @@ export abstract class RedisLimiter {
     const head = [
       op,
       this.clock ? String(this.clock.nowUs()) : '',
-      String(permits),
+      permits === 1 ? '1' : String(permits),
       extra,
       this.clock ? SLACK_ARG : '0',
     ];
     // The slot only groups a Cluster's batches; standalone it is not computed.
+    const alone =
+      (op === 't' ? this.tryScript : op === 'c' ? this.consumeScript : undefined) ?? this.script;
     return this.runner.run(
       this.script,
-      op === 't' && this.tryScript ? this.tryScript : this.script,
+      alone,
       this.keysOf(tag),
       head,
       this.params(),
@@ -587,14 +593,17 @@ export abstract class RedisLimiter {
       return this.fleetConsume(tag, key, permits).then((d) => d.allowed);
     }
     return this.call('t', tag, permits, this.grantId()).then(
-      (reply) => {
-        if (reply === 1) return true;
-        if (reply === 0) return false;
-        throw this.badReply(reply);
-      },
+      this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
     );
   }
+
+  /** A tryAcquire() reply as its answer (made once: no closure per call). */
+  private readonly tryReply = (reply: unknown): boolean => {
+    if (reply === 1) return true;
+    if (reply === 0) return false;
+    throw this.badReply(reply);
+  };
 
   /** Like `tryAcquire`, and explains the outcome: the same Decision as in memory. */
   consume(key?: Key, permits = 1): Promise<Decision> {

@@ -16,6 +16,8 @@ export interface Adapter {
   readonly cluster: boolean;
   /** Sends `EVALSHA`/`EVAL` calls; each call's promise settles with its own reply or error. */
   send(calls: readonly Command[]): Promise<unknown>[];
+  /** send() of one call: its reply (the path of a call alone, without the arrays). */
+  sendOne(call: Command): Promise<unknown>;
   /** Subscribes to `channel` on a connection of its own; resolves once subscribed. */
   subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription>;
 }
@@ -66,13 +68,13 @@ class IoRedisAdapter implements Adapter {
     readonly cluster: boolean,
   ) {}
 
-  private one(call: Command): Promise<unknown> {
+  sendOne(call: Command): Promise<unknown> {
     const method = (call.verb === 'EVALSHA' ? this.client.evalsha : this.client.eval) as Fn;
     return method.apply(this.client, argv(call)) as Promise<unknown>;
   }
 
   send(calls: readonly Command[]): Promise<unknown>[] {
-    if (calls.length === 1) return [this.one(calls[0]!)];
+    if (calls.length === 1) return [this.sendOne(calls[0]!)];
     // A Cluster pipeline must stay on one node: group by slot (one slot, one node).
     const groups = new Map<number, number[]>();
     calls.forEach((call, i) => {
@@ -84,7 +86,7 @@ class IoRedisAdapter implements Adapter {
     const out: Promise<unknown>[] = new Array(calls.length);
     for (const indexes of groups.values()) {
       if (indexes.length === 1) {
-        out[indexes[0]!] = this.one(calls[indexes[0]!]!);
+        out[indexes[0]!] = this.sendOne(calls[indexes[0]!]!);
         continue;
       }
       const pipeline = (this.client.pipeline as Fn).call(this.client) as AnyClient;
@@ -136,19 +138,21 @@ class NodeRedisAdapter implements Adapter {
   ) {}
 
   send(calls: readonly Command[]): Promise<unknown>[] {
+    return calls.map((call) => this.sendOne(call));
+  }
+
+  sendOne(call: Command): Promise<unknown> {
     const send = this.client.sendCommand as Fn;
-    return calls.map((call) => {
-      const args = [call.verb, ...argv(call)];
-      try {
-        return (
-          this.cluster
-            ? send.call(this.client, call.keys[0], false, args)
-            : send.call(this.client, args)
-        ) as Promise<unknown>;
-      } catch (error) {
-        return Promise.reject(error);
-      }
-    });
+    const args = [call.verb, ...argv(call)];
+    try {
+      return (
+        this.cluster
+          ? send.call(this.client, call.keys[0], false, args)
+          : send.call(this.client, args)
+      ) as Promise<unknown>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {

@@ -1,8 +1,10 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
 
 /**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
- * Stored as "window count admitted rejected" with a TTL of the rest of the window.
+ * Stored as window, count, admitted, rejected (state.lua.ts) with a TTL of the rest of the
+ * window.
  *
  * ARGV[6…]: limit, windowUs.
  */
@@ -11,8 +13,9 @@ local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
 
 local function decode(v)
-  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-  return {win = tonumber(a), count = tonumber(b), adm = tonumber(c), rej = tonumber(d)}
+  local win, count, adm, rej
+  ${decodeState('v', ['win', 'count', 'adm', 'rej'], 'FixedWindow')}
+  return {win = win, count = count, adm = adm, rej = rej}
 end
 
 local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
@@ -32,7 +35,9 @@ local function fresh(st, t)
   return (win + 1) * W - t
 end
 
-local function encode(st) return string.format('%d %d %d %d', st.win, st.count, st.adm, st.rej) end
+local function encode(st)
+  return ${encodeState(['st.win', 'st.count', 'st.adm', 'st.rej'])}
+end
 
 local function save(st)
   local f = fresh(st, NOW)

@@ -1,6 +1,7 @@
 import { readWindowOptions } from '../algorithms/window-bits.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { MANUAL_SLACK_MS, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { FIXED_WINDOW_SCRIPT } from './fixed-window.lua.js';
+import { fixedWindowSingleScript } from './fixed-window-single.lua.js';
 import { Script } from './runner.js';
 
 const SCRIPT = new Script('atomic-limiter:fixed-window', FIXED_WINDOW_SCRIPT, true);
@@ -26,6 +27,23 @@ export class FixedWindow extends RedisLimiter {
     this.limit = limit;
     this.windowMs = windowMs;
     this.args = [String(limit), String(windowMs * 1000)];
+    const single = {
+      limit,
+      windowUs: windowMs * 1000,
+      slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+    };
+    this.tryScript = new Script(
+      'atomic-limiter:fixed-window-try',
+      fixedWindowSingleScript('t', single),
+      false,
+      true,
+    );
+    this.consumeScript = new Script(
+      'atomic-limiter:fixed-window-consume',
+      fixedWindowSingleScript('c', single),
+      false,
+      true,
+    );
     this.startFleet();
   }
 

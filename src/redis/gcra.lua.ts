@@ -1,10 +1,11 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
 
 /**
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
  * arrival time in units of 1/K of the emission interval, counted from time 0 (the
  * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * the string "tat admitted rejected" with a TTL of the time to refill.
+ * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill.
  *
  * ARGV[6…]: K, scale (units per µs), tau (capacity × K), limit, leaky (1/0), queueLimit.
  */
@@ -19,8 +20,9 @@ local QLIMIT = tonumber(ARGV[11])
 local function units(t) return math.floor(t * SCALE) end
 
 local function decode(v)
-  local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
-  return {tat = tonumber(a), adm = tonumber(b), rej = tonumber(c)}
+  local tat, adm, rej
+  ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket')}
+  return {tat = tat, adm = adm, rej = rej}
 end
 
 local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
@@ -32,7 +34,7 @@ local function fresh(st, t)
   return 0
 end
 
-local function encode(st) return string.format('%d %d %d', st.tat, st.adm, st.rej) end
+local function encode(st) return ${encodeState(['st.tat', 'st.adm', 'st.rej'])} end
 
 local function save(st)
   local f = fresh(st, NOW)

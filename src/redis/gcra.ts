@@ -1,6 +1,7 @@
 import { MAX_GCRA_CAPACITY } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
+  MANUAL_SLACK_MS,
   NO_OP_LEASE,
   type RedisCommon,
   type RedisLease,
@@ -8,12 +9,11 @@ import {
   reportLost,
 } from './base.js';
 import { GCRA_SCRIPT } from './gcra.lua.js';
-import { GCRA_TRY_SCRIPT } from './gcra-try.lua.js';
+import { gcraSingleScript } from './gcra-single.lua.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
 const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
-const TRY_SCRIPT = new Script('atomic-limiter:gcra-try', GCRA_TRY_SCRIPT);
 
 /**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
@@ -32,7 +32,6 @@ export abstract class RedisGcra extends RedisLimiter {
     leaky: boolean,
   ) {
     super(owner, common, SCRIPT);
-    this.tryScript = TRY_SCRIPT;
     // As in Gcra's constructor: K units per emission interval, so that the burst fits in
     // 2^24 units and a unit is at least 1 µs.
     const intervalUs = 1e6 / ratePerSecond;
@@ -50,6 +49,26 @@ export abstract class RedisGcra extends RedisLimiter {
       leaky ? '1' : '0',
       String(common.queueLimit),
     ];
+    const single = {
+      k,
+      scale,
+      tau: capacity * k,
+      limit: capacity,
+      leaky,
+      slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+    };
+    this.tryScript = new Script(
+      'atomic-limiter:gcra-try',
+      gcraSingleScript('t', single),
+      false,
+      true,
+    );
+    this.consumeScript = new Script(
+      'atomic-limiter:gcra-consume',
+      gcraSingleScript('c', single),
+      false,
+      true,
+    );
     this.startFleet();
   }
 

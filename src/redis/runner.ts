@@ -1,16 +1,22 @@
 import { createHash } from 'node:crypto';
 import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
+import { singleArgs } from './single.lua.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
 export class Script {
   readonly sha: string;
   /** The form that decides several calls in one run (src/redis/batch.lua.ts), if any. */
   readonly batch: Script | undefined;
+  /**
+   * @param single a single-call script (single.lua.ts): its parameters are in its source,
+   *   and its ARGV is the call's permits and time alone.
+   */
   constructor(
     readonly name: string,
     readonly source: string,
     batchable = false,
+    readonly single = false,
   ) {
     this.sha = createHash('sha1').update(source).digest('hex');
     // Named as the script itself: an error names the algorithm's script either way.
@@ -45,7 +51,8 @@ interface Pending {
   readonly slot: number;
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
-  readonly deadline: number;
+  /** performance.now() past which it fails as unavailable; set when the call goes out. */
+  deadline: number;
   done: boolean;
 }
 
@@ -73,7 +80,9 @@ export const MAX_BATCH = 128;
  * them. A call alone goes as its own `EVALSHA`. A batch whose reply is lost or late fails
  * each of its calls, as if each had been sent alone.
  *
- * One timer covers all calls in flight (armed for the oldest deadline), not one per call.
+ * One timer covers all calls in flight (armed for the oldest deadline), not one per call;
+ * the calls of one tick share one deadline, read from the clock once when they go out.
+ * A call alone takes the shortest path: no batch bookkeeping, one adapter call.
  */
 export class Runner {
   private queue: Pending[] = [];
@@ -96,7 +105,7 @@ export class Runner {
     slot: number,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      const p: Pending = {
+      this.queue.push({
         script,
         alone,
         keys,
@@ -105,12 +114,9 @@ export class Runner {
         slot,
         resolve,
         reject,
-        deadline: performance.now() + this.timeoutMs,
+        deadline: 0,
         done: false,
-      };
-      this.queue.push(p);
-      this.inFlight.add(p);
-      this.arm(p.deadline);
+      });
       if (!this.scheduled) {
         this.scheduled = true;
         process.nextTick(this.flush);
@@ -121,11 +127,17 @@ export class Runner {
   private readonly flush = (): void => {
     this.scheduled = false;
     const queue = this.queue;
-    this.queue = [];
     if (queue.length === 1) {
-      this.dispatch([{ calls: queue, script: queue[0]!.alone, verb: 'EVALSHA' }]);
+      // The array stays this runner's queue: nothing of this call holds it. The bookkeeping
+      // comes after the write, while Redis works (a reply settles in a later microtask).
+      const p = queue.pop()!;
+      this.sendAlone(p, p.alone, 'EVALSHA');
+      this.track(p, performance.now() + this.timeoutMs);
       return;
     }
+    const deadline = performance.now() + this.timeoutMs;
+    for (const p of queue) this.track(p, deadline);
+    this.queue = [];
     // One runner serves one limiter: its calls share the script and parameters, and group
     // by hash slot (all in one standalone), each group in its calls' order.
     const groups = new Map<number, Pending[]>();
@@ -162,7 +174,7 @@ export class Runner {
         verb: u.verb,
         script,
         keys: first.keys,
-        args: first.head.concat(first.params),
+        args: u.script.single ? singleArgs(first.head) : first.head.concat(first.params),
         slot: first.slot,
       };
     }
@@ -203,6 +215,45 @@ export class Runner {
     }
     args[0] = String(runs);
     return { verb: u.verb, script, keys, args, slot: first.slot };
+  }
+
+  /** Watches a call gone out (or going) until its deadline. */
+  private track(p: Pending, deadline: number): void {
+    if (p.done) return; // failed already (the adapter threw)
+    p.deadline = deadline;
+    this.inFlight.add(p);
+    this.arm(deadline);
+  }
+
+  /** One call alone: its single-call script (or the shared one), one command. */
+  private sendAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL'): void {
+    let reply: Promise<unknown>;
+    try {
+      reply = this.adapter.sendOne({
+        verb,
+        script: verb === 'EVALSHA' ? script.sha : script.source,
+        keys: p.keys,
+        args: script.single ? singleArgs(p.head) : p.head.concat(p.params),
+        slot: p.slot,
+      });
+    } catch (error) {
+      this.failAlone(p, script, verb, error);
+      return;
+    }
+    reply.then(
+      (r) => this.settle(p, r),
+      (error) => this.failAlone(p, script, verb, error),
+    );
+  }
+
+  private failAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL', error: unknown): void {
+    const message = error instanceof Error ? error.message : String(error);
+    if (verb === 'EVALSHA' && !p.done && message.startsWith('NOSCRIPT')) {
+      // As failUnit(): the script did not run; EVAL runs it and caches it on that node.
+      this.sendAlone(p, script, 'EVAL');
+      return;
+    }
+    this.fail(p, error);
   }
 
   private dispatch(units: Unit[]): void {

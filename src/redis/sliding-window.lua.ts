@@ -1,10 +1,11 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
 
 /**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, computed multiplied by windowUs
- * as in memory so that every figure is exact in doubles. Stored as
- * "window prev curr admitted rejected" with a TTL until both windows are empty.
+ * as in memory so that every figure is exact in doubles. Stored as window, prev, curr,
+ * admitted, rejected (state.lua.ts) with a TTL until both windows are empty.
  *
  * ARGV[6…]: limit, windowUs.
  */
@@ -13,9 +14,9 @@ local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
 
 local function decode(v)
-  local a, b, c, d, e = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-  return {win = tonumber(a), prev = tonumber(b), curr = tonumber(c), adm = tonumber(d),
-    rej = tonumber(e)}
+  local win, prev, curr, adm, rej
+  ${decodeState('v', ['win', 'prev', 'curr', 'adm', 'rej'], 'SlidingWindow')}
+  return {win = win, prev = prev, curr = curr, adm = adm, rej = rej}
 end
 
 local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
@@ -42,7 +43,7 @@ local function fresh(st, t)
 end
 
 local function encode(st)
-  return string.format('%d %d %d %d %d', st.win, st.prev, st.curr, st.adm, st.rej)
+  return ${encodeState(['st.win', 'st.prev', 'st.curr', 'st.adm', 'st.rej'])}
 end
 
 local function save(st)

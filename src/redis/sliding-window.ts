@@ -1,8 +1,9 @@
 import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { MANUAL_SLACK_MS, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
+import { slidingWindowSingleScript } from './sliding-window-single.lua.js';
 
 const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT, true);
 const SEGMENTS_SCRIPT = new Script(
@@ -50,6 +51,25 @@ export class SlidingWindow extends RedisLimiter {
       segments === undefined
         ? [String(limit), String(windowMs * 1000)]
         : [String(limit), String(Math.round(windowMs * 1000) / segments), String(segments)];
+    if (segments === undefined) {
+      const single = {
+        limit,
+        windowUs: windowMs * 1000,
+        slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+      };
+      this.tryScript = new Script(
+        'atomic-limiter:sliding-window-try',
+        slidingWindowSingleScript('t', single),
+        false,
+        true,
+      );
+      this.consumeScript = new Script(
+        'atomic-limiter:sliding-window-consume',
+        slidingWindowSingleScript('c', single),
+        false,
+        true,
+      );
+    }
     this.startFleet();
   }
 

@@ -1,0 +1,95 @@
+import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
+
+/** A FixedWindow's parameters (fixed-window.lua.ts ARGV[6…]) and its TTL slack in ms. */
+export interface FixedWindowParams {
+  readonly limit: number;
+  readonly windowUs: number;
+  readonly slackMs: number;
+}
+
+/**
+ * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
+ * 'c') of one FixedWindow call, with the limiter's parameters inline: fixed-window.lua.ts's
+ * read(), step(), save() and the driver's retryAfter(), step for step. The key holds
+ * window, count, admitted, rejected (state.lua.ts), as fixed-window.lua.ts reads and writes it.
+ */
+export function fixedWindowSingleScript(op: 't' | 'c', p: FixedWindowParams): string {
+  const limit = luaNumber(p.limit);
+  const head = `-- atomic-limiter:fixed-window-${op === 't' ? 'try' : 'consume'}
+local W = ${luaNumber(p.windowUs)}
+${SINGLE_ARGS}
+local sw, sc, adm, rej
+local v = redis.call('GET', KEYS[1])
+if v then
+  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow')}
+else
+  adm, rej = 0, 0
+end
+-- read(): the window the state counts in (a later stored one: the clock went back).
+local win = math.floor(NOW / W)
+local count = 0
+if sw and sw >= win then win, count = sw, sc end
+local ok = count + P <= ${limit}
+if ok then
+  count = count + P
+  adm = adm + P
+  sw, sc = win, count
+else
+  rej = rej + P
+end
+-- save(): the key lives until its window ends, or goes.
+if count > 0 then
+  local ms = math.ceil(((win + 1) * W - NOW) / 1000) + ${luaNumber(p.slackMs)}
+  redis.call('SET', KEYS[1], ${encodeState(['sw', 'sc', 'adm', 'rej'])}, 'PX', ms)
+else
+  redis.call('DEL', KEYS[1])
+end
+`;
+  if (op === 't') {
+    return `${head}if ok then return 1 end
+return 0
+`;
+  }
+  return `${head}
+local avail = ${limit} - count
+local fresh = 0
+if count > 0 then fresh = (win + 1) * W - NOW end
+${toReply('fresh')}
+local now = NOW
+${toReply('now')}
+if ok then return {1, avail, 0, fresh, now} end
+-- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
+local function grants(r)
+  local w = math.floor((NOW + r) / W)
+  local n = 0
+  if sw and sw >= w then n = sc end
+  return n + P <= ${limit}
+end
+local retry
+local hi = math.max(0, math.ceil((win + 1) * W - NOW))
+local lo = 0
+if grants(hi) and (hi == 0 or not grants(hi - 1)) then
+  retry = hi
+else
+  if not grants(hi) then
+    local s = 1
+    repeat
+      lo = hi + 1
+      hi = hi + s
+      s = s * 2
+      if hi > 4503599627370496 then retry = math.huge break end
+    until grants(hi)
+  end
+  if not retry then
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if grants(mid) then hi = mid else lo = mid + 1 end
+    end
+    retry = hi
+  end
+end
+${toReply('retry')}
+return {0, avail, retry, fresh, now, 0}
+`;
+}

@@ -1,0 +1,119 @@
+import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
+
+/** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
+export interface GcraParams {
+  readonly k: number;
+  /** Units per µs. */
+  readonly scale: number;
+  /** capacity × k. */
+  readonly tau: number;
+  readonly limit: number;
+  readonly leaky: boolean;
+  /** TTL slack in ms (a ManualClock's). */
+  readonly slackMs: number;
+}
+
+/**
+ * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
+ * 'c') of one TokenBucket / LeakyBucket call, with the limiter's parameters inline: the
+ * arithmetic of gcra.lua.ts's step(), save(), avail(), fresh() and the driver's
+ * retryAfter(), step for step, without building them as functions on the grant path.
+ * The key holds tat, admitted, rejected (state.lua.ts), as gcra.lua.ts reads and writes it.
+ */
+export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
+  const cost = `P * ${luaNumber(p.k)}`;
+  const allowance = p.leaky ? 'cost' : luaNumber(p.tau);
+  const head = `-- atomic-limiter:gcra-${op === 't' ? 'try' : 'consume'}
+local K = ${luaNumber(p.k)}
+local SCALE = ${luaNumber(p.scale)}
+local TAU = ${luaNumber(p.tau)}
+${SINGLE_ARGS}
+local u = math.floor(NOW * SCALE)
+local tat, adm, rej
+local v = redis.call('GET', KEYS[1])
+if v then
+  ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket')}
+else
+  adm, rej = 0, 0
+end
+local base = u
+if tat and tat > u then base = tat end
+local cost = ${cost}
+local ok = base - u + cost <= ${allowance}
+local old = tat
+if ok then
+  tat = base + cost
+  adm = adm + P
+else
+  rej = rej + P
+end
+-- save(): the key lives until the bucket is fresh again, or goes.
+if tat and tat > u then
+  local ms = math.ceil((tat - u) / SCALE / 1000) + ${luaNumber(p.slackMs)}
+  redis.call('SET', KEYS[1], ${encodeState(['tat', 'adm', 'rej'])}, 'PX', ms)
+else
+  redis.call('DEL', KEYS[1])
+end
+`;
+  if (op === 't') {
+    return `${head}if ok then return 1 end
+return 0
+`;
+  }
+  const avail = p.leaky
+    ? `if ahead == 0 then avail = ${luaNumber(p.limit)} else avail = 0 end`
+    : `avail = math.max(0, math.min(${luaNumber(p.limit)}, math.floor((TAU - ahead) / K)))`;
+  return `${head}
+local avail = ${luaNumber(p.limit)}
+local fresh = 0
+if tat then
+  local ahead = math.max(0, tat - u)
+  ${avail}
+  if tat > u then fresh = (tat - u) / SCALE end
+end
+${toReply('fresh')}
+local now = NOW
+${toReply('now')}
+if ok then return {1, avail, 0, fresh, now} end
+-- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
+local function grants(r)
+  local n = math.floor((NOW + r) * SCALE)
+  local b = n
+  if old and old > n then b = old end
+  return b - n + cost <= ${allowance}
+end
+local retry
+local t0 = u
+if old then t0 = math.max(u, old) end
+local guess = ${p.leaky ? '(t0 - u) / SCALE' : '(t0 + cost - TAU - u) / SCALE'}
+if guess ~= guess or guess == math.huge then
+  retry = math.huge
+else
+  local hi = math.max(0, math.ceil(guess))
+  local lo = 0
+  if grants(hi) and (hi == 0 or not grants(hi - 1)) then
+    retry = hi
+  else
+    if not grants(hi) then
+      local s = 1
+      repeat
+        lo = hi + 1
+        hi = hi + s
+        s = s * 2
+        if hi > 4503599627370496 then retry = math.huge break end
+      until grants(hi)
+    end
+    if not retry then
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if grants(mid) then hi = mid else lo = mid + 1 end
+      end
+      retry = hi
+    end
+  end
+end
+${toReply('retry')}
+return {0, avail, retry, fresh, now, 0}
+`;
+}

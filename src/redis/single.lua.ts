@@ -1,0 +1,54 @@
+/**
+ * What the single-call scripts share (gcra-single.lua.ts, fixed-window-single.lua.ts): the
+ * hot path of one call, tryAcquire() or consume(), as a script of its own per limiter.
+ *
+ * Why not the shared driver: Redis builds every function of a script on each run, and
+ * every argument costs the client an encoding and Redis a parse and a Lua string. So these
+ * scripts define no function on the grant path, make three `redis.call`s (TIME, GET, SET …
+ * PX), and carry the limiter's parameters as constants in their source — one script (one
+ * SHA1) per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL.
+ *
+ * ARGV (trailing ones omitted): 1 permits (absent: 1), 2 time in µs (absent: Redis TIME).
+ * They read and write the key exactly as the algorithm's shared script and its batch form
+ * do (same encoding), so a key may be decided by either in turn.
+ */
+export const SINGLE_ARGS = `
+local P = 1
+if ARGV[1] then P = tonumber(ARGV[1]) end
+local NOW
+if ARGV[2] then
+  NOW = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`;
+
+/**
+ * Lua: the driver's `out()` applied to the local `name` in place (integers stay numbers,
+ * sent as integer replies; the rest become '%.17g' strings) — inline, since a function
+ * would be built on every run.
+ */
+export function toReply(name: string): string {
+  return `if not (${name} == math.floor(${name}) and ${name} > -9e15 and ${name} < 9e15) then
+  ${name} = string.format('%.17g', ${name})
+end`;
+}
+
+/**
+ * A number as a Lua literal that reads back as the same double: JavaScript's shortest
+ * round-trip form is one Lua's strtod() reads exactly (what tonumber() of the same string
+ * as an argument would give).
+ */
+export function luaNumber(x: number): string {
+  if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
+  return String(x);
+}
+
+/** The ARGV of a single-call script for a call's head (op, time, permits, extra, slack). */
+export function singleArgs(head: readonly string[]): string[] {
+  const time = head[1]!;
+  const permits = head[2]!;
+  if (time !== '') return [permits, time];
+  return permits === '1' ? [] : [permits];
+}

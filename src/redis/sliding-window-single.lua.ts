@@ -1,0 +1,129 @@
+import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { decodeState, encodeState } from './state.lua.js';
+
+/** A two-window SlidingWindow's parameters (sliding-window.lua.ts ARGV[6…]) and TTL slack. */
+export interface SlidingWindowParams {
+  readonly limit: number;
+  readonly windowUs: number;
+  readonly slackMs: number;
+}
+
+/**
+ * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
+ * 'c') of one two-window SlidingWindow call, with the limiter's parameters inline:
+ * sliding-window.lua.ts's read(), weighted(), step(), save(), avail(), est() and the
+ * driver's retryAfter(), step for step. The key holds window, prev, curr, admitted,
+ * rejected (state.lua.ts), as sliding-window.lua.ts reads and writes it.
+ */
+export function slidingWindowSingleScript(op: 't' | 'c', p: SlidingWindowParams): string {
+  const limit = luaNumber(p.limit);
+  const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : 'consume'}
+local W = ${luaNumber(p.windowUs)}
+${SINGLE_ARGS}
+local sw, sp, sc, adm, rej
+local v = redis.call('GET', KEYS[1])
+if v then
+  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow')}
+else
+  adm, rej = 0, 0
+end
+-- read(): the counters rolled forward to NOW's window.
+local win = math.floor(NOW / W)
+local prev, curr = 0, 0
+if sw then
+  if sw >= win then
+    win, prev, curr = sw, sp, sc
+  elseif sw == win - 1 then
+    prev = sc
+  end
+end
+local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))
+local ok = weighted + (curr + P) * W <= ${limit} * W
+if ok then
+  curr = curr + P
+  adm = adm + P
+  sw, sp, sc = win, prev, curr
+else
+  rej = rej + P
+end
+-- save(): fresh() of the state saved, read at NOW (the rolled counters).
+local fresh = 0
+if curr > 0 then
+  fresh = (win + 2) * W - NOW
+elseif prev > 0 then
+  fresh = math.max(0, (win + 1) * W - NOW)
+end
+if fresh > 0 then
+  local ms = math.ceil(fresh / 1000) + ${luaNumber(p.slackMs)}
+  redis.call('SET', KEYS[1], ${encodeState(['sw', 'sp', 'sc', 'adm', 'rej'])}, 'PX', ms)
+else
+  redis.call('DEL', KEYS[1])
+end
+`;
+  if (op === 't') {
+    return `${head}if ok then return 1 end
+return 0
+`;
+  }
+  return `${head}
+local avail = math.max(0, math.floor(${limit} - (weighted / W + curr)))
+${toReply('fresh')}
+local now = NOW
+${toReply('now')}
+if ok then return {1, avail, 0, fresh, now} end
+-- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants, read
+-- from the stored state (unchanged but for its rejected count).
+local function grants(r)
+  local t = NOW + r
+  local w = math.floor(t / W)
+  local pv, cu = 0, 0
+  if sw then
+    if sw >= w then
+      w, pv, cu = sw, sp, sc
+    elseif sw == w - 1 then
+      pv = sc
+    end
+  end
+  return pv * math.max(0, W - math.max(0, t - w * W)) + (cu + P) * W <= ${limit} * W
+end
+local guess
+if curr + P <= ${limit} then
+  if prev == 0 then
+    guess = 0
+  else
+    guess = win * W + W - ((${limit} - curr - P) * W) / prev - NOW
+  end
+else
+  guess = win * W + W + math.max(0, W - ((${limit} - P) * W) / curr) - NOW
+end
+local retry
+if guess ~= guess or guess == math.huge then
+  retry = math.huge
+else
+  local hi = math.max(0, math.ceil(guess))
+  local lo = 0
+  if grants(hi) and (hi == 0 or not grants(hi - 1)) then
+    retry = hi
+  else
+    if not grants(hi) then
+      local s = 1
+      repeat
+        lo = hi + 1
+        hi = hi + s
+        s = s * 2
+        if hi > 4503599627370496 then retry = math.huge break end
+      until grants(hi)
+    end
+    if not retry then
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if grants(mid) then hi = mid else lo = mid + 1 end
+      end
+      retry = hi
+    end
+  end
+end
+${toReply('retry')}
+return {0, avail, retry, fresh, now, 0}
+`;
+}
