@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A FixedWindow's parameters (fixed-window.lua.ts ARGV[6…]) and its TTL slack in ms. */
@@ -66,29 +66,7 @@ local function grants(r)
   if sw and sw >= w then n = sc end
   return n + P <= ${limit}
 end
-local retry
-local hi = math.max(0, math.ceil((win + 1) * W - NOW))
-local lo = 0
-if grants(hi) and (hi == 0 or not grants(hi - 1)) then
-  retry = hi
-else
-  if not grants(hi) then
-    local s = 1
-    repeat
-      lo = hi + 1
-      hi = hi + s
-      s = s * 2
-      if hi > 4503599627370496 then retry = math.huge break end
-    until grants(hi)
-  end
-  if not retry then
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if grants(mid) then hi = mid else lo = mid + 1 end
-    end
-    retry = hi
-  end
-end
+${searchRetry('(win + 1) * W - NOW')}
 ${toReply('retry')}
 return {0, avail, retry, fresh, now, 0}
 `;

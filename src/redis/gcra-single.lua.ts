@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
@@ -83,36 +83,9 @@ local function grants(r)
   if old and old > n then b = old end
   return b - n + cost <= ${allowance}
 end
-local retry
 local t0 = u
 if old then t0 = math.max(u, old) end
-local guess = ${p.leaky ? '(t0 - u) / SCALE' : '(t0 + cost - TAU - u) / SCALE'}
-if guess ~= guess or guess == math.huge then
-  retry = math.huge
-else
-  local hi = math.max(0, math.ceil(guess))
-  local lo = 0
-  if grants(hi) and (hi == 0 or not grants(hi - 1)) then
-    retry = hi
-  else
-    if not grants(hi) then
-      local s = 1
-      repeat
-        lo = hi + 1
-        hi = hi + s
-        s = s * 2
-        if hi > 4503599627370496 then retry = math.huge break end
-      until grants(hi)
-    end
-    if not retry then
-      while lo < hi do
-        local mid = math.floor((lo + hi) / 2)
-        if grants(mid) then hi = mid else lo = mid + 1 end
-      end
-      retry = hi
-    end
-  end
-end
+${searchRetry(p.leaky ? '(t0 - u) / SCALE' : '(t0 + cost - TAU - u) / SCALE')}
 ${toReply('retry')}
 return {0, avail, retry, fresh, now, 0}
 `;

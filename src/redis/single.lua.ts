@@ -52,3 +52,40 @@ export function singleArgs(head: readonly string[]): string[] {
   if (time !== '') return [permits, time];
   return permits === '1' ? [] : [permits];
 }
+
+/**
+ * Lua: `local retry`, the least whole µs from now at which `grants(µs)` holds (the local
+ * function each script defines on its refusal path), searched from the estimate `guess`
+ * (a Lua expression, µs from now): up by doubling steps, then down by halving; math.huge
+ * when the estimate is not a number or no time within 2^52 µs grants.
+ */
+export function searchRetry(guess: string): string {
+  return `local retry
+local guess = ${guess}
+if guess ~= guess or guess == math.huge then
+  retry = math.huge
+else
+  local hi = math.max(0, math.ceil(guess))
+  local lo = 0
+  if grants(hi) and (hi == 0 or not grants(hi - 1)) then
+    retry = hi
+  else
+    if not grants(hi) then
+      local s = 1
+      repeat
+        lo = hi + 1
+        hi = hi + s
+        s = s * 2
+        if hi > 4503599627370496 then retry = math.huge break end
+      until grants(hi)
+    end
+    if not retry then
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if grants(mid) then hi = mid else lo = mid + 1 end
+      end
+      retry = hi
+    end
+  end
+end`;
+}

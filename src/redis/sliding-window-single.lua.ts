@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters (sliding-window.lua.ts ARGV[6…]) and TTL slack. */
@@ -96,33 +96,7 @@ if curr + P <= ${limit} then
 else
   guess = win * W + W + math.max(0, W - ((${limit} - P) * W) / curr) - NOW
 end
-local retry
-if guess ~= guess or guess == math.huge then
-  retry = math.huge
-else
-  local hi = math.max(0, math.ceil(guess))
-  local lo = 0
-  if grants(hi) and (hi == 0 or not grants(hi - 1)) then
-    retry = hi
-  else
-    if not grants(hi) then
-      local s = 1
-      repeat
-        lo = hi + 1
-        hi = hi + s
-        s = s * 2
-        if hi > 4503599627370496 then retry = math.huge break end
-      until grants(hi)
-    end
-    if not retry then
-      while lo < hi do
-        local mid = math.floor((lo + hi) / 2)
-        if grants(mid) then hi = mid else lo = mid + 1 end
-      end
-      retry = hi
-    end
-  end
-end
+${searchRetry('guess')}
 ${toReply('retry')}
 return {0, avail, retry, fresh, now, 0}
 `;
