@@ -14,7 +14,7 @@ import {
 import { Blocks, type BlocksHandle, I_FETCH, I_FETCH2 } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
 import { slotOf, tagOf } from './keys.js';
-import { Runner, type Script, Unavailable } from './runner.js';
+import { Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
 
 export type { AlgorithmName };
@@ -448,6 +448,12 @@ export abstract class RedisLimiter {
    */
   protected tryScript: Script | undefined;
   protected consumeScript: Script | undefined;
+
+  /** Sets the single-call scripts from the algorithm's builder (`name`: the script's name). */
+  protected useSingleScripts(name: string, build: (op: 't' | 'c') => string): void {
+    this.tryScript = new Script(`atomic-limiter:${name}-try`, build('t'), false, true);
+    this.consumeScript = new Script(`atomic-limiter:${name}-consume`, build('c'), false, true);
+  }
 
   /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
   protected call(

@@ -32,18 +32,7 @@ export class FixedWindow extends RedisLimiter {
       windowUs: windowMs * 1000,
       slackMs: common.clock ? MANUAL_SLACK_MS : 0,
     };
-    this.tryScript = new Script(
-      'atomic-limiter:fixed-window-try',
-      fixedWindowSingleScript('t', single),
-      false,
-      true,
-    );
-    this.consumeScript = new Script(
-      'atomic-limiter:fixed-window-consume',
-      fixedWindowSingleScript('c', single),
-      false,
-      true,
-    );
+    this.useSingleScripts('fixed-window', (op) => fixedWindowSingleScript(op, single));
     this.startFleet();
   }
 

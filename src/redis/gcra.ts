@@ -57,18 +57,7 @@ export abstract class RedisGcra extends RedisLimiter {
       leaky,
       slackMs: common.clock ? MANUAL_SLACK_MS : 0,
     };
-    this.tryScript = new Script(
-      'atomic-limiter:gcra-try',
-      gcraSingleScript('t', single),
-      false,
-      true,
-    );
-    this.consumeScript = new Script(
-      'atomic-limiter:gcra-consume',
-      gcraSingleScript('c', single),
-      false,
-      true,
-    );
+    this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));
     this.startFleet();
   }
 

@@ -57,18 +57,7 @@ export class SlidingWindow extends RedisLimiter {
         windowUs: windowMs * 1000,
         slackMs: common.clock ? MANUAL_SLACK_MS : 0,
       };
-      this.tryScript = new Script(
-        'atomic-limiter:sliding-window-try',
-        slidingWindowSingleScript('t', single),
-        false,
-        true,
-      );
-      this.consumeScript = new Script(
-        'atomic-limiter:sliding-window-consume',
-        slidingWindowSingleScript('c', single),
-        false,
-        true,
-      );
+      this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
     }
     this.startFleet();
   }
