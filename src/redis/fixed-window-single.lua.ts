@@ -1,12 +1,5 @@
-import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, searchRetry, toReply, type WindowParams } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
-
-/** A FixedWindow's parameters (fixed-window.lua.ts ARGV[6…]) and its TTL slack in ms. */
-export interface FixedWindowParams {
-  readonly limit: number;
-  readonly windowUs: number;
-  readonly slackMs: number;
-}
 
 /**
  * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
@@ -14,7 +7,7 @@ export interface FixedWindowParams {
  * read(), step(), save() and the driver's retryAfter(), step for step. The key holds
  * window, count, admitted, rejected (state.lua.ts), as fixed-window.lua.ts reads and writes it.
  */
-export function fixedWindowSingleScript(op: 't' | 'c', p: FixedWindowParams): string {
+export function fixedWindowSingleScript(op: 't' | 'c', p: WindowParams): string {
   const limit = luaNumber(p.limit);
   const head = `-- atomic-limiter:fixed-window-${op === 't' ? 'try' : 'consume'}
 local W = ${luaNumber(p.windowUs)}

@@ -12,6 +12,13 @@
  * They read and write the key exactly as the algorithm's shared script and its batch form
  * do (same encoding), so a key may be decided by either in turn.
  */
+/** A window's parameters (its script's ARGV[6…]: limit, window µs) and its TTL slack in ms. */
+export interface WindowParams {
+  readonly limit: number;
+  readonly windowUs: number;
+  readonly slackMs: number;
+}
+
 export const SINGLE_ARGS = `
 local P = 1
 if ARGV[1] then P = tonumber(ARGV[1]) end

@@ -1,12 +1,5 @@
-import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, searchRetry, toReply, type WindowParams } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
-
-/** A two-window SlidingWindow's parameters (sliding-window.lua.ts ARGV[6…]) and TTL slack. */
-export interface SlidingWindowParams {
-  readonly limit: number;
-  readonly windowUs: number;
-  readonly slackMs: number;
-}
 
 /**
  * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
@@ -15,7 +8,7 @@ export interface SlidingWindowParams {
  * driver's retryAfter(), step for step. The key holds window, prev, curr, admitted,
  * rejected (state.lua.ts), as sliding-window.lua.ts reads and writes it.
  */
-export function slidingWindowSingleScript(op: 't' | 'c', p: SlidingWindowParams): string {
+export function slidingWindowSingleScript(op: 't' | 'c', p: WindowParams): string {
   const limit = luaNumber(p.limit);
   const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : 'consume'}
 local W = ${luaNumber(p.windowUs)}
