@@ -27,6 +27,9 @@ export class LogPool {
   /** Bytes the views cover (a plain field: a view's byteLength costs more to read). */
   private mapped: number;
   private readonly ringBytes: number;
+  /** The slot start() looked up last (this thread), and its ring's byte offset. */
+  private lastSlot = -1;
+  private lastStart = 0;
   private readonly maxRings: number;
 
   constructor(
@@ -52,9 +55,15 @@ export class LogPool {
    * its first key could be decided). `table` is the caller's view of the main buffer.
    */
   start(table: Int32Array, s: number): number {
+    // A slot keeps its ring for good: the last one looked up serves until another slot's.
+    if (s === this.lastSlot) return this.lastStart;
     const r = table[ringWord(this.layout, s)]! - 1;
     const byte = POOL_HEADER_BYTES + r * this.ringBytes;
     if (byte + this.ringBytes > this.mapped) this.remap();
+    if (r >= 0) {
+      this.lastSlot = s;
+      this.lastStart = byte;
+    }
     return byte;
   }
 
@@ -78,11 +87,6 @@ export class LogPool {
       Atomics.store(table, word, r + 1);
     }
     return this.start(table, s);
-  }
-
-  /** Rings handed out so far. */
-  get rings(): number {
-    return Atomics.load(this.i32, P_RINGS);
   }
 
   /** Grows the pool to hold at least `rings` rings. */

@@ -64,9 +64,6 @@ export class SlidingLog extends Limiter {
   private readonly ring: number;
   /** The log rings, in a buffer of their own (see LogPool). */
   private readonly rings: LogPool;
-  /** The slot whose ring entry() found last, and that ring's byte offset. */
-  private ringSlot = -1;
-  private ringStart = 0;
   /** The slot stamp the last step() saw, before its grant raised it (for admitted()). */
   private stampSeen = 0;
   /** Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
@@ -93,12 +90,7 @@ export class SlidingLog extends Limiter {
 
   /** Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
   private entry(s: number, pos: number): number {
-    // A slot keeps its ring for good: the last one looked up serves until another slot's.
-    if (s !== this.ringSlot) {
-      this.ringStart = this.rings.start(this.i32, s);
-      this.ringSlot = s;
-    }
-    return this.ringStart + (pos & (this.ring - 1)) * 16;
+    return this.rings.start(this.i32, s) + (pos & (this.ring - 1)) * 16;
   }
 
   private slot(): number {
