@@ -97,6 +97,33 @@ const ALGORITHMS = [
     allow: (L, keys) => new L.Concurrency({ limit: 2 ** 27, keys }),
     refuse: (L, keys) => new L.Concurrency({ limit: 1, keys }),
   },
+  // Wide tables (a 64-bit state, one 64-bit CAS): options past the 32-bit word's ranges.
+  {
+    name: 'TokenBucket wide',
+    allow: (L, keys) => new L.TokenBucket({ capacity: 2 ** 31 - 1, refillPerSecond: 1e9, keys }),
+    refuse: (L, keys) => new L.TokenBucket({ capacity: 2 ** 31 - 1, refillPerSecond: 1e-6, keys }),
+    exhaust: 2 ** 31 - 1,
+  },
+  {
+    name: 'FixedWindow wide',
+    allow: (L, keys) => new L.FixedWindow({ limit: 2 ** 31 - 1, windowMs: 1000, keys }),
+    resetEachBatch: true,
+    refuse: (L, keys) => new L.FixedWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, keys }),
+    exhaust: 2 ** 31 - 1,
+  },
+  {
+    name: 'SlidingWindow wide',
+    allow: (L, keys) => new L.SlidingWindow({ limit: 2 ** 31 - 1, windowMs: 1000, keys }),
+    resetEachBatch: true,
+    refuse: (L, keys) => new L.SlidingWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, keys }),
+    exhaust: 2 ** 31 - 1,
+  },
+  {
+    name: 'Concurrency wide',
+    allow: (L, keys) => new L.Concurrency({ limit: 2 ** 31 - 1, keys }),
+    refuse: (L, keys) => new L.Concurrency({ limit: 2 ** 31 - 1, keys }),
+    exhaust: 2 ** 31 - 1,
+  },
 ];
 
 /**
@@ -140,17 +167,22 @@ async function oursTasks(a, { keys, order }) {
   const L = await import('../dist/index.js');
   let cursor = 0;
   const one = a.allow(L, 1);
+  // Wide limits are exhausted in one call of `exhaust` permits, then one at a time.
+  const exhaust = (l, key) => {
+    if (a.exhaust) l.tryAcquire(key, a.exhaust);
+    while (l.tryAcquire(key));
+  };
   const oneRefused = a.refuse(L, 1);
-  while (oneRefused.tryAcquire());
+  exhaust(oneRefused);
   const many = a.allow(L, KEYS);
-  const release = a.name === 'Concurrency';
+  const release = a.name.startsWith('Concurrency');
   // Steady state: every key already has its slot (and this thread's cache entry).
   for (const k of keys) {
     many.tryAcquire(k);
     if (release) many.release(k);
   }
   const manyRefused = a.refuse(L, KEYS);
-  for (const k of keys) while (manyRefused.tryAcquire(k));
+  for (const k of keys) exhaust(manyRefused, k);
   const allowed = release ? 'acquire+release' : 'allowed';
   const call = release ? 'tryAcquire + release' : 'tryAcquire';
   const tasks = [];

@@ -20,6 +20,7 @@ import {
   H_STRIPES,
   H_VERSION,
   H_WHEN_FULL,
+  H_WIDE,
   hotWord,
   LAYOUT_VERSION,
   type Layout,
@@ -54,6 +55,7 @@ function attachedLayout(owner: string, algo: number, source: Attached): Layout {
     i32[H_MAX_WAITERS]!,
     i32[H_HOLDERS]!,
     i32[H_MAX_KEYS]!,
+    i32[H_WIDE] === 1,
   );
   const length = source.buffer.byteLength;
   if (i32[H_ALGO] !== algo || length < layout.bytes || length > layout.maxBytes) {
@@ -93,6 +95,7 @@ function createBuffer(
   i32[H_MAX_WAITERS] = source.maxWaiters;
   i32[H_HOLDERS] = layout.holders;
   i32[H_WHEN_FULL] = source.whenFull === 'allow' ? 1 : 0;
+  i32[H_WIDE] = source.wide ? 1 : 0;
   i32[H_BYTES_DIV64] = layout.bytes / 64;
   source.params.forEach((p, k) => {
     f64[F64_PARAMS + k] = p;
@@ -114,6 +117,7 @@ function layoutWithin(owner: string, source: Fresh): Layout {
       source.maxWaiters,
       slots * (source.holdersPerSlot ?? 0),
       maxKeys,
+      source.wide === true,
     );
   let layout = layoutFor(source.maxKeys);
   const orLimit = source.logRing > 0 ? ' or "limit"' : '';

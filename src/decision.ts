@@ -17,6 +17,7 @@ import {
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
 import { permitsError } from './validate.js';
+import { cas64, wideExt, widePayload, wideState } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -57,6 +58,8 @@ export class Core {
    * because there is no other writer, instead of a locked `Atomics.add`.
    */
   shared: boolean;
+  /** A wide table (64-bit states): decisions go through runWide(). */
+  readonly wide: boolean;
   // Written by decide() for consume() and acquire(): the word, state and stamp the
   // decision used. Plain fields on a per-thread object: nothing allocated per call.
   /** The slot's hot word index of the last decision (NO_SLOT: the table was full). */
@@ -77,6 +80,8 @@ export class Core {
   constructor(
     /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
     public i32: Int32Array,
+    /** The same as 64-bit words (runWide()'s CAS); replaced with `i32`. */
+    public b64: BigInt64Array,
     readonly clock: Clock,
     readonly epochUs: number,
     /** Largest permits one call may ask for. */
@@ -88,6 +93,7 @@ export class Core {
     shared: boolean,
   ) {
     this.shared = shared;
+    this.wide = table.layout.wide;
   }
 }
 
@@ -189,6 +195,99 @@ export function run<A extends Algorithm>(
     count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
     return next !== REJECT;
   }
+}
+
+/**
+ * A wide algorithm's transition: the payload after granting `permits` at `nowUs`, or
+ * REJECT. `p` is the slot's payload (W_FRESH for a fresh slot; see WIDE_LOW_BITS).
+ */
+export type WideStepFn<A> = (
+  this: A,
+  p: number,
+  stamp: number,
+  nowUs: number,
+  permits: number,
+) => number;
+
+/**
+ * run() for a wide table: the state is the 64-bit word [ext, state], changed by one 64-bit
+ * CAS; the step sees and returns payloads. `core.lastState` is then the payload and
+ * `core.priorState` the state word the decision read (the one a grant replaced; its
+ * generation).
+ */
+export function runWide<A extends Algorithm>(
+  core: Core,
+  algo: A,
+  step: WideStepFn<A>,
+  ref: number,
+  permits: number,
+  key: Key | undefined,
+  mode: AttemptMode,
+): boolean {
+  let i32 = core.i32;
+  for (;;) {
+    if (ref === NO_SLOT) {
+      core.lastWord = NO_SLOT;
+      return algo.tableFull(key);
+    }
+    const w = ref >>> 4;
+    const s = i32[w + S_STATE]!;
+    if (
+      s >>> GEN_SHIFT !== (ref & 15) ||
+      (s & PAYLOAD_MASK) === RESERVED ||
+      (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
+    ) {
+      ref = core.table.refresh(key, core.decisionUs, algo);
+      i32 = core.i32;
+      continue;
+    }
+    // Two plain reads: the 64-bit CAS below validates the pair, and a refusal reads both
+    // again (a pair torn by a concurrent CAS must not refuse).
+    const x = i32[w - 1]!;
+    const raw = i32[w + S_STAMP]!;
+    const stamp = unwrapStamp(raw, core.stampNow);
+    const p = widePayload(s, x);
+    core.lastWord = w;
+    core.lastState = p;
+    core.lastStamp = stamp;
+    core.priorState = s;
+    let next = REJECT;
+    if (raw >= 0 || mode === HEAD || !core.fifo) {
+      next = step.call(algo, p, stamp, core.decisionUs, permits);
+    } else if (core.queues.sweep(w)) continue;
+    // (The rare and the long paths are calls: runWide() must stay small enough for V8 to
+    // inline it into each class's tryAcquireWide(), see run().)
+    if (next !== REJECT) {
+      if (!grantWide(core, w, s, x, raw, stamp, next)) continue;
+    } else if (torn(i32, w, s, x)) {
+      continue;
+    } else if (mode !== TRY) {
+      return false;
+    }
+    count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+    return next !== REJECT;
+  }
+}
+
+/** A wide grant: raises the stamp, then the 64-bit CAS from (`s`, `x`) to `next`. */
+function grantWide(
+  core: Core,
+  w: number,
+  s: number,
+  x: number,
+  raw: number,
+  stamp: number,
+  next: number,
+): boolean {
+  if (core.stampNow > stamp) raiseStamp(core, w, raw);
+  if (!cas64(core.b64, w, s, x, wideState(s, next), wideExt(next))) return false;
+  core.lastState = next;
+  return true;
+}
+
+/** True when the wide slot's words are no longer (`s`, `x`): read again before refusing. */
+function torn(i32: Int32Array, w: number, s: number, x: number): boolean {
+  return i32[w + S_STATE] !== s || i32[w - 1] !== x;
 }
 
 /** Adds to a per-key counter: a plain add while no other thread can write it. */

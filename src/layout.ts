@@ -6,7 +6,10 @@
  *                   counters — each group that changes at run time on a line of its own
  *   stripe locks    one Int32 per stripe (insert path only)
  *   hot slots       16 B per slot: [state, stamp, admitted, rejected]; the default key's
- *                   slot has a 64-byte line to itself
+ *                   slot has a 64-byte line to itself. Wide tables (limits past the
+ *                   state word's 28-bit payload): 32 B per slot, [ext, state, stamp,
+ *                   admitted, rejected, -, -, -], where ext and state form one 64-bit
+ *                   word changed by one 64-bit CAS (see WIDE_LOW_BITS)
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
  *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
  *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
@@ -26,7 +29,7 @@
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 4;
+export const LAYOUT_VERSION = 5;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -56,6 +59,8 @@ export const H_DEFAULT_LOCK = 33;
 // The table's segments that exist (≥ 1), and the lease lock of growing it (rarely written).
 export const H_SEGMENTS = 34;
 export const H_GROW_LOCK = 35;
+/** 1: a wide table (32-byte hot slots with a 64-bit state; read-only after creation). */
+export const H_WIDE = 36;
 // Line 3 (bytes 192..256): counters, written only on the insert path.
 export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;
@@ -83,6 +88,21 @@ export const FRESH = 0x0fffffff;
 export const RESERVED = 0x0ffffffe;
 /** A step() result meaning "refused"; outside the int32 range so no state equals it. */
 export const REJECT = 2 ** 32;
+
+/**
+ * Wide tables: a slot's state is a payload P (an integer below 2^53, exact in a double)
+ * split over two words, the state word (generation, then bit 27 clear, then P's low 27
+ * bits) and the ext word before it (P's high bits); one 64-bit CAS changes both. Bit 27
+ * is set only in the two reserved payloads (FRESH, RESERVED), so no P looks like them.
+ * Algorithms see P itself, or W_FRESH for a fresh slot.
+ */
+export const WIDE_LOW_BITS = 27;
+export const WIDE_LOW = 2 ** 27;
+export const WIDE_LOW_MASK = 0x07ffffff;
+/** The payload algorithms see for a fresh wide slot: no packed payload equals it. */
+export const W_FRESH = 2 ** 53;
+/** Largest wide payload + 1. */
+export const WIDE_SPAN = 2 ** 53;
 
 /**
  * Stamp: the coarse time of the slot's last admission, floor(µs since the limiter's
@@ -153,7 +173,7 @@ export interface Segment {
   readonly slots: number;
   readonly stripes: number;
   readonly lockBase: number;
-  /** Hot word of slot `first`. */
+  /** Hot (state) word of slot `first`. */
   readonly hotStart: number;
   readonly coldBase: number;
   /** Queue words of slot `first` (segment 0: of the default slot, slot 0). */
@@ -165,6 +185,12 @@ export interface Segment {
 }
 
 export interface Layout {
+  /** A wide table: 8 words per hot slot, the state word second (see WIDE_LOW_BITS). */
+  wide: boolean;
+  /** Words per hot slot (4, or 8 when wide). */
+  hotWords: number;
+  /** The state word's offset in its hot slot (0, or 1 when wide: the ext word first). */
+  hotOffset: number;
   /** Segment 0's slots and stripes (the table as created). */
   slots: number;
   stripes: number;
@@ -214,13 +240,17 @@ export function computeLayout(
   maxWaiters: number,
   holders: number,
   maxKeys = keys,
+  wide = false,
 ): Layout {
+  const hotWords = wide ? 2 * HOT_WORDS : HOT_WORDS;
+  const hotOffset = wide ? 1 : 0;
   const stripes = stripesFor(keys);
   const slots = stripes * STRIPE_SLOTS;
   const lockBase = HEADER_WORDS;
   const hotBase = alignWords(lockBase + stripes);
-  // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 12 + 4s.
-  const coldBase = alignWords(hotBase + LINE_WORDS + slots * HOT_WORDS);
+  // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 16 + hotWords(s − 1)
+  // (+ 1 when wide: the state word follows the ext word).
+  const coldBase = alignWords(hotBase + LINE_WORDS + slots * hotWords);
   const queueBase = alignWords(coldBase + slots * 2);
   const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
   const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
@@ -235,7 +265,7 @@ export function computeLayout(
       slots,
       stripes,
       lockBase,
-      hotStart: hotBase + LINE_WORDS,
+      hotStart: hotBase + LINE_WORDS + hotOffset,
       coldBase,
       queueBase,
       ringBase,
@@ -252,7 +282,7 @@ export function computeLayout(
     const segSlots = segStripes * STRIPE_SLOTS;
     const segLock = alignWords(startWords);
     const segHot = alignWords(segLock + segStripes);
-    const segCold = alignWords(segHot + segSlots * HOT_WORDS);
+    const segCold = alignWords(segHot + segSlots * hotWords);
     const segQueue = alignWords(segCold + segSlots * 2);
     const segRings = logRing > 0 ? alignWords(segQueue + segSlots * QUEUE_WORDS) : 0;
     const segEnd = alignWords(
@@ -265,7 +295,7 @@ export function computeLayout(
       slots: segSlots,
       stripes: segStripes,
       lockBase: segLock,
-      hotStart: segHot,
+      hotStart: segHot + hotOffset,
       coldBase: segCold,
       queueBase: segQueue,
       ringBase: segRings,
@@ -280,6 +310,9 @@ export function computeLayout(
   const poolMaxBytes = logRing > 0 ? logPoolBytes(logRing, first + POOL_SPARE_RINGS) : 0;
   const poolBytes = logRing > 0 ? logPoolBytes(logRing, Math.min(first, POOL_FIRST_RINGS)) : 0;
   return {
+    wide,
+    hotWords,
+    hotOffset,
     slots,
     stripes,
     lockBase,
@@ -325,22 +358,21 @@ export function segmentOfSlot(layout: Layout, s: number): Segment {
   return segs[k]!;
 }
 
-/** Hot word index of slot `s` (0 = the default key). */
+/** Hot (state) word index of slot `s` (0 = the default key). */
 export function hotWord(layout: Layout, s: number): number {
-  if (s === 0) return layout.hotBase;
-  if (s <= layout.slots) return layout.hotBase + 12 + 4 * s;
-  const seg = segmentOfSlot(layout, s);
-  return seg.hotStart + HOT_WORDS * (s - seg.first);
+  if (s === 0) return layout.hotBase + layout.hotOffset;
+  const seg = s <= layout.slots ? layout.segments[0]! : segmentOfSlot(layout, s);
+  return seg.hotStart + layout.hotWords * (s - seg.first);
 }
 
 /** Slot number of a hot word index (inverse of hotWord). */
 export function slotOfHotWord(layout: Layout, w: number): number {
-  if (w === layout.hotBase) return 0;
+  if (w === layout.hotBase + layout.hotOffset) return 0;
   const segs = layout.segments;
   let k = segs.length - 1;
   while (k > 0 && w < segs[k]!.hotStart) k--;
   const seg = segs[k]!;
-  return seg.first + (w - seg.hotStart) / HOT_WORDS;
+  return seg.first + (w - seg.hotStart) / layout.hotWords;
 }
 
 /** Word of slot `s`'s fingerprint (two words; `s` ≥ 1). */

@@ -2,7 +2,17 @@ import diagnosticsChannel from 'node:diagnostics_channel';
 import { fixedView, openBuffer } from './buffer.js';
 import { type Clock, ManualClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
-import { type AttemptMode, Core, ENQUEUE, enter, HEAD, run, TRY, unwrapStamp } from './decision.js';
+import {
+  type AttemptMode,
+  Core,
+  ENQUEUE,
+  enter,
+  HEAD,
+  run,
+  runWide,
+  TRY,
+  unwrapStamp,
+} from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
 import {
   F64_EPOCH_US,
@@ -33,6 +43,7 @@ import {
   W_CLOSED,
   W_EVICTED,
   W_FREE,
+  W_FRESH,
   W_WAITING,
 } from './layout.js';
 import { LogPool } from './log-pool.js';
@@ -51,6 +62,7 @@ import {
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
 import { acquireOptions, permitsError } from './validate.js';
+import { cas64, fixedView64, wideExt, widePayload, wideState } from './wide.js';
 
 export type { Key } from './table.js';
 
@@ -122,10 +134,12 @@ export abstract class Limiter implements SlotPolicy {
     this.queueLimit = this.i32[H_QUEUE_LIMIT]!;
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
-    this.table = new SlotTable(this.i32, this.layout, owner, () => this.remap());
+    const b64 = fixedView64(buffer);
+    this.table = new SlotTable(this.i32, b64, this.layout, owner, () => this.remap());
     this.queues = new WaitQueues(this.i32, this.layout, this.table);
     this.core = new Core(
       this.i32,
+      b64,
       this.clock,
       this.epochUs,
       this.param(0), // every algorithm stores its limit (or capacity) first
@@ -143,9 +157,12 @@ export abstract class Limiter implements SlotPolicy {
    */
   protected remap(): void {
     this.i32 = fixedView(this.buffer);
+    const b64 = fixedView64(this.buffer);
     this.table.i32 = this.i32;
+    this.table.b64 = b64;
     this.queues.i32 = this.i32;
     this.core.i32 = this.i32;
+    this.core.b64 = b64;
     this.remapped();
   }
 
@@ -210,6 +227,11 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   // ---- what each algorithm provides ----------------------------------------------
+  //
+  // "state" below is the slot's state word, or in a wide table (layout.wide) its payload:
+  // an integer below 2^53, or W_FRESH (see WIDE_LOW_BITS in layout.ts). Wide tables
+  // decide with stepWide() (and stepQueuedWide()); every other method serves both kinds,
+  // reading `this.core.wide` to tell them apart.
 
   /**
    * The state after granting `permits` at `nowUs`, or REJECT. Pure: reads the state
@@ -244,10 +266,35 @@ export abstract class Limiter implements SlotPolicy {
   isIdle(state: number, w: number, nowUs: number): boolean {
     this.core.lastWord = w;
     if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
-    return (
-      (state & PAYLOAD_MASK) === FRESH ||
-      this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs) <= 0
-    );
+    if ((state & PAYLOAD_MASK) === FRESH) return true;
+    const s = this.core.wide ? widePayload(state, this.i32[w - 1]!) : state;
+    return this.untilFreshUs(s, this.stampOf(w, nowUs), nowUs) <= 0;
+  }
+
+  /**
+   * The wide table's step (see stepWide in decision.ts): the payload after granting
+   * `permits`, or REJECT. Classes whose options can choose a wide table override it.
+   */
+  protected stepWide(_p: number, _stamp: number, _nowUs: number, _permits: number): number {
+    throw new Error(`${this.owner}: no wide table`);
+  }
+
+  /** stepQueued() for a wide table. */
+  protected stepQueuedWide(p: number, stamp: number, nowUs: number, permits: number): number {
+    return this.stepWide(p, stamp, nowUs, permits);
+  }
+
+  /** The decision for a wide table: tryAcquire() calls it when `core.wide`. */
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+  }
+
+  /** What the algorithm reads for slot word `w` now: its state word, or wide payload. */
+  protected stateAt(w: number): number {
+    const s = Atomics.load(this.i32, w + S_STATE);
+    return this.core.wide ? widePayload(s, Atomics.load(this.i32, w - 1)) : s;
   }
 
   initSlot(_s: number): void {}
@@ -277,6 +324,7 @@ export abstract class Limiter implements SlotPolicy {
   tryAcquire(key?: Key, permits = 1): boolean {
     // Every class overrides this with the same call, in a method of its own: see enter().
     const core = this.core;
+    if (core.wide) return this.tryAcquireWide(key, permits);
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     return run(core, this, this.step, ref, permits, key, TRY);
   }
@@ -311,8 +359,20 @@ export abstract class Limiter implements SlotPolicy {
   /** A decision for acquire(): its first try, or the head waiter's turn. */
   private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
     const core = this.core;
-    const step = mode === HEAD ? this.stepQueued : this.step;
-    if (!run(core, this, step, enter(core, this, key, permits, nowUs), permits, key, mode)) {
+    const ref = enter(core, this, key, permits, nowUs);
+    if (
+      !(core.wide
+        ? runWide(
+            core,
+            this,
+            mode === HEAD ? this.stepQueuedWide : this.stepWide,
+            ref,
+            permits,
+            key,
+            mode,
+          )
+        : run(core, this, mode === HEAD ? this.stepQueued : this.step, ref, permits, key, mode))
+    ) {
       return false;
     }
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
@@ -333,9 +393,9 @@ export abstract class Limiter implements SlotPolicy {
    * returns to its initial state (and so can be reclaimed). Whole µs, finite.
    */
   private tableFullRetryUs(key: Key, nowUs: number): number {
-    const us = this.table.soonestIdleUs(key, (state, w) => {
+    const us = this.table.soonestIdleUs(key, (_state, w) => {
       this.core.lastWord = w;
-      return this.untilFreshUs(state, this.stampOf(w, nowUs), nowUs);
+      return this.untilFreshUs(this.stateAt(w), this.stampOf(w, nowUs), nowUs);
     });
     this.core.lastWord = NO_SLOT;
     return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
@@ -345,7 +405,8 @@ export abstract class Limiter implements SlotPolicy {
   protected retryAfterUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
     if (!Number.isFinite(guess)) return Number.POSITIVE_INFINITY;
-    const ok = (r: number) => this.step(state, stamp, nowUs + r, permits) !== REJECT;
+    const step = this.core.wide ? this.stepWide : this.step;
+    const ok = (r: number) => step.call(this, state, stamp, nowUs + r, permits) !== REJECT;
     this.core.probing = true;
     try {
       let hi = Math.max(0, Math.ceil(guess));
@@ -414,7 +475,7 @@ export abstract class Limiter implements SlotPolicy {
             permits,
             queueLimit,
             !this.core.fifo,
-            key === undefined ? -1 : this.core.lastState >>> GEN_SHIFT,
+            key === undefined ? -1 : this.lastGeneration(),
             this.table.epoch,
           );
         } catch (error) {
@@ -453,6 +514,11 @@ export abstract class Limiter implements SlotPolicy {
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /** The generation of the slot the last decision read (wide: the state word runWide() read). */
+  private lastGeneration(): number {
+    return (this.core.wide ? this.core.priorState : this.core.lastState) >>> GEN_SHIFT;
   }
 
   /** The queue limit in permits (LeakyBucket: its capacity). */
@@ -664,7 +730,11 @@ export abstract class Limiter implements SlotPolicy {
     if (next !== NO_SLOT && next !== before) this.gaveBack(this.core.lastWord, before, next);
   }
 
-  /** Hook after permits went back to slot word `w` (Concurrency updates its holder records). */
+  /**
+   * Hook after permits went back to slot word `w` (Concurrency updates its holder records):
+   * `before` and `after` are states as the algorithm sees them; `core.priorState` is the
+   * state word replaced (its generation).
+   */
   protected gaveBack(_w: number, _before: number, _after: number): void {}
 
   /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
@@ -678,7 +748,7 @@ export abstract class Limiter implements SlotPolicy {
       return { available: this.limitWhenFresh(), queued: 0, admitted: 0, rejected: 0 };
     const w = ref >>> 4;
     this.core.lastWord = w;
-    const s = Atomics.load(this.i32, w + S_STATE);
+    const s = this.stateAt(w);
     const stamp = this.stampOf(w, nowUs);
     return {
       available: this.available(s, stamp, nowUs),
@@ -723,10 +793,13 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   protected limitWhenFresh(): number {
-    return this.available(FRESH, 0, this.clock.nowUs());
+    return this.available(this.core.wide ? W_FRESH : FRESH, 0, this.clock.nowUs());
   }
 
-  /** Applies `f` to the key's state by CAS until it sticks; no-op for unknown keys. */
+  /**
+   * Applies `f` to the key's state (a wide table's payload) by CAS until it sticks; no-op
+   * for unknown keys. Returns the state written, or NO_SLOT.
+   */
   protected update(
     key: Key | undefined,
     nowUs: number,
@@ -746,9 +819,22 @@ export abstract class Limiter implements SlotPolicy {
         continue;
       }
       this.core.lastWord = w;
+      if (this.core.wide) {
+        const x = Atomics.load(this.i32, w - 1);
+        const p = widePayload(s, x);
+        const next = f(p, this.stampOf(w, nowUs));
+        if (next === p) return next;
+        if (cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next))) {
+          this.core.priorState = s;
+          this.wakeWaiters(w);
+          return next;
+        }
+        continue;
+      }
       const next = f(s, this.stampOf(w, nowUs));
       if (next === s) return next;
       if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
+        this.core.priorState = s;
         this.wakeWaiters(w);
         return next;
       }

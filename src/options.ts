@@ -151,6 +151,8 @@ export interface Fresh {
   readonly maxBytes: number;
   /** Holder records to keep (Concurrency: who holds permits), 0 for none. */
   readonly holdersPerSlot?: number;
+  /** A wide table: the options need more than the 32-bit state word holds. */
+  readonly wide?: boolean;
 }
 
 export function readCommon(

@@ -30,6 +30,7 @@ import {
   slotOfHotWord,
 } from './layout.js';
 import { isKey, keyError } from './validate.js';
+import { cas64 } from './wide.js';
 
 export type Key = string | number;
 
@@ -79,6 +80,8 @@ export class SlotTable {
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
     public i32: Int32Array,
+    /** The same, as 64-bit words (wide tables' state CAS); replaced with `i32`. */
+    public b64: BigInt64Array,
     readonly layout: Layout,
     private readonly owner: string,
     /** Maps the grown buffer into every view of this thread's limiter. */
@@ -91,7 +94,7 @@ export class SlotTable {
 
   /** Default key's packed reference (generation 0; it is never reassigned). */
   get defaultSlot(): number {
-    return this.layout.hotBase * 16;
+    return (this.layout.hotBase + this.layout.hotOffset) * 16;
   }
 
   /**
@@ -226,7 +229,7 @@ export class SlotTable {
 
   /** Hot word of slot `s` of segment `seg` (no search: the caller knows the segment). */
   private hotOf(seg: Segment, s: number): number {
-    return seg.hotStart + 4 * (s - seg.first);
+    return seg.hotStart + this.layout.hotWords * (s - seg.first);
   }
 
   /** Fingerprint word of slot `s` of segment `seg`. */
@@ -308,8 +311,11 @@ export class SlotTable {
             for (let s = first; s < first + STRIPE_SLOTS; s++) {
               const w = this.hotOf(seg, s);
               const st = Atomics.load(this.i32, w + S_STATE);
+              // A wide slot's ext word, read before isIdle() looks: the reassigning CAS
+              // covers both words, so a decision that changed either since fails it.
+              const x = this.layout.wide ? Atomics.load(this.i32, w - 1) : 0;
               if ((st & PAYLOAD_MASK) === RESERVED || !policy.isIdle(st, w, nowUs)) continue;
-              const r = this.claim(s, fp0, fp1, policy, true, st);
+              const r = this.claim(s, fp0, fp1, policy, true, st, x);
               if (r !== NO_SLOT) return r;
             }
           }
@@ -340,8 +346,9 @@ export class SlotTable {
       const buffer = i32.buffer as SharedArrayBuffer;
       if (buffer.byteLength < seg.endBytes) buffer.grow(seg.endBytes);
       // A view of the new segment alone, to write its initial states before publishing it.
-      const fresh = new Int32Array(buffer, seg.hotStart * 4, seg.slots * 4);
-      for (let k = 0; k < seg.slots; k++) Atomics.store(fresh, 4 * k + S_STATE, FRESH);
+      const hw = this.layout.hotWords;
+      const fresh = new Int32Array(buffer, seg.hotStart * 4, seg.slots * hw);
+      for (let k = 0; k < seg.slots; k++) Atomics.store(fresh, hw * k + S_STATE, FRESH);
       Atomics.store(i32, H_SEGMENTS, n + 1);
       Atomics.add(i32, H_GROWTHS, 1);
       this.remap();
@@ -396,6 +403,7 @@ export class SlotTable {
     policy: SlotPolicy,
     reuse: boolean,
     expected?: number,
+    ext = 0,
   ): number {
     const i32 = this.i32;
     const w = hotWord(this.layout, s);
@@ -409,11 +417,14 @@ export class SlotTable {
       gen = (gen + 1) & 15;
     }
     const reserved = (gen << GEN_SHIFT) | RESERVED;
-    if (Atomics.compareExchange(i32, w + S_STATE, st, reserved) !== st) return NO_SLOT;
+    if (reuse && this.layout.wide) {
+      if (!cas64(this.b64, w, st, ext, reserved, 0)) return NO_SLOT;
+    } else if (Atomics.compareExchange(i32, w + S_STATE, st, reserved) !== st) return NO_SLOT;
     if (reuse && Atomics.load(i32, w + S_STAMP) < 0) {
       // A waiter queued after policy.isIdle() looked: the slot is not idle. Give it back
       // (the waiter re-reads the state after raising its flag; see WaitQueues.enqueue).
-      Atomics.store(i32, w + S_STATE, st);
+      if (this.layout.wide) cas64(this.b64, w, reserved, 0, st, ext);
+      else Atomics.store(i32, w + S_STATE, st);
       return NO_SLOT;
     }
     const c = this.coldWord(s);
@@ -480,7 +491,7 @@ export class SlotTable {
    * progress). If its owner died, taking the lock over finishes the reset for it.
    */
   private waitWhileReserved(policy: SlotPolicy): void {
-    const w = this.layout.hotBase;
+    const w = this.layout.hotBase + this.layout.hotOffset;
     for (;;) {
       if ((Atomics.load(this.i32, w + S_STATE) & PAYLOAD_MASK) !== RESERVED) return;
       const token = this.lock(H_DEFAULT_LOCK);

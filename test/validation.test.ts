@@ -46,9 +46,16 @@ describe('option validation', () => {
     [FixedWindow, { limit: 0, windowMs: 1000 }, RangeError, /"limit".*got 0/],
     [
       SlidingWindow,
-      { limit: 100_000, windowMs: 1000 },
+      { limit: 2 ** 31, windowMs: 1000 },
       RangeError,
-      /"limit" must be an integer from 1 to 4093/,
+      /"limit" must be an integer from 1 to 2147483647/,
+    ],
+    // Windows under 1 ms keep the 32-bit word's range.
+    [
+      SlidingWindow,
+      { limit: 100_000, windowMs: 0.5 },
+      RangeError,
+      /"limit" must be an integer from 1 to \d+,/,
     ],
     [SlidingLog, { limit: 2 ** 17, windowMs: 1000 }, RangeError, /"limit".*131072/],
     [Concurrency, { limit: -3 }, RangeError, /"limit".*-3/],

@@ -26,8 +26,10 @@ describe('FixedWindow', () => {
   });
 
   it('rejects a limit too large for its window with a RangeError naming both', () => {
-    expect(() => new FixedWindow({ limit: 2 ** 25, windowMs: 1 })).toThrow(RangeError);
-    expect(() => new FixedWindow({ limit: 2 ** 25, windowMs: 1 })).toThrow(/"limit"/);
+    // Under 1 ms a window keeps the 32-bit word's range; from 1 ms, up to 2^31 − 1.
+    expect(() => new FixedWindow({ limit: 2 ** 25, windowMs: 0.5 })).toThrow(RangeError);
+    expect(() => new FixedWindow({ limit: 2 ** 25, windowMs: 0.5 })).toThrow(/"limit"/);
+    expect(() => new FixedWindow({ limit: 2 ** 31, windowMs: 1 })).toThrow(/"limit"/);
   });
 });
 

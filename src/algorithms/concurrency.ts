@@ -1,4 +1,4 @@
-import { enter, run, TRY } from '../decision.js';
+import { enter, run, runWide, TRY } from '../decision.js';
 import { Holders } from '../holders.js';
 import {
   FRESH,
@@ -9,17 +9,21 @@ import {
   REJECT,
   RESERVED,
   S_STATE,
+  W_FRESH,
 } from '../layout.js';
 import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
+import { cas64, wideExt, widePayload, wideState } from '../wide.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
+/** The wide table's limit (a 64-bit state): a larger `limit` than MAX_CONCURRENCY chooses it. */
+export const MAX_WIDE_CONCURRENCY = 2 ** 31 - 1;
 
 export interface ConcurrencyOptions extends CommonOptions {
-  /** Permits that may be held at once per key. Integer, 1 to 2^27. */
+  /** Permits that may be held at once per key. Integer, 1 to 2^31 − 1 (past 2^27: a wide table). */
   limit: number;
 }
 
@@ -48,8 +52,9 @@ export class Concurrency extends Limiter {
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('Concurrency', options, ['limit']);
-    const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_CONCURRENCY);
-    return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2 };
+    const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_WIDE_CONCURRENCY);
+    const wide = limit > MAX_CONCURRENCY;
+    return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2, wide };
   }
 
   /** A Lease from `acquire()` gives its permits back on `release()`. */
@@ -57,9 +62,17 @@ export class Concurrency extends Limiter {
     return true;
   }
 
+  /** Permits held in `state` (a wide table's payload is the count itself). */
   private held(state: number): number {
+    if (this.core.wide) return state === W_FRESH ? 0 : state;
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? 0 : p;
+  }
+
+  /** Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
+  private swapHeld(w: number, s: number, x: number, next: number): boolean {
+    if (this.core.wide) return cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next));
+    return Atomics.compareExchange(this.i32, w + S_STATE, s, (s & GEN_MASK) | next) === s;
   }
 
   /**
@@ -90,10 +103,10 @@ export class Concurrency extends Limiter {
         ref = this.table.find(key);
         continue;
       }
-      const held = this.held(s);
+      const x = this.core.wide ? Atomics.load(i32, w - 1) : 0;
+      const held = this.held(this.core.wide ? widePayload(s, x) : s);
       if (held < rest) throw this.overRelease(permits, held);
-      const next = (s & GEN_MASK) | (held - rest);
-      if (Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
+      if (this.swapHeld(w, s, x, held - rest)) {
         this.wakeWaiters(w);
         this.holders.released(ref, rest);
         return;
@@ -125,7 +138,7 @@ export class Concurrency extends Limiter {
 
   protected override gaveBack(w: number, before: number, after: number): void {
     const n = this.held(before) - this.held(after);
-    if (n > 0) this.holders.released(w * 16 + (before >>> GEN_SHIFT), n);
+    if (n > 0) this.holders.released(w * 16 + (this.core.priorState >>> GEN_SHIFT), n);
   }
 
   protected override onHeartbeat(): void {
@@ -145,9 +158,10 @@ export class Concurrency extends Limiter {
       const s = Atomics.load(this.i32, w + S_STATE);
       // Another generation: the key was reset and its slot reused; nothing to give back.
       if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) return;
-      const next = this.giveBack(s, 0, 0, permits);
-      if (next === s) return;
-      if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
+      const x = this.core.wide ? Atomics.load(this.i32, w - 1) : 0;
+      const held = this.held(this.core.wide ? widePayload(s, x) : s);
+      if (held === 0) return;
+      if (this.swapHeld(w, s, x, Math.max(0, held - permits))) {
         this.wakeWaiters(w);
         return;
       }
@@ -165,8 +179,12 @@ export class Concurrency extends Limiter {
 
   private take(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    if (core.wide) {
+      if (!this.tryAcquireWide(key, permits)) return false;
+    } else {
+      const ref = enter(core, this, key, permits, core.clock.nowUs());
+      if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    }
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
     if (core.lastWord !== NO_SLOT) {
       this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
@@ -180,9 +198,24 @@ export class Concurrency extends Limiter {
     return (state & GEN_MASK) | (held + permits);
   }
 
+  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+  }
+
+  protected override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {
+    const held = p === W_FRESH ? 0 : p;
+    return held + permits > this.limit ? REJECT : held + permits;
+  }
+
   protected giveBack(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
-    return held === 0 ? state : (state & GEN_MASK) | Math.max(0, held - permits);
+    if (held === 0) return state;
+    return this.core.wide
+      ? Math.max(0, held - permits)
+      : (state & GEN_MASK) | Math.max(0, held - permits);
   }
 
   protected available(state: number): number {

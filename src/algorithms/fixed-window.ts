@@ -1,15 +1,18 @@
-import { enter, run, TRY } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
+import { enter, run, runWide, TRY } from '../decision.js';
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import type { Key } from '../table.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
-import { readWindowOptions, windowBits } from './window-bits.js';
+import { readWindowOptions, wideWindowBits, windowBits } from './window-bits.js';
 
 export interface FixedWindowOptions extends CommonOptions {
-  /** Permits per window. Integer ≥ 1; the largest depends on `windowMs` (see README). */
+  /**
+   * Permits per window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more (past what
+   * the 32-bit state holds, a wide table), less for shorter ones (see README).
+   */
   limit: number;
-  /** Window length in milliseconds (0.001 to 2^30). Windows are aligned to the clock's origin. */
+  /** Window length in milliseconds (0.001 to 2^31). Windows are aligned to the clock's origin. */
   windowMs: number;
 }
 
@@ -25,6 +28,8 @@ export class FixedWindow extends Limiter {
   private readonly windowUs: number;
   private readonly countBits: number;
   private readonly countMask: number;
+  /** 2^countBits: a wide payload's window number is counted in these. */
+  private readonly countSpan: number;
   private readonly wBits: number;
   private readonly wMask: number;
 
@@ -33,9 +38,12 @@ export class FixedWindow extends Limiter {
     this.limit = this.param(0);
     this.windowMs = this.param(1);
     this.windowUs = this.windowMs * 1000;
-    const bits = windowBits(this.limit, this.windowUs, 1)!;
+    const bits = this.core.wide
+      ? wideWindowBits(this.limit, this.windowUs)
+      : windowBits(this.limit, this.windowUs, 1)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
+    this.countSpan = 2 ** bits.countBits;
     this.wBits = bits.windowBits;
     this.wMask = 2 ** bits.windowBits - 1;
   }
@@ -43,13 +51,21 @@ export class FixedWindow extends Limiter {
   private static prepare(options: FixedWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('FixedWindow', options, ['limit', 'windowMs']);
-    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1);
-    return { ...common, params: [limit, windowMs], logRing: 0 };
+    const { limit, windowMs, wide } = readWindowOptions('FixedWindow', opts, 1, true);
+    return { ...common, params: [limit, windowMs], logRing: 0, wide };
   }
 
   /** The window the state counts in (≥ the current one) and its count; count 0 if stale. */
   private read(state: number, stamp: number, nowUs: number): { window: number; count: number } {
     const window = Math.floor(nowUs / this.windowUs);
+    if (this.core.wide) {
+      if (state === W_FRESH) return { window, count: 0 };
+      const high = Math.floor(state / this.countSpan); // exact: a power of two
+      const count = state - high * this.countSpan;
+      const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
+      const stored = Limiter.near(high, ref, this.wBits);
+      return stored >= window ? { window: stored, count } : { window, count: 0 };
+    }
     if ((state & PAYLOAD_MASK) === FRESH) return { window, count: 0 };
     const p = state & PAYLOAD_MASK;
     const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
@@ -58,9 +74,40 @@ export class FixedWindow extends Limiter {
     return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
   }
 
+  /** A wide table's payload: `count` in `window`. */
+  private packWide(window: number, count: number): number {
+    return (window & this.wMask) * this.countSpan + count;
+  }
+
+  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+  }
+
+  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+    // read() written out without its object, for the hot path.
+    let window = Math.floor(nowUs / this.windowUs);
+    let count = 0;
+    if (p !== W_FRESH) {
+      const high = Math.floor(p / this.countSpan); // exact: a power of two
+      const c = p - high * this.countSpan;
+      const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
+      const stored = Limiter.near(high, ref, this.wBits);
+      if (stored >= window) {
+        window = stored;
+        count = c;
+      }
+    }
+    if (count + permits > this.limit) return REJECT;
+    return (window & this.wMask) * this.countSpan + count + permits;
+  }
+
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
+    if (core.wide) return this.tryAcquireWide(key, permits);
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     return run(core, this, this.step, ref, permits, key, TRY);
   }
@@ -92,6 +139,7 @@ export class FixedWindow extends Limiter {
     const { window, count } = this.read(state, stamp, nowUs);
     // Permits from a window that has passed are not this window's to give back.
     if (count === 0 || Math.floor(takenUs / this.windowUs) !== window) return state;
+    if (this.core.wide) return this.packWide(window, Math.max(0, count - permits));
     return (
       (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | Math.max(0, count - permits)
     );

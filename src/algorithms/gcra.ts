@@ -1,5 +1,14 @@
-import { enter, run, TRY } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, RESERVED, STAMP_US } from '../layout.js';
+import { enter, run, runWide, TRY } from '../decision.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  REJECT,
+  RESERVED,
+  STAMP_US,
+  W_FRESH,
+  WIDE_SPAN,
+} from '../layout.js';
 import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
 import type { Key } from '../table.js';
@@ -9,6 +18,14 @@ import { integerOption, positiveNumberOption } from '../validate.js';
 export const MAX_GCRA_CAPACITY = 2 ** 24;
 export const MIN_RATE_PER_SECOND = 1e-6;
 export const MAX_RATE_PER_SECOND = 1e6;
+/** The wide table's ranges (a 64-bit state): options past the narrow ones choose it. */
+export const MAX_WIDE_CAPACITY = 2 ** 31 - 1;
+export const MAX_WIDE_RATE_PER_SECOND = 1e9;
+/** A wide bucket's burst, in units, stays below this (see Gcra's wide step). */
+const MAX_WIDE_TAU = 2 ** 40;
+/** A wide bucket keeps its TAT modulo this many units. */
+const WIDE_MOD = WIDE_SPAN / 2;
+const WIDE_HALF = WIDE_MOD / 2;
 
 /**
  * A bucket's own options, checked: `capacity` and the rate option named `rateName`
@@ -18,16 +35,18 @@ export function readBucketOptions(
   owner: string,
   opts: Record<string, unknown>,
   rateName: 'refillPerSecond' | 'ratePerSecond',
-): { capacity: number; rate: number } {
-  const capacity = integerOption(owner, 'capacity', opts.capacity, 1, MAX_GCRA_CAPACITY);
+  wideAllowed = false,
+): { capacity: number; rate: number; wide: boolean } {
+  const maxCapacity = wideAllowed ? MAX_WIDE_CAPACITY : MAX_GCRA_CAPACITY;
+  const capacity = integerOption(owner, 'capacity', opts.capacity, 1, maxCapacity);
   const rate = positiveNumberOption(
     owner,
     rateName,
     opts[rateName],
     MIN_RATE_PER_SECOND,
-    MAX_RATE_PER_SECOND,
+    wideAllowed ? MAX_WIDE_RATE_PER_SECOND : MAX_RATE_PER_SECOND,
   );
-  return { capacity, rate };
+  return { capacity, rate, wide: capacity > MAX_GCRA_CAPACITY || rate > MAX_RATE_PER_SECOND };
 }
 
 /** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
@@ -55,6 +74,8 @@ export abstract class Gcra extends Limiter {
   protected readonly scale: number;
   /** Burst tolerance in units: capacity × K. */
   protected readonly tau: number;
+  /** Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
+  private readonly staleUs: number;
 
   protected constructor(
     owner: string,
@@ -69,12 +90,14 @@ export abstract class Gcra extends Limiter {
     this.limit = capacity;
     // Finest unit such that the burst fits in 2^24 units and a unit is ≥ 1 µs, so that
     // time in units (µs since the epoch × scale) stays an exact integer for 285 years.
-    this.k = Math.max(
-      1,
-      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(intervalUs)),
-    );
+    // Wide: the burst fits in 2^40 units, and past 10^6 per second a unit is the emission
+    // interval itself (< 1 µs): time in units is then kept modulo 2^52 (see stepWide).
+    const maxTau = this.core.wide ? MAX_WIDE_TAU : MAX_GCRA_CAPACITY;
+    this.k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
     this.scale = this.k / intervalUs;
     this.tau = capacity * this.k;
+    // The last grant was before the end of its stamp period; its TAT at most tau later.
+    this.staleUs = STAMP_US + this.tau / this.scale;
   }
 
   protected nowUnits(nowUs: number): number {
@@ -96,6 +119,7 @@ export abstract class Gcra extends Limiter {
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
+    if (core.wide) return this.tryAcquireWide(key, permits);
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     return run(core, this, this.step, ref, permits, key, TRY);
   }
@@ -145,6 +169,7 @@ export abstract class Gcra extends Limiter {
   }
 
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+    if (this.core.wide) return this.giveBackWide(state, stamp, nowUs, permits);
     if ((state & PAYLOAD_MASK) === FRESH) return state;
     const now = this.nowUnits(nowUs);
     const tat = this.tat(state, stamp);
@@ -153,23 +178,93 @@ export abstract class Gcra extends Limiter {
   }
 
   protected available(state: number, stamp: number, nowUs: number): number {
-    if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
-    const now = this.nowUnits(nowUs);
-    const ahead = Math.max(0, this.tat(state, stamp) - now);
+    const ahead = this.ahead(state, stamp, nowUs);
     if (this.leaky) return ahead === 0 ? this.limit : 0;
     return Math.max(0, Math.min(this.limit, Math.floor((this.tau - ahead) / this.k)));
   }
 
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
-    if ((state & PAYLOAD_MASK) === FRESH) return 0;
-    const ahead = this.tat(state, stamp) - this.nowUnits(nowUs);
-    return ahead > 0 ? ahead / this.scale : 0;
+    return this.ahead(state, stamp, nowUs) / this.scale;
   }
 
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
-    const now = this.nowUnits(nowUs);
-    const tat = (state & PAYLOAD_MASK) === FRESH ? now : Math.max(now, this.tat(state, stamp));
-    const wait = this.leaky ? tat - now : tat + permits * this.k - this.tau - now;
+    const ahead = this.ahead(state, stamp, nowUs);
+    const wait = this.leaky ? ahead : ahead + permits * this.k - this.tau;
     return wait / this.scale;
+  }
+
+  /** How far the TAT is ahead of now, in units (0 when it is not), for either table. */
+  private ahead(state: number, stamp: number, nowUs: number): number {
+    if (this.core.wide) return Math.max(0, this.lead(state, stamp, nowUs, this.unitsMod(nowUs)));
+    if ((state & PAYLOAD_MASK) === FRESH) return 0;
+    return Math.max(0, this.tat(state, stamp) - this.nowUnits(nowUs));
+  }
+
+  // ---- the wide table (capacity past 2^24 or rate past 10^6 per second) ----------------
+  //
+  // The payload is the TAT in units modulo 2^52, so every sum stays an exact integer in
+  // a double however long the process runs. It is decoded relative to now (the TAT is
+  // never more than tau ahead of now, nor far behind it while the key is active): a key
+  // whose stamp (last grant) is older than `staleUs` has a TAT in the past, so it is
+  // read as drained without decoding.
+
+  /** Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
+  private unitsMod(nowUs: number): number {
+    const u = Math.floor((nowUs - this.epochUs) * this.scale);
+    return u - Math.floor(u / WIDE_MOD) * WIDE_MOD;
+  }
+
+  /** TAT − now in units, signed (0 for a fresh or long-idle slot). */
+  private lead(p: number, stamp: number, nowUs: number, now: number): number {
+    if (p === W_FRESH || nowUs - this.epochUs >= stamp * STAMP_US + this.staleUs) return 0;
+    const d = p - now;
+    return d >= WIDE_HALF ? d - WIDE_MOD : d < -WIDE_HALF ? d + WIDE_MOD : d;
+  }
+
+  private wrap(tat: number): number {
+    return tat >= WIDE_MOD ? tat - WIDE_MOD : tat < 0 ? tat + WIDE_MOD : tat;
+  }
+
+  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+  }
+
+  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+    const now = this.unitsMod(nowUs);
+    const ahead = Math.max(0, this.lead(p, stamp, nowUs, now));
+    const cost = permits * this.k;
+    if (ahead + cost > (this.leaky ? cost : this.tau)) return REJECT;
+    return this.wrap(now + ahead + cost);
+  }
+
+  protected override stepQueuedWide(
+    p: number,
+    stamp: number,
+    nowUs: number,
+    permits: number,
+  ): number {
+    // stepQueued(), relative to now: the waiter is granted at the TAT, never before its
+    // own refused attempt.
+    const now = this.unitsMod(nowUs);
+    const cost = permits * this.k;
+    const u = Math.floor((nowUs - this.epochUs) * this.scale);
+    const since = Math.floor((this.core.queuedSinceUs - this.epochUs) * this.scale) - u;
+    let base = since < 0 ? since : 0;
+    if (p !== W_FRESH) {
+      const lead = this.lead(p, stamp, nowUs, now);
+      if (lead > base) base = lead;
+    }
+    if (base + cost > (this.leaky ? cost : this.tau)) return REJECT;
+    return this.wrap(now + base + cost);
+  }
+
+  private giveBackWide(p: number, stamp: number, nowUs: number, permits: number): number {
+    const now = this.unitsMod(nowUs);
+    const ahead = this.lead(p, stamp, nowUs, now);
+    if (ahead <= 0) return p;
+    return this.wrap(now + Math.max(0, ahead - permits * this.k));
   }
 }

@@ -5,10 +5,13 @@ import { ALGO_LEAKY_BUCKET } from './ids.js';
 export interface LeakyBucketOptions extends CommonOptions {
   /**
    * Permits that may wait in the bucket in `acquire()` (the default `queueLimit`); also
-   * the largest request. Integer, 1 to 2^24.
+   * the largest request. Integer, 1 to 2^31 − 1 (past 2^24: a wide table).
    */
   capacity: number;
-  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e6. */
+  /**
+   * Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e9 (past 1e6:
+   * a wide table).
+   */
   ratePerSecond: number;
 }
 
@@ -34,8 +37,8 @@ export class LeakyBucket extends Gcra {
   private static prepare(options: LeakyBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
-    const { capacity, rate } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond');
+    const { capacity, rate, wide } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond', true);
     const queueLimit = leakyQueueLimit(opts, capacity);
-    return { ...common, queueLimit, params: [capacity, rate], logRing: 0 };
+    return { ...common, queueLimit, params: [capacity, rate], logRing: 0, wide };
   }
 }

@@ -48,9 +48,10 @@ export function maxSegmentedLimit(segmentUs: number, segments: number): number {
 export function readSlidingWindowOptions(
   owner: string,
   opts: Record<string, unknown>,
-): { limit: number; windowMs: number; segments: number | undefined } {
+  wideAllowed = false,
+): { limit: number; windowMs: number; segments: number | undefined; wide: boolean } {
   if (opts.segments === undefined) {
-    return { ...readWindowOptions(owner, opts, 2), segments: undefined };
+    return { ...readWindowOptions(owner, opts, 2, wideAllowed), segments: undefined };
   }
   // windowMs first (its own checks), with a limit that always fits: the real one is below.
   const { windowMs } = readWindowOptions(owner, { ...opts, limit: 1 }, 2);
@@ -69,5 +70,5 @@ export function readSlidingWindowOptions(
     );
   }
   const limit = integerOption(owner, 'limit', opts.limit, 1, max);
-  return { limit, windowMs, segments };
+  return { limit, windowMs, segments, wide: false };
 }

@@ -1,20 +1,21 @@
-import { enter, run, TRY } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
+import { enter, run, runWide, TRY } from '../decision.js';
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
 import type { Key } from '../table.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
-import { windowBits } from './window-bits.js';
+import { wideWindowBits, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
   /**
-   * Permits per sliding window. Integer ≥ 1; at most 4093 for windows ≥ 1 s, more with
+   * Permits per sliding window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more
+   * (past what the 32-bit state holds, a wide table), less for shorter ones or with
    * `segments` (see the README's range table).
    */
   limit: number;
-  /** Window length in milliseconds (0.001 to 2^30). */
+  /** Window length in milliseconds (0.001 to 2^31; 2^30 with `segments`). */
   windowMs: number;
   /**
    * Split the window into this many equal segments (an integer from 2 to 1000, each a
@@ -49,6 +50,14 @@ export class SlidingWindow extends Limiter {
   private readonly countMask: number;
   private readonly wBits: number;
   private readonly wMask: number;
+  /** Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
+  private readonly prevQuantum: number;
+  private readonly prevBits: number;
+  /** 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
+  private readonly countSpan: number;
+  private readonly prevSpan: number;
+  /** Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
+  private readonly exactWeights: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
   private window = 0;
   private prev = 0;
@@ -73,17 +82,31 @@ export class SlidingWindow extends Limiter {
         this.core,
       );
       this.countBits = this.countMask = this.wBits = this.wMask = 0;
+      this.prevQuantum = this.prevBits = this.countSpan = this.prevSpan = 0;
+      this.exactWeights = true;
       // The default key's ring is taken here once per buffer (attach() finds it taken).
       if (!(options instanceof Attached)) this.initSlot(0);
       return;
     }
     this.segments = undefined;
     this.ring = null;
-    const bits = windowBits(this.limit, this.windowUs, 2)!;
+    const bits = this.core.wide
+      ? wideWindowBits(this.limit, this.windowUs)
+      : windowBits(this.limit, this.windowUs, 2)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.wBits = bits.windowBits;
     this.wMask = 2 ** bits.windowBits - 1;
+    // Wide: window number, previous count and current count share 53 bits. The current
+    // count is exact; the previous one gets what is left, rounded up to a power of two
+    // when the limit needs more (only ever counting more than was granted: stricter).
+    // (Rounded up, a count of `limit` must still fit: hence the extra bit of quantum.)
+    const room = 53 - bits.countBits - bits.windowBits;
+    this.prevBits = Math.min(bits.countBits, room);
+    this.prevQuantum = room >= bits.countBits ? 1 : 2 ** (bits.countBits - room + 1);
+    this.exactWeights = this.limit * this.windowUs < WIDE_SPAN;
+    this.countSpan = 2 ** bits.countBits;
+    this.prevSpan = 2 ** this.prevBits;
   }
 
   private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
@@ -93,8 +116,12 @@ export class SlidingWindow extends Limiter {
       'windowMs',
       'segments',
     ]);
-    const { limit, windowMs, segments } = readSlidingWindowOptions('SlidingWindow', opts);
-    if (segments === undefined) return { ...common, params: [limit, windowMs], logRing: 0 };
+    const { limit, windowMs, segments, wide } = readSlidingWindowOptions(
+      'SlidingWindow',
+      opts,
+      true,
+    );
+    if (segments === undefined) return { ...common, params: [limit, windowMs], logRing: 0, wide };
     // The segment ring lives where SlidingLog keeps its log: the pool, in 16-byte units.
     return {
       ...common,
@@ -123,12 +150,25 @@ export class SlidingWindow extends Limiter {
     this.window = now;
     this.prev = 0;
     this.curr = 0;
-    const p = state & PAYLOAD_MASK;
-    if (p === FRESH) return;
+    let stored: number;
+    let prev: number;
+    let curr: number;
     const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
-    const stored = Limiter.near(p >>> (2 * this.countBits), ref, this.wBits);
-    const prev = (p >>> this.countBits) & this.countMask;
-    const curr = p & this.countMask;
+    if (this.core.wide) {
+      if (state === W_FRESH) return;
+      // Fields split by powers of two: exact, and no `%` (a call to fmod).
+      const rest = Math.floor(state / this.countSpan);
+      curr = state - rest * this.countSpan;
+      const high = Math.floor(rest / this.prevSpan);
+      prev = Math.min(this.limit, (rest - high * this.prevSpan) * this.prevQuantum);
+      stored = Limiter.near(high, ref, this.wBits);
+    } else {
+      const p = state & PAYLOAD_MASK;
+      if (p === FRESH) return;
+      stored = Limiter.near(p >>> (2 * this.countBits), ref, this.wBits);
+      prev = (p >>> this.countBits) & this.countMask;
+      curr = p & this.countMask;
+    }
     if (stored >= now) {
       // Same window, or the clock went back: keep the stored window.
       this.window = stored;
@@ -146,6 +186,11 @@ export class SlidingWindow extends Limiter {
   }
 
   private encode(state: number): number {
+    if (this.core.wide) {
+      const q = Math.ceil(this.prev / this.prevQuantum);
+      const high = (this.window & this.wMask) * this.prevSpan + q;
+      return high * this.countSpan + this.curr;
+    }
     return (
       (state & GEN_MASK) |
       ((this.window & this.wMask) << (2 * this.countBits)) |
@@ -157,6 +202,7 @@ export class SlidingWindow extends Limiter {
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
+    if (core.wide) return this.tryAcquireWide(key, permits);
     const ref = enter(core, this, key, permits, core.clock.nowUs());
     return run(core, this, this.step, ref, permits, key, TRY);
   }
@@ -168,6 +214,29 @@ export class SlidingWindow extends Limiter {
     if (this.weightedPrev(nowUs) + (this.curr + permits) * w > this.limit * w) return REJECT;
     this.curr += permits;
     return this.encode(state);
+  }
+
+  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+    const core = this.core;
+    const ref = enter(core, this, key, permits, core.clock.nowUs());
+    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+  }
+
+  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+    this.read(p, stamp, nowUs);
+    if (this.curr + permits > this.limit) return REJECT;
+    if (this.exactWeights) {
+      const w = this.windowUs;
+      if (this.weightedPrev(nowUs) + (this.curr + permits) * w > this.limit * w) return REJECT;
+    } else {
+      // limit × window past 2^53: the weighted count in doubles, held a hair stricter than
+      // its rounding error (relative 2^-52) so that rounding never admits.
+      const room = this.limit - this.curr - permits;
+      if (this.weightedPrev(nowUs) / this.windowUs > room * (1 - 2 ** -40)) return REJECT;
+    }
+    this.curr += permits;
+    return this.encode(p);
   }
 
   protected giveBack(

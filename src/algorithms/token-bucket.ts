@@ -3,9 +3,12 @@ import { Gcra, readBucketOptions } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 
 export interface TokenBucketOptions extends CommonOptions {
-  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^24. */
+  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^31 − 1 (past 2^24: a wide table). */
   capacity: number;
-  /** Tokens added per second, continuously. From 1e-6 to 1e6, fractions allowed. */
+  /**
+   * Tokens added per second, continuously. From 1e-6 to 1e9, fractions allowed (past 1e6:
+   * a wide table).
+   */
   refillPerSecond: number;
 }
 
@@ -30,7 +33,12 @@ export class TokenBucket extends Gcra {
   private static prepare(options: TokenBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('TokenBucket', options, ['capacity', 'refillPerSecond']);
-    const { capacity, rate } = readBucketOptions('TokenBucket', opts, 'refillPerSecond');
-    return { ...common, params: [capacity, rate], logRing: 0 };
+    const { capacity, rate, wide } = readBucketOptions(
+      'TokenBucket',
+      opts,
+      'refillPerSecond',
+      true,
+    );
+    return { ...common, params: [capacity, rate], logRing: 0, wide };
   }
 }

@@ -4,6 +4,26 @@ import { integerOption, positiveNumberOption } from '../validate.js';
 /** Largest window: keeps `count × window` products exact in doubles. */
 export const MAX_WINDOW_MS = 2 ** 30;
 export const MIN_WINDOW_MS = 0.001;
+/** The wide table's ranges (a 64-bit state): options past the narrow ones choose it. */
+export const MAX_WIDE_WINDOW_MS = 2 ** 31;
+export const MAX_WIDE_LIMIT = 2 ** 31 - 1;
+/** Shortest window of a wide table (its window number needs ≤ 13 bits). */
+export const MIN_WIDE_WINDOW_MS = 1;
+
+/**
+ * Bit budget of a wide window payload (an integer below 2^53, see WIDE_LOW_BITS): the
+ * window number modulo 2^windowBits, as few bits as the stamp's lag needs (as in
+ * windowBits), above the count fields. `countBits` holds `limit`.
+ */
+export function wideWindowBits(
+  limit: number,
+  windowUs: number,
+): { countBits: number; windowBits: number } {
+  const needed = 3 + (2 * STAMP_US) / windowUs;
+  let bits = 2;
+  while (2 ** (bits - 1) < needed) bits++;
+  return { countBits: 32 - Math.clz32(limit), windowBits: bits };
+}
 
 /**
  * Bit budget of a window payload: `counters` count fields of `countBits` bits each, and
@@ -34,22 +54,19 @@ export function readWindowOptions(
   owner: string,
   opts: Record<string, unknown>,
   counters: number,
-): { limit: number; windowMs: number } {
+  wideAllowed = false,
+): { limit: number; windowMs: number; wide: boolean } {
   const windowMs = positiveNumberOption(
     owner,
     'windowMs',
     opts.windowMs,
     MIN_WINDOW_MS,
-    MAX_WINDOW_MS,
+    wideAllowed ? MAX_WIDE_WINDOW_MS : MAX_WINDOW_MS,
   );
-  const limit = integerOption(
-    owner,
-    'limit',
-    opts.limit,
-    1,
-    maxLimitFor(windowMs * 1000, counters),
-  );
-  return { limit, windowMs };
+  const narrowMax = maxLimitFor(windowMs * 1000, counters);
+  const canWiden = wideAllowed && windowMs >= MIN_WIDE_WINDOW_MS;
+  const limit = integerOption(owner, 'limit', opts.limit, 1, canWiden ? MAX_WIDE_LIMIT : narrowMax);
+  return { limit, windowMs, wide: windowMs > MAX_WINDOW_MS || limit > narrowMax };
 }
 
 /** The largest limit `windowBits` accepts for this window (for error messages). */

@@ -1,0 +1,54 @@
+import { FRESH, GEN_MASK, PAYLOAD_MASK, W_FRESH, WIDE_LOW, WIDE_LOW_MASK } from './layout.js';
+
+// The state of a wide table's slot: a payload below 2^53 split over the state word and the
+// ext word before it (see WIDE_LOW_BITS in layout.ts), changed by one 64-bit CAS.
+
+// Per thread (each thread has its own copy of this module): the 64-bit operands of a CAS
+// and its result, built and read through their 32-bit halves, so that the only BigInts
+// are the three the CAS itself takes and returns (no BigInt arithmetic, no BigInt
+// comparison: ~10 ns less). Little-endian, as every platform Node runs on: a 64-bit
+// word's low half is the ext word (lower address).
+const operands = new BigInt64Array(3);
+const halves = new Int32Array(operands.buffer);
+
+/** A fixed-length BigInt64 view of the whole buffer as long as it is now. */
+export function fixedView64(buffer: SharedArrayBuffer): BigInt64Array {
+  return new BigInt64Array(buffer, 0, buffer.byteLength >> 3);
+}
+
+/** The payload of state word `s` with ext word `x` (W_FRESH for a fresh slot). */
+export function widePayload(s: number, x: number): number {
+  return (s & PAYLOAD_MASK) === FRESH ? W_FRESH : (s & WIDE_LOW_MASK) + x * WIDE_LOW;
+}
+
+/** The state word holding payload `p`, keeping the generation of `s`. */
+export function wideState(s: number, p: number): number {
+  if (p === W_FRESH) return (s & GEN_MASK) | FRESH;
+  // p − ⌊p / 2^27⌋ · 2^27: exact (powers of two), where `%` would call fmod.
+  return (s & GEN_MASK) | (p - Math.floor(p / WIDE_LOW) * WIDE_LOW);
+}
+
+/** The ext word holding payload `p`. */
+export function wideExt(p: number): number {
+  return p === W_FRESH ? 0 : Math.floor(p / WIDE_LOW);
+}
+
+/**
+ * One CAS of the 64-bit word [ext, state] whose state word is `w`: from (`s`, `x`) to
+ * (`ns`, `nx`). True when it took.
+ */
+export function cas64(
+  b64: BigInt64Array,
+  w: number,
+  s: number,
+  x: number,
+  ns: number,
+  nx: number,
+): boolean {
+  halves[0] = x;
+  halves[1] = s;
+  halves[2] = nx;
+  halves[3] = ns;
+  operands[2] = Atomics.compareExchange(b64, (w - 1) >> 1, operands[0]!, operands[1]!);
+  return halves[4] === x && halves[5] === s;
+}
