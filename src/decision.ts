@@ -1,6 +1,7 @@
 import type { Clock } from './clock.js';
 import { LimiterClosedError } from './errors.js';
 import {
+  GEN_MASK,
   GEN_SHIFT,
   H_CONTROL,
   PAYLOAD_MASK,
@@ -13,11 +14,12 @@ import {
   S_STATE,
   STAMP_MASK,
   STAMP_PER_US,
+  WIDE_LOW,
 } from './layout.js';
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
 import { permitsError } from './validate.js';
-import { cas64, wideExt, widePayload, wideState } from './wide.js';
+import { cas64, widePayload } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -158,14 +160,7 @@ export function run<A extends Algorithm>(
     const w = ref >>> 4;
     // A plain read is enough: the CAS below validates it.
     const s = i32[w + S_STATE]!;
-    if (
-      s >>> GEN_SHIFT !== (ref & 15) ||
-      (s & PAYLOAD_MASK) === RESERVED ||
-      (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
-    ) {
-      // The slot went to another key (or is being rebuilt), or so many slots were
-      // reassigned since `ref` was derived that a matching generation proves nothing (a
-      // thread descheduled for a while): look the key up again.
+    if (slotMoved(core, i32, s, ref, key)) {
       ref = core.table.refresh(key, core.decisionUs, algo);
       i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
       continue;
@@ -232,11 +227,7 @@ export function runWide<A extends Algorithm>(
     }
     const w = ref >>> 4;
     const s = i32[w + S_STATE]!;
-    if (
-      s >>> GEN_SHIFT !== (ref & 15) ||
-      (s & PAYLOAD_MASK) === RESERVED ||
-      (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
-    ) {
+    if (slotMoved(core, i32, s, ref, key)) {
       ref = core.table.refresh(key, core.decisionUs, algo);
       i32 = core.i32;
       continue;
@@ -269,6 +260,26 @@ export function runWide<A extends Algorithm>(
   }
 }
 
+/**
+ * True when state word `s` no longer belongs to `ref`: the slot went to another key (or is
+ * being rebuilt), or so many slots were reassigned since `ref` was derived that a matching
+ * generation proves nothing (a thread descheduled for a while). The caller looks the key
+ * up again.
+ */
+function slotMoved(
+  core: Core,
+  i32: Int32Array,
+  s: number,
+  ref: number,
+  key: Key | undefined,
+): boolean {
+  return (
+    s >>> GEN_SHIFT !== (ref & 15) ||
+    (s & PAYLOAD_MASK) === RESERVED ||
+    (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
+  );
+}
+
 /** A wide grant: raises the stamp, then the 64-bit CAS from (`s`, `x`) to `next`. */
 function grantWide(
   core: Core,
@@ -280,7 +291,9 @@ function grantWide(
   next: number,
 ): boolean {
   if (core.stampNow > stamp) raiseStamp(core, w, raw);
-  if (!cas64(core.b64, w, s, x, wideState(s, next), wideExt(next))) return false;
+  // wideExt() and wideState() in one: a step never returns W_FRESH.
+  const nx = Math.floor(next / WIDE_LOW); // exact: a power of two
+  if (!cas64(core.b64, w, s, x, (s & GEN_MASK) | (next - nx * WIDE_LOW), nx)) return false;
   core.lastState = next;
   return true;
 }

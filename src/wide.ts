@@ -10,6 +10,11 @@ import { FRESH, GEN_MASK, PAYLOAD_MASK, W_FRESH, WIDE_LOW, WIDE_LOW_MASK } from 
 // word's low half is the ext word (lower address).
 const operands = new BigInt64Array(3);
 const halves = new Int32Array(operands.buffer);
+// The words and the BigInt of this thread's last successful CAS (any slot: equal words
+// are an equal 64-bit value).
+let lastState = 0;
+let lastExt = 0;
+let lastWritten = 0n;
 
 /** A fixed-length BigInt64 view of the whole buffer as long as it is now. */
 export function fixedView64(buffer: SharedArrayBuffer): BigInt64Array {
@@ -45,10 +50,23 @@ export function cas64(
   ns: number,
   nx: number,
 ): boolean {
-  halves[0] = x;
-  halves[1] = s;
+  // The expected value is often what this thread wrote last (a key deciding again): its
+  // BigInt is kept, one allocation (and its share of garbage collection) less per grant.
+  let expected: bigint;
+  if (s === lastState && x === lastExt) {
+    expected = lastWritten;
+  } else {
+    halves[0] = x;
+    halves[1] = s;
+    expected = operands[0]!;
+  }
   halves[2] = nx;
   halves[3] = ns;
-  operands[2] = Atomics.compareExchange(b64, (w - 1) >> 1, operands[0]!, operands[1]!);
-  return halves[4] === x && halves[5] === s;
+  const replacement = operands[1]!;
+  operands[2] = Atomics.compareExchange(b64, (w - 1) >> 1, expected, replacement);
+  if (halves[4] !== x || halves[5] !== s) return false;
+  lastState = ns;
+  lastExt = nx;
+  lastWritten = replacement;
+  return true;
 }

@@ -211,7 +211,7 @@ export abstract class Gcra extends Limiter {
   /** Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
   private unitsMod(nowUs: number): number {
     const u = Math.floor((nowUs - this.epochUs) * this.scale);
-    return u - Math.floor(u / WIDE_MOD) * WIDE_MOD;
+    return u >= 0 && u < WIDE_MOD ? u : u - Math.floor(u / WIDE_MOD) * WIDE_MOD;
   }
 
   /** TAT − now in units, signed (0 for a fresh or long-idle slot). */
