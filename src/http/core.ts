@@ -6,7 +6,7 @@ import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import {
   flattenLimiters,
-  type HeaderSink,
+  type HeaderWriter,
   type LimiterFace,
   retryAfterSeconds,
 } from './headers.js';
@@ -19,16 +19,6 @@ import type { Config } from './options.js';
  * function, a cluster client, Redis, a chain with such members, `wait`).
  */
 
-/**
- * Which middlewares have seen a request: one engine, or a set of them when stacked. A WeakMap
- * rather than a property of the request: adding a property to an Express request (whose
- * prototype Express replaced) cost ~3 µs a request in the HTTP bench, an entry here ~0.3 µs.
- * On a request that keeps Node's prototype (Fastify's raw request) the property was ~0.5 µs
- * cheaper; one mark for every server style still lets stacked middlewares of different
- * styles see each other.
- */
-const seen = new WeakMap<IncomingMessage, object>();
-
 /** The request may go on. */
 export const GO = 1;
 /** The request was answered (refused), or its client is gone: do not go on. */
@@ -36,18 +26,21 @@ export const ANSWERED = 0;
 export type Outcome = typeof GO | typeof ANSWERED;
 
 /** What the engine needs from a server style (Express/Connect/node:http, Fastify). */
-export interface Host<Req, Res> extends HeaderSink<Res> {
+export interface Host<Req, Res> {
   raw(req: Req): IncomingMessage;
   rawRes(res: Res): ServerResponse;
   /** The framework's own idea of the client address (`req.ip`), if it has one. */
   ip(req: Req): unknown;
-  /** Whether the response has started (headers may no longer be written). */
-  started(res: Res): boolean;
   /**
-   * True when `setHeader` throws once the response has started, before changing anything
-   * (node:http): then fields are written first and `started` asked only if that threw.
+   * Records that `engine` is deciding this request; false if it already had (the same
+   * middleware mounted twice on a path must not count one request twice).
    */
-  readonly setHeaderThrowsWhenStarted: boolean;
+  firstVisit(req: Req, res: Res, engine: object): boolean;
+  /**
+   * Writes the decision's fields, and `Retry-After` when given, unless the response has
+   * started; false if it had (then nothing was written).
+   */
+  writeFields(res: Res, writer: HeaderWriter, d: Decision, retryAfter: string | undefined): boolean;
   /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
   send(res: Res, statusCode: number, body: unknown): void;
 }
@@ -108,44 +101,11 @@ export class Engine<Req, Res> {
 
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
-    // The same middleware mounted twice on a path (app.use and a router) must not count
-    // one request twice, nor write its fields twice.
-    const raw = this.host.raw(req);
-    const was = seen.get(raw);
-    if (was === undefined) seen.set(raw, this);
-    else if (was === this || (was instanceof Set && was.has(this))) return GO;
-    else seen.set(raw, was instanceof Set ? was.add(this) : new Set([was, this]));
+    if (!this.host.firstVisit(req, res, this)) return GO;
     if (c.skip !== undefined && this.skipped(req)) return GO;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
     if (isThenable(key)) return this.keyLater(req, res, key);
     return this.decide(req, res, this.checkKey(key));
-  }
-
-  /** Whether this is the only middleware of this package that has seen the request. */
-  private alone(req: Req): boolean {
-    return seen.get(this.host.raw(req)) === this;
-  }
-
-  /**
-   * Writes the decision's header fields unless the response has started; false if it had.
-   * Where setHeader refuses a started response by throwing (node:http), trying first saves
-   * asking `res.headersSent` on every request: on an Express response that getter sits
-   * several prototypes up and cost ~1.5 µs a request in the HTTP bench.
-   */
-  private writeFields(req: Req, res: Res, d: Decision): boolean {
-    const host = this.host;
-    if (!host.setHeaderThrowsWhenStarted) {
-      if (host.started(res)) return false;
-      this.c.headers.write(host, res, d, this.alone(req));
-      return true;
-    }
-    try {
-      this.c.headers.write(host, res, d, this.alone(req));
-      return true;
-    } catch (error) {
-      if (host.started(res)) return false;
-      throw error;
-    }
   }
 
   private skipped(req: Req): boolean {
@@ -255,7 +215,7 @@ export class Engine<Req, Res> {
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
-      this.writeFields(req, res, d);
+      this.host.writeFields(res, c.headers, d, undefined);
       if (this.holding()) this.holdUntilClosed(res, key, permits);
       return GO;
     }
@@ -326,12 +286,8 @@ export class Engine<Req, Res> {
   }
 
   private refuse(req: Req, res: Res, d: Decision): Outcome | Promise<Outcome> {
-    const host = this.host;
     const c = this.c;
-    if (this.writeFields(req, res, d)) {
-      const retry = retryAfterSeconds(d);
-      if (retry !== undefined) host.setHeader(res, 'Retry-After', retry);
-    }
+    this.host.writeFields(res, c.headers, d, retryAfterSeconds(d));
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);
       return isThenable(r) ? Promise.resolve(r).then(() => ANSWERED) : ANSWERED;
