@@ -19,6 +19,9 @@ import type { Config } from './options.js';
  * function, a cluster client, Redis, a chain with such members, `wait`).
  */
 
+/** What `Host.visit` returns for a request the engine has decided already. */
+export const REVISIT: unique symbol = Symbol('atomic-limiter/http: revisit');
+
 /** The request may go on. */
 export const GO = 1;
 /** The request was answered (refused), or its client is gone: do not go on. */
@@ -32,15 +35,23 @@ export interface Host<Req, Res> {
   /** The framework's own idea of the client address (`req.ip`), if it has one. */
   ip(req: Req): unknown;
   /**
-   * Records that `engine` is deciding this request; false if it already had (the same
-   * middleware mounted twice on a path must not count one request twice).
+   * Records that `engine` is deciding this request, and returns what `writeFields` will
+   * write its fields through (the host's own handle, looked up once per request); REVISIT
+   * if it already had: the same middleware mounted twice on a path must not count one
+   * request twice.
    */
-  firstVisit(req: Req, res: Res, engine: object): boolean;
+  visit(req: Req, res: Res, engine: object): unknown;
   /**
    * Writes the decision's fields, and `Retry-After` when given, unless the response has
-   * started; false if it had (then nothing was written).
+   * started; false if it had (then nothing was written). `via`: what `visit` returned.
    */
-  writeFields(res: Res, writer: HeaderWriter, d: Decision, retryAfter: string | undefined): boolean;
+  writeFields(
+    res: Res,
+    via: unknown,
+    writer: HeaderWriter,
+    d: Decision,
+    retryAfter: string | undefined,
+  ): boolean;
   /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
   send(res: Res, statusCode: number, body: unknown): void;
 }
@@ -101,11 +112,12 @@ export class Engine<Req, Res> {
 
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
-    if (!this.host.firstVisit(req, res, this)) return GO;
+    const via = this.host.visit(req, res, this);
+    if (via === REVISIT) return GO;
     if (c.skip !== undefined && this.skipped(req)) return GO;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
-    if (isThenable(key)) return this.keyLater(req, res, key);
-    return this.decide(req, res, this.checkKey(key));
+    if (isThenable(key)) return this.keyLater(req, res, via, key);
+    return this.decide(req, res, via, this.checkKey(key));
   }
 
   private skipped(req: Req): boolean {
@@ -160,12 +172,17 @@ export class Engine<Req, Res> {
     return p;
   }
 
-  private async keyLater(req: Req, res: Res, key: PromiseLike<unknown>): Promise<Outcome> {
+  private async keyLater(
+    req: Req,
+    res: Res,
+    via: unknown,
+    key: PromiseLike<unknown>,
+  ): Promise<Outcome> {
     const k = this.checkKey(await key);
-    return this.decide(req, res, k);
+    return this.decide(req, res, via, k);
   }
 
-  private decide(req: Req, res: Res, key: Key): Outcome | Promise<Outcome> {
+  private decide(req: Req, res: Res, via: unknown, key: Key): Outcome | Promise<Outcome> {
     const c = this.c;
     const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(req);
     let d: Decision | PromiseLike<Decision>;
@@ -174,13 +191,14 @@ export class Engine<Req, Res> {
     } catch (error) {
       throw markLimiterError(error);
     }
-    if (isThenable(d)) return this.decideLater(req, res, key, permits, d);
-    return this.conclude(req, res, key, permits, d);
+    if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
+    return this.conclude(req, res, via, key, permits, d);
   }
 
   private async decideLater(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     pending: PromiseLike<Decision>,
@@ -196,7 +214,7 @@ export class Engine<Req, Res> {
       if (d.allowed && this.holding()) this.release(key, permits);
       return ANSWERED;
     }
-    return this.conclude(req, res, key, permits, d);
+    return this.conclude(req, res, via, key, permits, d);
   }
 
   private holding(): boolean {
@@ -209,19 +227,20 @@ export class Engine<Req, Res> {
   private conclude(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     d: Decision,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
-      this.host.writeFields(res, c.headers, d, undefined);
+      this.host.writeFields(res, via, c.headers, d, undefined);
       if (this.holding()) this.holdUntilClosed(res, key, permits);
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
-      return this.waitFor(req, res, key, permits, d);
-    return this.refuse(req, res, d);
+      return this.waitFor(req, res, via, key, permits, d);
+    return this.refuse(req, res, via, d);
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
@@ -253,6 +272,7 @@ export class Engine<Req, Res> {
   private async waitFor(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     refused: Decision,
@@ -272,7 +292,7 @@ export class Engine<Req, Res> {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       raw.off('close', onClose);
       if (error instanceof QueueFullError || (error as Error)?.name === 'TimeoutError') {
-        return this.refuse(req, res, refused);
+        return this.refuse(req, res, via, refused);
       }
       throw markLimiterError(error);
     }
@@ -285,9 +305,9 @@ export class Engine<Req, Res> {
     return GO;
   }
 
-  private refuse(req: Req, res: Res, d: Decision): Outcome | Promise<Outcome> {
+  private refuse(req: Req, res: Res, via: unknown, d: Decision): Outcome | Promise<Outcome> {
     const c = this.c;
-    this.host.writeFields(res, c.headers, d, retryAfterSeconds(d));
+    this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);
       return isThenable(r) ? Promise.resolve(r).then(() => ANSWERED) : ANSWERED;

@@ -34,8 +34,8 @@ const fastifyHost: Host<FastifyRequest, FastifyReply> = {
   // One plugin adds one hook to a route, and Fastify runs a route's onRequest hooks once
   // per request: an engine cannot see a request twice, so nothing needs marking. (Two
   // plugins stacked are two engines, and each counts: two limiters.)
-  firstVisit: () => true,
-  writeFields(reply, writer, d, retryAfter) {
+  visit: () => undefined,
+  writeFields(reply, _via, writer, d, retryAfter) {
     if (reply.sent || reply.raw.headersSent) return false;
     writer.write(replySink, reply, d, retryAfter);
     return true;

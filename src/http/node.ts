@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { show } from '../validate.js';
-import { ANSWERED, Engine, GO, type Host, isLimiterError, type Outcome } from './core.js';
+import { ANSWERED, Engine, GO, type Host, isLimiterError, type Outcome, REVISIT } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type RateLimitOptions, readOptions } from './options.js';
 import { type HeaderTable, headerTable, headStarted, tableSink } from './out-headers.js';
@@ -54,24 +54,23 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
   raw: (req) => req,
   rawRes: (res) => res,
   ip: (req) => req.ip,
-  firstVisit(req, res, engine) {
-    const table: HeaderTable | undefined = headerTable(res);
-    if (table !== undefined) {
-      const mark = marked(table[COUNTED_BY] as object | undefined, engine);
-      if (mark === undefined) return false;
-      table[COUNTED_BY] = mark;
-      return true;
-    }
-    const mark = marked(seen.get(req), engine);
-    if (mark === undefined) return false;
-    seen.set(req, mark);
-    return true;
-  },
-  writeFields(res, writer, d, retryAfter) {
+  visit(req, res, engine) {
     const table = headerTable(res);
     if (table !== undefined) {
+      const mark = marked(table[COUNTED_BY] as object | undefined, engine);
+      if (mark === undefined) return REVISIT;
+      table[COUNTED_BY] = mark;
+      return table;
+    }
+    const mark = marked(seen.get(req), engine);
+    if (mark === undefined) return REVISIT;
+    seen.set(req, mark);
+    return undefined;
+  },
+  writeFields(res, via, writer, d, retryAfter) {
+    if (via !== undefined) {
       if (headStarted(res)) return false;
-      writer.write(tableSink, table, d, retryAfter);
+      writer.write(tableSink, via as HeaderTable, d, retryAfter);
       return true;
     }
     // setHeader refuses a started response by throwing before it changes anything: trying
