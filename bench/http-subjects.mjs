@@ -163,8 +163,9 @@ async function discardingSocket() {
 
 /**
  * Express: the subject's middleware called on real IncomingMessage / ServerResponse objects
- * (no socket: it only sets headers and calls next), each call awaited. Fastify: the whole
- * app through its own request handler (`app.routing`, what its server calls), on real
+ * made into Express's own the way its app.handle() does (prototypes, `res.locals`, the
+ * X-Powered-By field), with no socket (the middleware only sets fields and calls next),
+ * each call awaited. Fastify: the whole app through its own request handler (`app.routing`, what its server calls), on real
  * IncomingMessage / ServerResponse objects whose socket discards the reply, each request
  * awaited until its response finishes. (app.inject() was ~100 µs a request of its own
  * fake-socket machinery, 10 to 20 times the limiters' cost, and its noise hid them.) All
@@ -176,6 +177,7 @@ async function measureInProcess(framework, subjects, n) {
   const { Socket } = await import('node:net');
   const socket = new Socket();
   const calls = {};
+  const app = framework === 'express' ? (await import('express')).default() : undefined;
   for (const subject of subjects) {
     if (framework === 'express') {
       const mw = await expressMiddleware(subject);
@@ -185,12 +187,20 @@ async function measureInProcess(framework, subjects, n) {
         req.url = '/';
         req.headers = { 'x-key': key };
         const res = new ServerResponse(req);
+        // What Express 5's app.handle() does to every request before its middleware: each
+        // response gets a hidden class of its own, which makes property reads on it dear.
+        res.setHeader('X-Powered-By', 'Express');
+        req.res = res;
+        res.req = req;
+        Object.setPrototypeOf(req, app.request);
+        Object.setPrototypeOf(res, app.response);
+        res.locals = Object.create(null);
         return new Promise((resolve, reject) => mw(req, res, (e) => (e ? reject(e) : resolve())));
       };
     } else {
-      const app = await fastifyApp(subject);
-      await app.ready();
-      const handle = app.routing;
+      const fastify = await fastifyApp(subject);
+      await fastify.ready();
+      const handle = fastify.routing;
       const out = await discardingSocket();
       calls[subject] = (key) =>
         new Promise((resolve, reject) => {

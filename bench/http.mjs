@@ -21,7 +21,8 @@
 //    Each limiter with its default fields (ours: draft-8 RateLimit + RateLimit-Policy;
 //    express-rate-limit and @fastify/rate-limit: X-RateLimit-Limit / -Remaining / -Reset).
 // 2. In process, without the network: Express, the subject's middleware called on real
-//    IncomingMessage / ServerResponse objects, each call awaited; Fastify, the whole app
+//    IncomingMessage / ServerResponse objects made Express's own as its app.handle() does
+//    (prototypes, res.locals), each call awaited; Fastify, the whole app
 //    through its own request handler on real IncomingMessage / ServerResponse objects whose
 //    socket discards the reply. CPU µs per request minus no limiter's. Both with each
 //    limiter's default fields and with the same draft-6 fields for all.
