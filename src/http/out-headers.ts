@@ -15,9 +15,11 @@ import type { HeaderSink } from './headers.js';
  * That table is Node's internal state, so it is used only when a probe, run once when this
  * module loads, finds it and proves the round trip on a real response (a direct entry read
  * back by getHeader and getHeaderNames, and sent by writeHead); and only on a response whose
- * `setHeader` is Node's own: one an application or an agent wrapped gets every field
- * through its wrapper. Anything else (another Node, HTTP/2's compatibility responses) uses
- * setHeader.
+ * `setHeader` is the one OutgoingMessage.prototype had when this module loaded: one an
+ * application or an agent wrapped since (on the response, a prototype, or Node's) gets
+ * every field through its wrapper. (A wrapper installed on Node's prototype before this
+ * module loaded cannot be told from Node's own.) Anything else (another Node, HTTP/2's
+ * compatibility responses) uses setHeader.
  */
 
 export type HeaderTable = Record<string | symbol, unknown>;
