@@ -502,7 +502,7 @@ function httpSection(h) {
     ),
     '',
     'In process (no network; the subjects take turns in batches in one process): Express, the middleware',
-    'alone on real req/res objects; Fastify, the app through app.inject().',
+    "alone on real req/res objects made Express's own; Fastify, the app's request handler on real ones.",
     '',
     table(
       [

@@ -66,6 +66,35 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(limiter.stats('127.0.0.1').admitted).toBe(5);
   });
 
+  it('two plugins stacked: each limiter counts a request once, draft 8 lists both', async () => {
+    const clock = new ManualClock();
+    const perApp = new FixedWindow({ limit: 100, windowMs: 60_000, clock });
+    const perArea = new FixedWindow({ limit: 2, windowMs: 1000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limiter: perApp });
+    // In a child context: its routes get both plugins' hooks, the root's routes only one.
+    await app.register(async (child) => {
+      await child.register(fastifyRateLimit, { limiter: perArea, policyName: 'area' });
+      child.get('/area', async () => 'area');
+    });
+    app.get('/', async () => 'ok');
+    const port = await start(app);
+    const area = await sequence(port, 3, { path: '/area' });
+    expect(area.map((r) => r.status)).toEqual([200, 200, 429]);
+    expect(rateFields(area[0]!.headers)).toEqual({
+      'ratelimit-policy': '"100-in-60s";q=100;w=60, "area";q=2;w=1',
+      ratelimit: '"100-in-60s";r=99;t=60, "area";r=1;t=1',
+    });
+    expect(area[2]!.headers.ratelimit).toBe('"100-in-60s";r=97;t=60, "area";r=0;t=1');
+    const root = await request(port);
+    expect(rateFields(root.headers)).toEqual({
+      'ratelimit-policy': '"100-in-60s";q=100;w=60',
+      ratelimit: '"100-in-60s";r=96;t=60',
+    });
+    expect(perApp.stats('127.0.0.1').admitted).toBe(4);
+    expect(perArea.stats('127.0.0.1').admitted).toBe(2);
+  });
+
   it('key, permits and a JSON message; a chain reports every member', async () => {
     const clock = new ManualClock();
     const perSecond = new TokenBucket({ capacity: 10, refillPerSecond: 10, clock });

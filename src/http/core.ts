@@ -6,7 +6,7 @@ import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import {
   flattenLimiters,
-  type HeaderSink,
+  type HeaderWriter,
   type LimiterFace,
   retryAfterSeconds,
 } from './headers.js';
@@ -19,15 +19,8 @@ import type { Config } from './options.js';
  * function, a cluster client, Redis, a chain with such members, `wait`).
  */
 
-/**
- * Which middlewares have seen a request: one engine, or a set of them when stacked. A WeakMap
- * rather than a property of the request: adding a property to an Express request (whose
- * prototype Express replaced) cost ~3 µs a request in the HTTP bench, an entry here ~0.3 µs.
- * On a request that keeps Node's prototype (Fastify's raw request) the property was ~0.5 µs
- * cheaper; one mark for every server style still lets stacked middlewares of different
- * styles see each other.
- */
-const seen = new WeakMap<IncomingMessage, object>();
+/** What `Host.visit` returns for a request the engine has decided already. */
+export const REVISIT: unique symbol = Symbol('atomic-limiter/http: revisit');
 
 /** The request may go on. */
 export const GO = 1;
@@ -36,18 +29,29 @@ export const ANSWERED = 0;
 export type Outcome = typeof GO | typeof ANSWERED;
 
 /** What the engine needs from a server style (Express/Connect/node:http, Fastify). */
-export interface Host<Req, Res> extends HeaderSink<Res> {
+export interface Host<Req, Res> {
   raw(req: Req): IncomingMessage;
   rawRes(res: Res): ServerResponse;
   /** The framework's own idea of the client address (`req.ip`), if it has one. */
   ip(req: Req): unknown;
-  /** Whether the response has started (headers may no longer be written). */
-  started(res: Res): boolean;
   /**
-   * True when `setHeader` throws once the response has started, before changing anything
-   * (node:http): then fields are written first and `started` asked only if that threw.
+   * Records that `engine` is deciding this request, and returns what `writeFields` will
+   * write its fields through (the host's own handle, looked up once per request); REVISIT
+   * if it already had: the same middleware mounted twice on a path must not count one
+   * request twice.
    */
-  readonly setHeaderThrowsWhenStarted: boolean;
+  visit(req: Req, res: Res, engine: object): unknown;
+  /**
+   * Writes the decision's fields, and `Retry-After` when given, unless the response has
+   * started; false if it had (then nothing was written). `via`: what `visit` returned.
+   */
+  writeFields(
+    res: Res,
+    via: unknown,
+    writer: HeaderWriter,
+    d: Decision,
+    retryAfter: string | undefined,
+  ): boolean;
   /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
   send(res: Res, statusCode: number, body: unknown): void;
 }
@@ -108,44 +112,12 @@ export class Engine<Req, Res> {
 
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
-    // The same middleware mounted twice on a path (app.use and a router) must not count
-    // one request twice, nor write its fields twice.
-    const raw = this.host.raw(req);
-    const was = seen.get(raw);
-    if (was === undefined) seen.set(raw, this);
-    else if (was === this || (was instanceof Set && was.has(this))) return GO;
-    else seen.set(raw, was instanceof Set ? was.add(this) : new Set([was, this]));
+    const via = this.host.visit(req, res, this);
+    if (via === REVISIT) return GO;
     if (c.skip !== undefined && this.skipped(req)) return GO;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
-    if (isThenable(key)) return this.keyLater(req, res, key);
-    return this.decide(req, res, this.checkKey(key));
-  }
-
-  /** Whether this is the only middleware of this package that has seen the request. */
-  private alone(req: Req): boolean {
-    return seen.get(this.host.raw(req)) === this;
-  }
-
-  /**
-   * Writes the decision's header fields unless the response has started; false if it had.
-   * Where setHeader refuses a started response by throwing (node:http), trying first saves
-   * asking `res.headersSent` on every request: on an Express response that getter sits
-   * several prototypes up and cost ~1.5 µs a request in the HTTP bench.
-   */
-  private writeFields(req: Req, res: Res, d: Decision): boolean {
-    const host = this.host;
-    if (!host.setHeaderThrowsWhenStarted) {
-      if (host.started(res)) return false;
-      this.c.headers.write(host, res, d, this.alone(req));
-      return true;
-    }
-    try {
-      this.c.headers.write(host, res, d, this.alone(req));
-      return true;
-    } catch (error) {
-      if (host.started(res)) return false;
-      throw error;
-    }
+    if (isThenable(key)) return this.keyLater(req, res, via, key);
+    return this.decide(req, res, via, this.checkKey(key));
   }
 
   private skipped(req: Req): boolean {
@@ -200,12 +172,17 @@ export class Engine<Req, Res> {
     return p;
   }
 
-  private async keyLater(req: Req, res: Res, key: PromiseLike<unknown>): Promise<Outcome> {
+  private async keyLater(
+    req: Req,
+    res: Res,
+    via: unknown,
+    key: PromiseLike<unknown>,
+  ): Promise<Outcome> {
     const k = this.checkKey(await key);
-    return this.decide(req, res, k);
+    return this.decide(req, res, via, k);
   }
 
-  private decide(req: Req, res: Res, key: Key): Outcome | Promise<Outcome> {
+  private decide(req: Req, res: Res, via: unknown, key: Key): Outcome | Promise<Outcome> {
     const c = this.c;
     const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(req);
     let d: Decision | PromiseLike<Decision>;
@@ -214,13 +191,14 @@ export class Engine<Req, Res> {
     } catch (error) {
       throw markLimiterError(error);
     }
-    if (isThenable(d)) return this.decideLater(req, res, key, permits, d);
-    return this.conclude(req, res, key, permits, d);
+    if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
+    return this.conclude(req, res, via, key, permits, d);
   }
 
   private async decideLater(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     pending: PromiseLike<Decision>,
@@ -236,7 +214,7 @@ export class Engine<Req, Res> {
       if (d.allowed && this.holding()) this.release(key, permits);
       return ANSWERED;
     }
-    return this.conclude(req, res, key, permits, d);
+    return this.conclude(req, res, via, key, permits, d);
   }
 
   private holding(): boolean {
@@ -249,19 +227,20 @@ export class Engine<Req, Res> {
   private conclude(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     d: Decision,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
-      this.writeFields(req, res, d);
+      this.host.writeFields(res, via, c.headers, d, undefined);
       if (this.holding()) this.holdUntilClosed(res, key, permits);
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
-      return this.waitFor(req, res, key, permits, d);
-    return this.refuse(req, res, d);
+      return this.waitFor(req, res, via, key, permits, d);
+    return this.refuse(req, res, via, d);
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
@@ -293,6 +272,7 @@ export class Engine<Req, Res> {
   private async waitFor(
     req: Req,
     res: Res,
+    via: unknown,
     key: Key,
     permits: number,
     refused: Decision,
@@ -312,7 +292,7 @@ export class Engine<Req, Res> {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       raw.off('close', onClose);
       if (error instanceof QueueFullError || (error as Error)?.name === 'TimeoutError') {
-        return this.refuse(req, res, refused);
+        return this.refuse(req, res, via, refused);
       }
       throw markLimiterError(error);
     }
@@ -325,13 +305,9 @@ export class Engine<Req, Res> {
     return GO;
   }
 
-  private refuse(req: Req, res: Res, d: Decision): Outcome | Promise<Outcome> {
-    const host = this.host;
+  private refuse(req: Req, res: Res, via: unknown, d: Decision): Outcome | Promise<Outcome> {
     const c = this.c;
-    if (this.writeFields(req, res, d)) {
-      const retry = retryAfterSeconds(d);
-      if (retry !== undefined) host.setHeader(res, 'Retry-After', retry);
-    }
+    this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);
       return isThenable(r) ? Promise.resolve(r).then(() => ANSWERED) : ANSWERED;

@@ -8,6 +8,7 @@ import type {
 } from 'fastify';
 import { show, typeError } from '../validate.js';
 import { ANSWERED, Engine, GO, type Host, type Outcome } from './core.js';
+import type { HeaderSink } from './headers.js';
 import { OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
 
 /** Options of the Fastify plugin: those of `rateLimit()` but `trustProxy` (Fastify has its own). */
@@ -19,16 +20,26 @@ export type FastifyRateLimitOptions = Omit<
 /** A route's `config.rateLimit`: false to skip it, or options merged over the plugin's. */
 export type RouteRateLimit = false | Partial<FastifyRateLimitOptions>;
 
+const replySink: HeaderSink<FastifyReply> = {
+  setHeader(reply, field, value) {
+    reply.header(field.lower, value);
+  },
+  getHeader: (reply, field) => reply.getHeader(field.lower),
+};
+
 const fastifyHost: Host<FastifyRequest, FastifyReply> = {
   raw: (request) => request.raw,
   rawRes: (reply) => reply.raw,
   ip: (request) => request.ip,
-  started: (reply) => reply.sent || reply.raw.headersSent,
-  setHeaderThrowsWhenStarted: false,
-  setHeader: (reply, name, value) => {
-    reply.header(name, value);
+  // One plugin adds one hook to a route, and Fastify runs a route's onRequest hooks once
+  // per request: an engine cannot see a request twice, so nothing needs marking. (Two
+  // plugins stacked are two engines, and each counts: two limiters.)
+  visit: () => undefined,
+  writeFields(reply, _via, writer, d, retryAfter) {
+    if (reply.sent || reply.raw.headersSent) return false;
+    writer.write(replySink, reply, d, retryAfter);
+    return true;
   },
-  getHeader: (reply, name) => reply.getHeader(name),
   send(reply, statusCode, body) {
     reply.code(statusCode).send(body);
   },

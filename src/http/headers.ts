@@ -21,10 +21,31 @@ import { rangeError, show, typeError } from '../validate.js';
 export type HeaderFormat = 'draft-8' | 'draft-7' | 'draft-6' | 'legacy';
 export const HEADER_FORMATS: readonly HeaderFormat[] = ['draft-8', 'draft-7', 'draft-6', 'legacy'];
 
-/** Where header fields are written: a node ServerResponse or a Fastify reply. */
-export interface HeaderSink<Res> {
-  setHeader(res: Res, name: string, value: string): void;
-  getHeader(res: Res, name: string): unknown;
+/** A header field this package writes: its name as sent, and in lower case (the table key). */
+export interface Field {
+  readonly name: string;
+  readonly lower: string;
+}
+
+const field = (name: string): Field => ({ name, lower: name.toLowerCase() });
+export const RATELIMIT = field('RateLimit');
+export const RATELIMIT_POLICY = field('RateLimit-Policy');
+const RATELIMIT_LIMIT = field('RateLimit-Limit');
+const RATELIMIT_REMAINING = field('RateLimit-Remaining');
+const RATELIMIT_RESET = field('RateLimit-Reset');
+const X_LIMIT = field('X-RateLimit-Limit');
+const X_REMAINING = field('X-RateLimit-Remaining');
+const X_RESET = field('X-RateLimit-Reset');
+export const RETRY_AFTER = field('Retry-After');
+
+/**
+ * Where header fields are written: Node's header table of a response, a ServerResponse
+ * through setHeader, or a Fastify reply. `getHeader` reads a field back (undefined if
+ * absent).
+ */
+export interface HeaderSink<Target> {
+  setHeader(target: Target, field: Field, value: string): void;
+  getHeader(target: Target, field: Field): unknown;
 }
 
 /** What the headers say about one limiter. */
@@ -209,9 +230,9 @@ const count = (n: number) => (n > 0 ? Math.floor(n) : 0);
 export class HeaderWriter {
   private readonly members: LimiterFace[];
   private readonly policies: (Policy | undefined)[];
+  private readonly states: StateValues[];
   private readonly draft: HeaderFormat | undefined;
   private readonly legacy: boolean;
-  private alone = false;
   readonly chained: boolean;
 
   constructor(
@@ -221,6 +242,7 @@ export class HeaderWriter {
   ) {
     this.members = flattenLimiters(limiter);
     this.policies = this.members.map(() => undefined);
+    this.states = this.members.map(() => new StateValues());
     this.chained = isChain(limiter);
     this.draft = formats.find((f) => f !== 'legacy');
     this.legacy = formats.includes('legacy');
@@ -246,15 +268,17 @@ export class HeaderWriter {
     return p;
   }
 
-  /** Writes the fields for `d`: every member's for draft 8, the tightest one's otherwise. */
-  write<Res>(sink: HeaderSink<Res>, res: Res, d: Decision, alone: boolean): void {
-    // `alone`: no other middleware of this package saw the request, so there is nothing
-    // to append to (saves reading two fields back on every request).
-    this.alone = alone;
-    if (!this.chained) {
-      this.writeOne(sink, res, this.policy(0, d), d);
-      return;
-    }
+  /**
+   * Writes the fields for `d` (every member's for draft 8, the tightest one's otherwise),
+   * and `Retry-After` when `retryAfter` is given, whatever the formats.
+   */
+  write<T>(sink: HeaderSink<T>, target: T, d: Decision, retryAfter: string | undefined): void {
+    if (!this.chained) this.writeOne(sink, target, this.policy(0, d), d);
+    else this.writeChain(sink, target, d);
+    if (retryAfter !== undefined) sink.setHeader(target, RETRY_AFTER, retryAfter);
+  }
+
+  private writeChain<T>(sink: HeaderSink<T>, target: T, d: Decision): void {
     const ds = flattenDecisions(this.limiter, d);
     let tight = -1;
     for (let i = 0; i < ds.length; i++) {
@@ -275,7 +299,7 @@ export class HeaderWriter {
     }
     if (tight < 0) {
       // A chain without per-member decisions: its own figures.
-      this.writeOne(sink, res, this.policy(0, d), d);
+      this.writeOne(sink, target, this.policy(0, d), d);
       return;
     }
     if (this.draft === 'draft-8') {
@@ -286,59 +310,108 @@ export class HeaderWriter {
         if (x === undefined) continue;
         const p = this.policy(i, x);
         policy = policy === '' ? p.structured : `${policy}, ${p.structured}`;
-        const m = member8(p, x);
+        const m = this.states[i]!.member8(p, x);
         state = state === '' ? m : `${state}, ${m}`;
       }
-      this.append(sink, res, 'RateLimit-Policy', policy);
-      this.append(sink, res, 'RateLimit', state);
+      append(sink, target, RATELIMIT_POLICY, policy);
+      append(sink, target, RATELIMIT, state);
     } else if (this.draft !== undefined) {
-      this.writeDraft(sink, res, this.policy(tight, ds[tight]!), ds[tight]!);
+      this.writeDraft(sink, target, this.policy(tight, ds[tight]!), ds[tight]!, tight);
     }
-    if (this.legacy) writeLegacy(sink, res, this.policy(tight, ds[tight]!), ds[tight]!);
+    if (this.legacy) writeLegacy(sink, target, this.policy(tight, ds[tight]!), ds[tight]!);
   }
 
-  /** Structured-field lists may be split over field lines; one line joined by ", " is the same. */
-  private append<Res>(sink: HeaderSink<Res>, res: Res, name: string, value: string): void {
-    const before = this.alone ? undefined : sink.getHeader(res, name);
-    sink.setHeader(
-      res,
-      name,
-      typeof before === 'string' && before !== '' ? `${before}, ${value}` : value,
-    );
-  }
-
-  private writeOne<Res>(sink: HeaderSink<Res>, res: Res, p: Policy, d: Decision): void {
+  private writeOne<T>(sink: HeaderSink<T>, target: T, p: Policy, d: Decision): void {
     if (this.draft === 'draft-8') {
-      this.append(sink, res, 'RateLimit-Policy', p.structured);
-      this.append(sink, res, 'RateLimit', member8(p, d));
-    } else if (this.draft !== undefined) this.writeDraft(sink, res, p, d);
-    if (this.legacy) writeLegacy(sink, res, p, d);
+      append(sink, target, RATELIMIT_POLICY, p.structured);
+      append(sink, target, RATELIMIT, this.states[0]!.member8(p, d));
+    } else if (this.draft !== undefined) this.writeDraft(sink, target, p, d, 0);
+    if (this.legacy) writeLegacy(sink, target, p, d);
   }
 
-  private writeDraft<Res>(sink: HeaderSink<Res>, res: Res, p: Policy, d: Decision): void {
-    const finite = d.resetAfterMs !== Number.POSITIVE_INFINITY;
-    sink.setHeader(res, 'RateLimit-Policy', p.plain);
+  private writeDraft<T>(sink: HeaderSink<T>, target: T, p: Policy, d: Decision, i: number): void {
+    sink.setHeader(target, RATELIMIT_POLICY, p.plain);
     if (this.draft === 'draft-7') {
-      const reset = finite ? `, reset=${seconds(d.resetAfterMs)}` : '';
-      sink.setHeader(res, 'RateLimit', `limit=${p.quota}, remaining=${count(d.remaining)}${reset}`);
+      sink.setHeader(target, RATELIMIT, this.states[i]!.draft7(p, d));
     } else {
-      sink.setHeader(res, 'RateLimit-Limit', String(p.quota));
-      sink.setHeader(res, 'RateLimit-Remaining', String(count(d.remaining)));
-      if (finite) sink.setHeader(res, 'RateLimit-Reset', String(seconds(d.resetAfterMs)));
+      sink.setHeader(target, RATELIMIT_LIMIT, String(p.quota));
+      sink.setHeader(target, RATELIMIT_REMAINING, String(count(d.remaining)));
+      if (d.resetAfterMs !== Number.POSITIVE_INFINITY) {
+        sink.setHeader(target, RATELIMIT_RESET, String(seconds(d.resetAfterMs)));
+      }
     }
   }
 }
 
-function member8(p: Policy, d: Decision): string {
-  const t = d.resetAfterMs === Number.POSITIVE_INFINITY ? '' : `;t=${seconds(d.resetAfterMs)}`;
-  return `${p.quoted};r=${count(d.remaining)}${t}`;
+const STATE_SLOTS = 256;
+
+/**
+ * One policy's state values (draft 8's member, draft 7's `RateLimit`) by (remaining, reset
+ * seconds), in a direct-mapped table of 256. Building a value costs little, but it is a
+ * concatenation, which Node's value check and the head's serialization flatten on every
+ * response (~0.3 µs a field in the HTTP bench); a value from here was flattened once, in
+ * place, when first sent. Most responses repeat a few pairs: a key's bucket full or
+ * nearly, its window ending in the same second.
+ */
+class StateValues {
+  // What the values were made of: a policy may be rebuilt on every request until the
+  // limiter's algorithm is known (a cluster client before its first answer).
+  private quoted = '';
+  private quota = 0;
+  private readonly remaining = new Float64Array(STATE_SLOTS).fill(-1);
+  private readonly reset = new Float64Array(STATE_SLOTS);
+  private readonly values: string[] = new Array<string>(STATE_SLOTS).fill('');
+  private kind = 0; // 8 or 7: one writer writes one draft
+
+  member8(p: Policy, d: Decision): string {
+    return this.value(p, d, 8);
+  }
+
+  draft7(p: Policy, d: Decision): string {
+    return this.value(p, d, 7);
+  }
+
+  private value(p: Policy, d: Decision, kind: number): string {
+    const r = count(d.remaining);
+    const t = d.resetAfterMs === Number.POSITIVE_INFINITY ? -1 : seconds(d.resetAfterMs);
+    if (p.quoted !== this.quoted || p.quota !== this.quota || kind !== this.kind) {
+      this.quoted = p.quoted;
+      this.quota = p.quota;
+      this.kind = kind;
+      this.remaining.fill(-1);
+    }
+    const i = (r ^ Math.imul(t, 0x9e3779b1)) & (STATE_SLOTS - 1);
+    if (this.remaining[i] === r && this.reset[i] === t) return this.values[i]!;
+    const v =
+      kind === 8
+        ? `${p.quoted};r=${r}${t < 0 ? '' : `;t=${t}`}`
+        : `limit=${p.quota}, remaining=${r}${t < 0 ? '' : `, reset=${t}`}`;
+    this.remaining[i] = r;
+    this.reset[i] = t;
+    this.values[i] = v;
+    return v;
+  }
 }
 
-function writeLegacy<Res>(sink: HeaderSink<Res>, res: Res, p: Policy, d: Decision): void {
-  sink.setHeader(res, 'X-RateLimit-Limit', String(p.quota));
-  sink.setHeader(res, 'X-RateLimit-Remaining', String(count(d.remaining)));
+/**
+ * Draft 8's fields are structured-field lists, which may be split over field lines: a
+ * member list already on the response (another middleware of this package, or any other
+ * draft-8 writer) is kept, and this one's members follow it on the same line.
+ */
+function append<T>(sink: HeaderSink<T>, target: T, f: Field, value: string): void {
+  const before = sink.getHeader(target, f);
+  sink.setHeader(
+    target,
+    f,
+    typeof before === 'string' && before !== '' ? `${before}, ${value}` : value,
+  );
+}
+
+function writeLegacy<T>(sink: HeaderSink<T>, target: T, p: Policy, d: Decision): void {
+  sink.setHeader(target, X_LIMIT, String(p.quota));
+  sink.setHeader(target, X_REMAINING, String(count(d.remaining)));
   if (d.resetAfterMs !== Number.POSITIVE_INFINITY) {
-    sink.setHeader(res, 'X-RateLimit-Reset', String(seconds(Date.now() + d.resetAfterMs)));
+    sink.setHeader(target, X_RESET, String(seconds(Date.now() + d.resetAfterMs)));
   }
 }
 
