@@ -74,6 +74,9 @@ export class SlotTable {
   epoch: number;
   private readonly hash = new Int32Array(2);
   private readonly pair = new Int32Array(2);
+  /** insert()'s stripe locks held: two per segment at most. */
+  private readonly lockWords: Int32Array;
+  private readonly lockTokens: Int32Array;
   private readonly seed0: number;
   private readonly seed1: number;
 
@@ -87,6 +90,8 @@ export class SlotTable {
     /** Maps the grown buffer into every view of this thread's limiter. */
     private readonly remap: () => void,
   ) {
+    this.lockWords = new Int32Array(2 * layout.segments.length);
+    this.lockTokens = new Int32Array(2 * layout.segments.length);
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
@@ -266,59 +271,60 @@ export class SlotTable {
    * below its ceiling, it grows by one segment and tries again.
    */
   private insert(fp0: number, fp1: number, nowUs: number, policy: SlotPolicy): number {
-    const words: number[] = [];
-    const tokens: number[] = [];
+    // Nothing allocated per insert: the locks held go in two preallocated arrays, and each
+    // pass over the segments recomputes the (cheap) candidate stripes into this.pair.
+    const words = this.lockWords;
+    const tokens = this.lockTokens;
+    let held = 0;
     for (;;) {
       const n = this.mapped();
-      const stripes: { seg: Segment; a: number; b: number }[] = [];
       for (let k = 0; k < n; k++) {
         const seg = this.candidates(k, fp0, fp1);
         const a = this.pair[0]!;
         const b = this.pair[1]!;
-        stripes.push({ seg, a, b });
-        for (const stripe of a < b ? [a, b] : [b, a]) {
-          words.push(seg.lockBase + stripe);
-          tokens.push(this.lock(seg.lockBase + stripe));
-        }
+        words[held] = seg.lockBase + (a < b ? a : b);
+        tokens[held] = this.lock(words[held]!);
+        held++;
+        words[held] = seg.lockBase + (a < b ? b : a);
+        tokens[held] = this.lock(words[held]!);
+        held++;
       }
       try {
         // Grown meanwhile: take the new segment's locks too.
         if (Atomics.load(this.i32, H_SEGMENTS) !== n) continue;
-        for (const { seg, a, b } of stripes) {
-          const found = this.scan(seg, a, fp0, fp1);
+        for (let k = 0; k < n; k++) {
+          const found = this.scanBoth(k, fp0, fp1);
           if (found !== NO_SLOT) return found;
-          const other = this.scan(seg, b, fp0, fp1);
-          if (other !== NO_SLOT) return other;
         }
         // Only holders of a stripe's lock reserve its slots, and we hold them: any RESERVED
         // slot here was left by a thread that died or overstayed its lease. Void it.
-        for (const { seg, a, b } of stripes) {
-          this.voidReserved(seg, a);
+        for (let k = 0; k < n; k++) {
+          const seg = this.candidates(k, fp0, fp1);
+          const b = this.pair[1]!;
+          this.voidReserved(seg, this.pair[0]!);
           this.voidReserved(seg, b);
         }
-        for (const { seg, a, b } of stripes) {
-          for (const stripe of this.load(seg, a) <= this.load(seg, b) ? [a, b] : [b, a]) {
-            const s = this.pickEmpty(seg, stripe);
-            if (s !== 0) {
-              const r = this.claim(s, fp0, fp1, policy, false);
-              if (r !== NO_SLOT) return r;
-            }
+        for (let k = 0; k < n; k++) {
+          const seg = this.candidates(k, fp0, fp1);
+          let a = this.pair[0]!;
+          let b = this.pair[1]!;
+          if (this.load(seg, a) > this.load(seg, b)) {
+            const less = b;
+            b = a;
+            a = less;
           }
+          const r = this.claimEmpty(seg, a, fp0, fp1, policy);
+          if (r !== NO_SLOT) return r;
+          const r2 = this.claimEmpty(seg, b, fp0, fp1, policy);
+          if (r2 !== NO_SLOT) return r2;
         }
-        for (const { seg, a, b } of stripes) {
-          for (const stripe of [a, b]) {
-            const first = seg.first + stripe * STRIPE_SLOTS;
-            for (let s = first; s < first + STRIPE_SLOTS; s++) {
-              const w = this.hotOf(seg, s);
-              const st = Atomics.load(this.i32, w + S_STATE);
-              // A wide slot's ext word, read before isIdle() looks: the reassigning CAS
-              // covers both words, so a decision that changed either since fails it.
-              const x = this.layout.wide ? Atomics.load(this.i32, w - 1) : 0;
-              if ((st & PAYLOAD_MASK) === RESERVED || !policy.isIdle(st, w, nowUs)) continue;
-              const r = this.claim(s, fp0, fp1, policy, true, st, x);
-              if (r !== NO_SLOT) return r;
-            }
-          }
+        for (let k = 0; k < n; k++) {
+          const seg = this.candidates(k, fp0, fp1);
+          const b = this.pair[1]!;
+          const r = this.reclaimIdle(seg, this.pair[0]!, fp0, fp1, nowUs, policy);
+          if (r !== NO_SLOT) return r;
+          const r2 = this.reclaimIdle(seg, b, fp0, fp1, nowUs, policy);
+          if (r2 !== NO_SLOT) return r2;
         }
         if (n < this.layout.segments.length) {
           this.grow(n);
@@ -327,9 +333,47 @@ export class SlotTable {
         Atomics.add(this.i32, H_TABLE_FULL, 1);
         return NO_SLOT;
       } finally {
-        while (words.length > 0) this.unlock(words.pop()!, tokens.pop()!);
+        while (held > 0) {
+          held--;
+          this.unlock(words[held]!, tokens[held]!);
+        }
       }
     }
+  }
+
+  /** Claims an empty slot of `stripe` (the caller holds its lock), or NO_SLOT. */
+  private claimEmpty(
+    seg: Segment,
+    stripe: number,
+    fp0: number,
+    fp1: number,
+    policy: SlotPolicy,
+  ): number {
+    const s = this.pickEmpty(seg, stripe);
+    return s === 0 ? NO_SLOT : this.claim(s, fp0, fp1, policy, false);
+  }
+
+  /** Reassigns an idle slot of `stripe` (the caller holds its lock), or NO_SLOT. */
+  private reclaimIdle(
+    seg: Segment,
+    stripe: number,
+    fp0: number,
+    fp1: number,
+    nowUs: number,
+    policy: SlotPolicy,
+  ): number {
+    const first = seg.first + stripe * STRIPE_SLOTS;
+    for (let s = first; s < first + STRIPE_SLOTS; s++) {
+      const w = this.hotOf(seg, s);
+      const st = Atomics.load(this.i32, w + S_STATE);
+      // A wide slot's ext word, read before isIdle() looks: the reassigning CAS covers both
+      // words, so a decision that changed either since fails it.
+      const x = this.layout.wide ? Atomics.load(this.i32, w - 1) : 0;
+      if ((st & PAYLOAD_MASK) === RESERVED || !policy.isIdle(st, w, nowUs)) continue;
+      const r = this.claim(s, fp0, fp1, policy, true, st, x);
+      if (r !== NO_SLOT) return r;
+    }
+    return NO_SLOT;
   }
 
   /**
