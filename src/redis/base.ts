@@ -52,6 +52,20 @@ export interface RedisOptions {
   blockKeys?: number;
 }
 
+// Fleet mode's answers known at once (shared: a settled promise holds one value forever).
+const ALLOWED = Promise.resolve(true);
+const REFUSED = Promise.resolve(false);
+const allowedOf = (d: Decision): boolean => d.allowed;
+
+/**
+ * Fleet mode: a lease grows up to this many blocks, and at most to a sixteenth of the limit,
+ * for a key spent faster than a round trip brings permits (doubling each time the key ran
+ * dry waiting for one), so that a hot key's permits per round trip keep up with its
+ * threads; it falls back to one block as the key cools. A small limit (under 16 blocks)
+ * never grows its leases. The unspent bound (README, "Fleet mode") counts the grown lease.
+ */
+export const LEASE_GROWTH = 8;
+
 /** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
 export const BLOCKS = Symbol('atomic-limiter/redis blocks');
 
@@ -224,6 +238,11 @@ export abstract class RedisLimiter {
   private readonly common: RedisCommon;
   /** Fleet mode: permits per block (0: off), and the shared blocks. */
   readonly block: number;
+  /** Fleet mode: the most one lease asks for (a key spent fast: Blocks.grow()). */
+  private mostLeased = 0;
+  /** Fleet mode: the last key's tag and slot in this thread (slotFor()). */
+  private lastTag: string | undefined;
+  private lastSlot = -1;
   readonly blockTtlMs: number;
   private blocks: Blocks | undefined;
   /** True for the limiter that made the blocks (its close() gives them back). */
@@ -257,6 +276,10 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
+    this.mostLeased = Math.max(
+      c.block,
+      Math.min(LEASE_GROWTH * c.block, Math.floor(this.limit / 16)),
+    );
     if (c.blocks) {
       this.blocks = new Blocks(c.blocks);
       return;
@@ -303,12 +326,92 @@ export abstract class RedisLimiter {
     for (const s of blocks.held()) {
       if (expiredOnly && !blocks.expired(s, now)) continue;
       const tag = blocks.tagOf(s);
+      // A block that aged out belonged to a key that cooled: its leases go back to `block`.
+      if (blocks.expired(s, now)) blocks.resetLease(s);
       const d = blocks.drain(s);
       if (d.permits > 0) {
         pending.push(this.giveBack(tag, d.permits, String(d.takenUs)));
       }
     }
     return Promise.all(pending).then(() => {});
+  }
+
+  /**
+   * This thread's slot of `tag` in the blocks (−1: none). The last key's is remembered: a
+   * slot, once a key's, stays that key's, and a hot key is then found without hashing.
+   */
+  private slotFor(b: Blocks, tag: string): number {
+    if (tag === this.lastTag) return this.lastSlot;
+    const s = b.slotOf(tag);
+    if (s >= 0) {
+      this.lastTag = tag;
+      this.lastSlot = s;
+    }
+    return s;
+  }
+
+  /** Spends `permits` from slot `s`'s block if it holds them, leasing ahead as it runs low. */
+  private spend(b: Blocks, s: number, tag: string, permits: number, now: number): boolean {
+    if (!b.take(s, permits, now)) return false;
+    // A quarter of a lease left: the next one is leased in the background, so that the
+    // threads spending this one need not wait for a round trip; an eighth left with that
+    // lease still out, a second one (a key spending faster than a round trip).
+    const left = b.permits(s);
+    const size = b.leaseSize(s, this.block);
+    if (left <= size >> 2 && size >= 4) this.prefetch(b, s, tag, I_FETCH);
+    if (left <= size >> 3 && size >= 8) this.prefetch(b, s, tag, I_FETCH2);
+    return true;
+  }
+
+  /** A grant from slot `s`'s block (after spend()). */
+  private spent(b: Blocks, s: number, now: number): Decision {
+    return {
+      allowed: true,
+      remaining: b.permits(s),
+      limit: this.limit,
+      retryAfterMs: 0,
+      resetAfterMs: b.resetAfterMs(s, now),
+    };
+  }
+
+  /** Slot `s`'s cached refusal, `refusedMs` more. */
+  private refusedHere(b: Blocks, s: number, now: number, refusedMs: number): Decision {
+    return {
+      allowed: false,
+      remaining: 0,
+      limit: this.limit,
+      retryAfterMs: refusedMs,
+      resetAfterMs: b.resetAfterMs(s, now),
+      reason: 'limited',
+    };
+  }
+
+  /**
+   * Fleet mode without a promise of its own where it can: spent from the block or refused
+   * by a cached refusal, the answer is known at once; otherwise fleetConsume() fetches.
+   */
+  private fleetTry(tag: string, key: Key | undefined, permits: number): Promise<boolean> {
+    const b = this.blocks!;
+    const s = this.slotFor(b, tag);
+    if (s >= 0) {
+      const now = this.localMs();
+      if (this.spend(b, s, tag, permits, now)) return ALLOWED;
+      if (b.refusedForMs(s, now) > 0) return REFUSED;
+    }
+    return this.fleetConsume(tag, key, permits).then(allowedOf);
+  }
+
+  /** fleetTry() for consume(): the Decision. */
+  private fleetDecide(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
+    const b = this.blocks!;
+    const s = this.slotFor(b, tag);
+    if (s >= 0) {
+      const now = this.localMs();
+      if (this.spend(b, s, tag, permits, now)) return Promise.resolve(this.spent(b, s, now));
+      const refusedMs = b.refusedForMs(s, now);
+      if (refusedMs > 0) return Promise.resolve(this.refusedHere(b, s, now, refusedMs));
+    }
+    return this.fleetConsume(tag, key, permits);
   }
 
   /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
@@ -318,51 +421,34 @@ export abstract class RedisLimiter {
     permits: number,
   ): Promise<Decision> {
     const b = this.blocks!;
-    const s = b.slotOf(tag);
+    const s = this.slotFor(b, tag);
     if (s < 0) return this.directConsume(tag, key, permits);
     for (;;) {
       const now = this.localMs();
-      if (b.take(s, permits, now)) {
-        // A quarter of a block left: the next one is leased in the background, so that the
-        // threads spending this one need not wait for a round trip; an eighth left with
-        // that lease still out, a second one (a key spending faster than a round trip).
-        const left = b.permits(s);
-        if (left <= this.block >> 2 && this.block >= 4) this.prefetch(b, s, tag, I_FETCH);
-        if (left <= this.block >> 3 && this.block >= 8) this.prefetch(b, s, tag, I_FETCH2);
-        return {
-          allowed: true,
-          remaining: b.permits(s),
-          limit: this.limit,
-          retryAfterMs: 0,
-          resetAfterMs: b.resetAfterMs(s, now),
-        };
-      }
+      if (this.spend(b, s, tag, permits, now)) return this.spent(b, s, now);
       const refusedMs = b.refusedForMs(s, now);
-      if (refusedMs > 0) {
-        return {
-          allowed: false,
-          remaining: 0,
-          limit: this.limit,
-          retryAfterMs: refusedMs,
-          resetAfterMs: b.resetAfterMs(s, now),
-          reason: 'limited',
-        };
-      }
+      if (refusedMs > 0) return this.refusedHere(b, s, now, refusedMs);
       if (this.closed) throw new LimiterClosedError();
+      // Dry with a lease out: the key is spent faster than a round trip brings permits, so
+      // the next leases grow (Blocks.grow()).
+      if (b.fetching(s)) b.starve(s);
       if (!b.claimFetch(s, 2 * this.timeoutMs)) {
         // Another thread (or call) fetches this key's block: wait for it, then look again.
         await b.waitFetch(s, this.timeoutMs);
         continue;
       }
       let r: Reply;
+      let size: number;
       try {
         // Fewer permits than asked are left, or an aged-out block: they go back first, in
-        // the window they were taken in.
+        // the window they were taken in (and a key that let its block age out cooled).
+        if (b.expired(s, now)) b.resetLease(s);
         const left = b.drain(s);
         if (left.permits > 0) {
           this.giveBack(tag, left.permits, String(left.takenUs)).catch(reportLost);
         }
-        r = this.parse(await this.call('b', tag, this.block, String(permits)));
+        size = b.leaseSize(s, this.block);
+        r = this.parse(await this.call('b', tag, size, String(permits)));
       } catch (error) {
         b.endFetch(s);
         return this.fallback(error, key, permits);
@@ -371,10 +457,11 @@ export abstract class RedisLimiter {
       b.setFreshAt(s, at + r.untilFreshUs / 1000);
       if (r.allowed) {
         const granted = r.hintUs;
-        if (!(granted >= permits && granted <= this.block)) {
+        if (!(granted >= permits && granted <= size)) {
           b.endFetch(s);
           throw this.badReply(r);
         }
+        b.grow(s, this.block, this.mostLeased);
         b.fill(s, granted - permits, r.nowUs, at + this.blockTtlMs);
         b.endFetch(s);
         return {
@@ -403,13 +490,15 @@ export abstract class RedisLimiter {
 
   private prefetch(b: Blocks, s: number, tag: string, which: number): void {
     if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs, which)) return;
-    this.call('b', tag, this.block, '1').then(
+    const size = b.leaseSize(s, this.block);
+    this.call('b', tag, size, '1').then(
       (reply) => {
         const r = this.parse(reply);
         const at = this.localMs();
         b.setFreshAt(s, at + r.untilFreshUs / 1000);
-        if (r.allowed && r.hintUs >= 1 && r.hintUs <= this.block) {
+        if (r.allowed && r.hintUs >= 1 && r.hintUs <= size) {
           b.top(s, r.hintUs, r.nowUs, at + this.blockTtlMs);
+          b.grow(s, this.block, this.mostLeased);
         } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
           b.refuse(s, at + r.retryAfterUs / 1000);
         }
@@ -596,7 +685,7 @@ export abstract class RedisLimiter {
       return Promise.reject(error);
     }
     if (this.blocks && permits <= this.block) {
-      return this.fleetConsume(tag, key, permits).then((d) => d.allowed);
+      return this.fleetTry(tag, key, permits);
     }
     return this.call('t', tag, permits, this.grantId()).then(
       this.tryReply,
@@ -620,7 +709,7 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks && permits <= this.block) return this.fleetConsume(tag, key, permits);
+    if (this.blocks && permits <= this.block) return this.fleetDecide(tag, key, permits);
     return this.directConsume(tag, key, permits);
   }
 
