@@ -1,7 +1,14 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
-import { attach, Concurrency, FixedWindow, SlidingLog, TokenBucket } from '../src/redis/index.js';
+import {
+  attach,
+  Concurrency,
+  FixedWindow,
+  LeakyBucket,
+  SlidingLog,
+  TokenBucket,
+} from '../src/redis/index.js';
 import { cli, RedisServer } from './helpers/redis.js';
 
 // Fleet mode in one process: blocks leased from a real redis-server, spent locally.
@@ -153,6 +160,33 @@ describe('fleet mode: lease sizes', () => {
     expect((await check.stats('k')).available).toBe(opts.capacity - 1001 - 15);
     await tb.close();
     expect((await check.stats('k')).available).toBe(opts.capacity - 1001);
+  });
+
+  it("a LeakyBucket's leases stay one block (a lease is a burst)", async () => {
+    const clock = new ManualClock(0);
+    const lb = new LeakyBucket({
+      redis,
+      capacity: 4000,
+      ratePerSecond: 1000,
+      block: 8,
+      clock,
+      prefix: 'f10',
+    });
+    // Spent as fast as it leaks, by one caller that never yields: it runs dry with a lease
+    // out (a token bucket's leases would grow), and each lease comes when the bucket is empty.
+    let allowed = 0;
+    let most = 0;
+    for (let i = 0; i < 300; i++) {
+      clock.advance(1);
+      const d = await lb.consume('k');
+      if (d.allowed) {
+        allowed++;
+        most = Math.max(most, d.remaining);
+      }
+    }
+    expect(allowed).toBeGreaterThan(200);
+    expect(most).toBe(7);
+    await lb.close();
   });
 
   it('a limit under 16 blocks never grows its leases', async () => {

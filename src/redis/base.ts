@@ -62,7 +62,7 @@ const allowedOf = (d: Decision): boolean => d.allowed;
  * for a key spent faster than a round trip brings permits (doubling each time the key ran
  * dry waiting for one), so that a hot key's permits per round trip keep up with its
  * threads; it falls back to one block as the key cools. A small limit (under 16 blocks)
- * never grows its leases. The unspent bound (README, "Fleet mode") counts the grown lease.
+ * and a LeakyBucket (whose lease is a burst) never grow their leases. The unspent bound (README, "Fleet mode") counts the grown lease.
  */
 export const LEASE_GROWTH = 8;
 
@@ -267,8 +267,11 @@ export abstract class RedisLimiter {
     this.blockTtlMs = common.blockTtlMs;
   }
 
-  /** Opens fleet mode's blocks; subclasses call it once `limit` is known. */
-  protected startFleet(): void {
+  /**
+   * Opens fleet mode's blocks; subclasses call it once `limit` is known. `leasesGrow`: a hot
+   * key's leases may grow past one block (LEASE_GROWTH).
+   */
+  protected startFleet(leasesGrow = true): void {
     const c = this.common;
     if (c.block === 0) return;
     if (c.block > this.limit) {
@@ -276,10 +279,9 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
-    this.mostLeased = Math.max(
-      c.block,
-      Math.min(LEASE_GROWTH * c.block, Math.floor(this.limit / 16)),
-    );
+    this.mostLeased = leasesGrow
+      ? Math.max(c.block, Math.min(LEASE_GROWTH * c.block, Math.floor(this.limit / 16)))
+      : c.block;
     if (c.blocks) {
       this.blocks = new Blocks(c.blocks);
       return;

@@ -61,7 +61,8 @@ export abstract class RedisGcra extends RedisLimiter {
       stepMs,
     };
     this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));
-    this.startFleet();
+    // A leaky bucket's lease is a burst (README, "Fleet mode"): it stays one block.
+    this.startFleet(!leaky);
   }
 
   protected params(): readonly string[] {
