@@ -11,8 +11,9 @@ import {
   show,
   typeError,
 } from '../validate.js';
-import { Blocks, type BlocksHandle, I_FETCH, I_FETCH2 } from './blocks.js';
+import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
+import { Fleet, mostLeased } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
 import { Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
@@ -51,20 +52,6 @@ export interface RedisOptions {
   /** Fleet mode: keys with a block at once in this process (default 4096). */
   blockKeys?: number;
 }
-
-// Fleet mode's answers known at once (shared: a settled promise holds one value forever).
-const ALLOWED = Promise.resolve(true);
-const REFUSED = Promise.resolve(false);
-const allowedOf = (d: Decision): boolean => d.allowed;
-
-/**
- * Fleet mode: a lease grows up to this many blocks, and at most to a sixteenth of the limit,
- * for a key spent faster than a round trip brings permits (doubling each time the key ran
- * dry waiting for one), so that a hot key's permits per round trip keep up with its
- * threads; it falls back to one block as the key cools. A small limit (under 16 blocks)
- * and a LeakyBucket (whose lease is a burst) never grow their leases. The unspent bound (README, "Fleet mode") counts the grown lease.
- */
-export const LEASE_GROWTH = 8;
 
 /** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
 export const BLOCKS = Symbol('atomic-limiter/redis blocks');
@@ -236,15 +223,10 @@ export abstract class RedisLimiter {
   private readonly waiters = new Set<Waiter>();
   private readonly keyPrefix: string;
   private readonly common: RedisCommon;
-  /** Fleet mode: permits per block (0: off), and the shared blocks. */
+  /** Fleet mode: permits per block (0: off), and this thread's side of the shared blocks. */
   readonly block: number;
-  /** Fleet mode: the most one lease asks for (a key spent fast: Blocks.grow()). */
-  private mostLeased = 0;
-  /** Fleet mode: the last key's tag and slot in this thread (slotFor()). */
-  private lastTag: string | undefined;
-  private lastSlot = -1;
   readonly blockTtlMs: number;
-  private blocks: Blocks | undefined;
+  private fleet: Fleet | undefined;
   /** True for the limiter that made the blocks (its close() gives them back). */
   private ownsBlocks = false;
   private sweep: ReturnType<typeof setInterval> | undefined;
@@ -279,17 +261,36 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
-    this.mostLeased = leasesGrow
-      ? Math.max(c.block, Math.min(LEASE_GROWTH * c.block, Math.floor(this.limit / 16)))
-      : c.block;
+    const most = mostLeased(c.block, this.limit, leasesGrow);
+    // What fleet mode asks of this limiter (fleet-mode.ts), bound once.
+    const host = {
+      limit: this.limit,
+      block: this.block,
+      blockTtlMs: this.blockTtlMs,
+      timeoutMs: this.timeoutMs,
+      closed: () => this.closed,
+      localMs: () => this.localMs(),
+      call: (op: string, tag: string, permits: number, extra: string) =>
+        this.call(op, tag, permits, extra),
+      parse: (reply: unknown) => this.parse(reply),
+      badReply: (reply: unknown) => this.badReply(reply),
+      fallback: (error: unknown, key: Key | undefined, permits: number) =>
+        this.fallback(error, key, permits),
+      direct: (tag: string, key: Key | undefined, permits: number) =>
+        this.directConsume(tag, key, permits),
+      giveBack: (tag: string, permits: number, takenUs: string) =>
+        this.giveBack(tag, permits, takenUs),
+      lost: reportLost,
+    };
     if (c.blocks) {
-      this.blocks = new Blocks(c.blocks);
+      this.fleet = new Fleet(new Blocks(c.blocks), host, most);
       return;
     }
-    this.blocks = new Blocks(c.blockKeys);
+    const fleet = new Fleet(new Blocks(c.blockKeys), host, most);
+    this.fleet = fleet;
     this.ownsBlocks = true;
     // Blocks nobody touches still age out: their permits go back.
-    this.sweep = setInterval(() => this.returnBlocks(true), this.blockTtlMs);
+    this.sweep = setInterval(() => fleet.giveBack(true), this.blockTtlMs);
     this.sweep.unref();
   }
 
@@ -310,204 +311,13 @@ export abstract class RedisLimiter {
       algorithm: this.algorithm,
       options,
       clock: this.clock?.handle,
-      blocks: this.blocks?.handle,
+      blocks: this.fleet?.blocks.handle,
     };
   }
 
   /** Local time in ms for block ages and cached refusals (the ManualClock's when given). */
   private localMs(): number {
     return this.clock ? this.clock.nowUs() / 1000 : performance.timeOrigin + performance.now();
-  }
-
-  /** Gives back the permits of blocks (only aged-out ones if `expiredOnly`). */
-  private returnBlocks(expiredOnly: boolean): Promise<void> {
-    const blocks = this.blocks;
-    if (!blocks) return Promise.resolve();
-    const now = this.localMs();
-    const pending: Promise<void>[] = [];
-    for (const s of blocks.held()) {
-      if (expiredOnly && !blocks.expired(s, now)) continue;
-      const tag = blocks.tagOf(s);
-      // A block that aged out belonged to a key that cooled: its leases go back to `block`.
-      if (blocks.expired(s, now)) blocks.resetLease(s);
-      const d = blocks.drain(s);
-      if (d.permits > 0) {
-        pending.push(this.giveBack(tag, d.permits, String(d.takenUs)));
-      }
-    }
-    return Promise.all(pending).then(() => {});
-  }
-
-  /**
-   * This thread's slot of `tag` in the blocks (−1: none). The last key's is remembered: a
-   * slot, once a key's, stays that key's, and a hot key is then found without hashing.
-   */
-  private slotFor(b: Blocks, tag: string): number {
-    if (tag === this.lastTag) return this.lastSlot;
-    const s = b.slotOf(tag);
-    if (s >= 0) {
-      this.lastTag = tag;
-      this.lastSlot = s;
-    }
-    return s;
-  }
-
-  /** Spends `permits` from slot `s`'s block if it holds them, leasing ahead as it runs low. */
-  private spend(b: Blocks, s: number, tag: string, permits: number, now: number): boolean {
-    if (!b.take(s, permits, now)) return false;
-    // A quarter of a lease left: the next one is leased in the background, so that the
-    // threads spending this one need not wait for a round trip; an eighth left with that
-    // lease still out, a second one (a key spending faster than a round trip).
-    const left = b.permits(s);
-    const size = b.leaseSize(s, this.block);
-    if (left <= size >> 2 && size >= 4) this.prefetch(b, s, tag, I_FETCH);
-    if (left <= size >> 3 && size >= 8) this.prefetch(b, s, tag, I_FETCH2);
-    return true;
-  }
-
-  /** A grant from slot `s`'s block (after spend()). */
-  private spent(b: Blocks, s: number, now: number): Decision {
-    return {
-      allowed: true,
-      remaining: b.permits(s),
-      limit: this.limit,
-      retryAfterMs: 0,
-      resetAfterMs: b.resetAfterMs(s, now),
-    };
-  }
-
-  /** Slot `s`'s cached refusal, `refusedMs` more. */
-  private refusedHere(b: Blocks, s: number, now: number, refusedMs: number): Decision {
-    return {
-      allowed: false,
-      remaining: 0,
-      limit: this.limit,
-      retryAfterMs: refusedMs,
-      resetAfterMs: b.resetAfterMs(s, now),
-      reason: 'limited',
-    };
-  }
-
-  /**
-   * Fleet mode without a promise of its own where it can: spent from the block or refused
-   * by a cached refusal, the answer is known at once; otherwise fleetConsume() fetches.
-   */
-  private fleetTry(tag: string, key: Key | undefined, permits: number): Promise<boolean> {
-    const b = this.blocks!;
-    const s = this.slotFor(b, tag);
-    if (s >= 0) {
-      const now = this.localMs();
-      if (this.spend(b, s, tag, permits, now)) return ALLOWED;
-      if (b.refusedForMs(s, now) > 0) return REFUSED;
-    }
-    return this.fleetConsume(tag, key, permits).then(allowedOf);
-  }
-
-  /** fleetTry() for consume(): the Decision. */
-  private fleetDecide(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
-    const b = this.blocks!;
-    const s = this.slotFor(b, tag);
-    if (s >= 0) {
-      const now = this.localMs();
-      if (this.spend(b, s, tag, permits, now)) return Promise.resolve(this.spent(b, s, now));
-      const refusedMs = b.refusedForMs(s, now);
-      if (refusedMs > 0) return Promise.resolve(this.refusedHere(b, s, now, refusedMs));
-    }
-    return this.fleetConsume(tag, key, permits);
-  }
-
-  /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
-  private async fleetConsume(
-    tag: string,
-    key: Key | undefined,
-    permits: number,
-  ): Promise<Decision> {
-    const b = this.blocks!;
-    const s = this.slotFor(b, tag);
-    if (s < 0) return this.directConsume(tag, key, permits);
-    for (;;) {
-      const now = this.localMs();
-      if (this.spend(b, s, tag, permits, now)) return this.spent(b, s, now);
-      const refusedMs = b.refusedForMs(s, now);
-      if (refusedMs > 0) return this.refusedHere(b, s, now, refusedMs);
-      if (this.closed) throw new LimiterClosedError();
-      // Dry with a lease out: the key is spent faster than a round trip brings permits, so
-      // the next leases grow (Blocks.grow()).
-      if (b.fetching(s)) b.starve(s);
-      if (!b.claimFetch(s, 2 * this.timeoutMs)) {
-        // Another thread (or call) fetches this key's block: wait for it, then look again.
-        await b.waitFetch(s, this.timeoutMs);
-        continue;
-      }
-      let r: Reply;
-      let size: number;
-      try {
-        // Fewer permits than asked are left, or an aged-out block: they go back first, in
-        // the window they were taken in (and a key that let its block age out cooled).
-        if (b.expired(s, now)) b.resetLease(s);
-        const left = b.drain(s);
-        if (left.permits > 0) {
-          this.giveBack(tag, left.permits, String(left.takenUs)).catch(reportLost);
-        }
-        size = b.leaseSize(s, this.block);
-        r = this.parse(await this.call('b', tag, size, String(permits)));
-      } catch (error) {
-        b.endFetch(s);
-        return this.fallback(error, key, permits);
-      }
-      const at = this.localMs();
-      b.setFreshAt(s, at + r.untilFreshUs / 1000);
-      if (r.allowed) {
-        const granted = r.hintUs;
-        if (!(granted >= permits && granted <= size)) {
-          b.endFetch(s);
-          throw this.badReply(r);
-        }
-        b.grow(s, this.block, this.mostLeased);
-        b.fill(s, granted - permits, r.nowUs, at + this.blockTtlMs);
-        b.endFetch(s);
-        return {
-          allowed: true,
-          remaining: b.permits(s),
-          limit: this.limit,
-          retryAfterMs: 0,
-          resetAfterMs: r.untilFreshUs / 1000,
-        };
-      }
-      const retryAfterMs = Number.isFinite(r.retryAfterUs) ? r.retryAfterUs / 1000 : this.timeoutMs;
-      // A refusal of one permit holds for any count; of more, not for fewer: only the first
-      // is cached.
-      if (permits === 1) b.refuse(s, at + retryAfterMs);
-      b.endFetch(s);
-      return {
-        allowed: false,
-        remaining: 0,
-        limit: this.limit,
-        retryAfterMs,
-        resetAfterMs: r.untilFreshUs / 1000,
-        reason: 'limited',
-      };
-    }
-  }
-
-  private prefetch(b: Blocks, s: number, tag: string, which: number): void {
-    if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs, which)) return;
-    const size = b.leaseSize(s, this.block);
-    this.call('b', tag, size, '1').then(
-      (reply) => {
-        const r = this.parse(reply);
-        const at = this.localMs();
-        b.setFreshAt(s, at + r.untilFreshUs / 1000);
-        if (r.allowed && r.hintUs >= 1 && r.hintUs <= size) {
-          b.top(s, r.hintUs, r.nowUs, at + this.blockTtlMs);
-          b.grow(s, this.block, this.mostLeased);
-        } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-          b.refuse(s, at + r.retryAfterUs / 1000);
-        }
-        b.endFetch(s, which);
-      },
-      () => b.endFetch(s, which), // the next empty block asks again, under the failure policy
-    );
   }
 
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
@@ -686,9 +496,7 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks && permits <= this.block) {
-      return this.fleetTry(tag, key, permits);
-    }
+    if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
     return this.call('t', tag, permits, this.grantId()).then(
       this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
@@ -711,7 +519,7 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks && permits <= this.block) return this.fleetDecide(tag, key, permits);
+    if (this.fleet && permits <= this.block) return this.fleet.consume(tag, key, permits);
     return this.directConsume(tag, key, permits);
   }
 
@@ -777,10 +585,11 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks) {
+    if (this.fleet) {
       // The key starts afresh: this process's block and cached refusal go too.
-      const s = this.blocks.slotOf(tag);
-      if (s >= 0) this.blocks.forget(s);
+      const blocks = this.fleet.blocks;
+      const s = blocks.slotOf(tag);
+      if (s >= 0) blocks.forget(s);
     }
     return this.call('x', tag, 1).then(
       () => {},
@@ -801,7 +610,8 @@ export abstract class RedisLimiter {
     if (this.sweep) clearInterval(this.sweep);
     // Fleet mode: the limiter that made the blocks gives their unspent permits back
     // (attach()ed ones leave them to it: other threads may still be spending them).
-    const back = first && this.ownsBlocks ? this.returnBlocks(false) : Promise.resolve();
+    const back =
+      first && this.ownsBlocks && this.fleet ? this.fleet.giveBack(false) : Promise.resolve();
     return Promise.all([back, this.onClose()]).then(() => {});
   }
 
