@@ -545,8 +545,8 @@ function redisSection(r) {
   return [
     '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
     `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
-    `its own calls; per call = wall ÷ calls. Medians of ${r.rounds} interleaved rounds; ratios: median of the rounds' ratios.`,
-    "Floor: EVALSHA of 'return 1'. State floor: a script of TIME, GET, SET … PX alone (a constant value).",
+    `its own calls; per call = wall ÷ calls. Medians of ${r.rounds} shuffled rounds (in flight: ${r.inFlightRounds ?? r.rounds}); ratios: the rounds' medians.`,
+    "Floor: EVALSHA of 'return 1'. State floor: a script of TIME, GET, SET … KEEPTTL alone (a constant value).",
     "Redis CPU: the script commands' time (INFO commandstats) ÷ calls.",
     '',
     table(
@@ -563,7 +563,7 @@ function redisSection(r) {
         row('atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
         row('rate-limiter-flexible RateLimiterRedis consume', s.rlf),
         row('floor: EVALSHA return 1', s.floor),
-        ...(s.stateFloor ? [row('state floor: TIME, GET, SET … PX', s.stateFloor)] : []),
+        ...(s.stateFloor ? [row('state floor: TIME, GET, SET … KEEPTTL', s.stateFloor)] : []),
       ],
     ),
     '',

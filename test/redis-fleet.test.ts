@@ -1,7 +1,14 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
-import { attach, Concurrency, FixedWindow, SlidingLog, TokenBucket } from '../src/redis/index.js';
+import {
+  attach,
+  Concurrency,
+  FixedWindow,
+  LeakyBucket,
+  SlidingLog,
+  TokenBucket,
+} from '../src/redis/index.js';
 import { cli, RedisServer } from './helpers/redis.js';
 
 // Fleet mode in one process: blocks leased from a real redis-server, spent locally.
@@ -110,6 +117,92 @@ describe('fleet mode: blocks', () => {
     await log.close();
     const check = new SlidingLog({ redis, limit: 10, windowMs: 3_600_000, clock, prefix: 'f4' });
     expect((await check.stats('k')).available).toBe(8);
+  });
+});
+
+describe('fleet mode: lease sizes', () => {
+  it('a key spent faster than a round trip gets leases of up to 8 blocks; none is lost', async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f7' };
+    const tb = new TokenBucket({ ...opts, block: 16 });
+    const check = new TokenBucket(opts);
+    // The most a process may hold: two leases out on an eighth of one in hand, a lease being
+    // at most 8 blocks (128: the limit's sixteenth is larger).
+    const most = 2 * 128 + 128 / 8;
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    let admitted = 0;
+    for (let i = 0; i < 2000; i++) {
+      if (await tb.tryAcquire('k')) admitted++;
+      if (i % 250 === 249) {
+        const held = opts.capacity - admitted - (await check.stats('k')).available;
+        expect([i, held >= 0 && held <= most]).toEqual([i, true]);
+      }
+    }
+    expect(admitted).toBe(2000);
+    // Blocks of 16 would take 125 leases; grown ones (each doubling when the caller ran dry
+    // waiting for a lease) take a few to grow, then one per 128. The stats calls count too.
+    const calls = (await evalCalls()) - 8;
+    expect(calls).toBeGreaterThanOrEqual(Math.ceil(2000 / most));
+    expect(calls).toBeLessThanOrEqual(40);
+    await tb.close();
+    expect((await check.stats('k')).available).toBe(opts.capacity - 2000);
+  });
+
+  it('leases fall back to one block once the key cools (its block aged out)', async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f8' };
+    const tb = new TokenBucket({ ...opts, block: 16, blockTtlMs: 500 });
+    const check = new TokenBucket(opts);
+    for (let i = 0; i < 1000; i++) expect(await tb.tryAcquire('k')).toBe(true);
+    clock.advance(500);
+    // The aged-out permits go back, then one block of 16 is leased (15 left: no lease ahead).
+    expect(await tb.consume('k')).toMatchObject({ allowed: true, remaining: 15 });
+    expect((await check.stats('k')).available).toBe(opts.capacity - 1001 - 15);
+    await tb.close();
+    expect((await check.stats('k')).available).toBe(opts.capacity - 1001);
+  });
+
+  it("a LeakyBucket's leases stay one block (a lease is a burst)", async () => {
+    const clock = new ManualClock(0);
+    const lb = new LeakyBucket({
+      redis,
+      capacity: 4000,
+      ratePerSecond: 1000,
+      block: 8,
+      clock,
+      prefix: 'f10',
+    });
+    // Spent as fast as it leaks, by one caller that never yields: it runs dry with a lease
+    // out (a token bucket's leases would grow), and each lease comes when the bucket is empty.
+    let allowed = 0;
+    let most = 0;
+    for (let i = 0; i < 300; i++) {
+      clock.advance(1);
+      const d = await lb.consume('k');
+      if (d.allowed) {
+        allowed++;
+        most = Math.max(most, d.remaining);
+      }
+    }
+    expect(allowed).toBeGreaterThan(200);
+    expect(most).toBe(7);
+    await lb.close();
+  });
+
+  it('a limit under 16 blocks never grows its leases', async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9' };
+    const tb = new TokenBucket({ ...opts, block: 8 });
+    const check = new TokenBucket(opts);
+    let admitted = 0;
+    for (let i = 0; i < 60; i++) {
+      if (await tb.tryAcquire('k')) admitted++;
+      // Held: at most two blocks out on an eighth of one in hand.
+      const held = opts.capacity - admitted - (await check.stats('k')).available;
+      expect([i, held >= 0 && held <= 2 * 8 + 1]).toEqual([i, true]);
+    }
+    expect(admitted).toBe(60);
+    await tb.close();
   });
 });
 

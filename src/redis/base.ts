@@ -11,8 +11,9 @@ import {
   show,
   typeError,
 } from '../validate.js';
-import { Blocks, type BlocksHandle, I_FETCH, I_FETCH2 } from './blocks.js';
+import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
+import { Fleet, mostLeased } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
 import { Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
@@ -222,10 +223,10 @@ export abstract class RedisLimiter {
   private readonly waiters = new Set<Waiter>();
   private readonly keyPrefix: string;
   private readonly common: RedisCommon;
-  /** Fleet mode: permits per block (0: off), and the shared blocks. */
+  /** Fleet mode: permits per block (0: off), and this thread's side of the shared blocks. */
   readonly block: number;
   readonly blockTtlMs: number;
-  private blocks: Blocks | undefined;
+  private fleet: Fleet | undefined;
   /** True for the limiter that made the blocks (its close() gives them back). */
   private ownsBlocks = false;
   private sweep: ReturnType<typeof setInterval> | undefined;
@@ -248,8 +249,11 @@ export abstract class RedisLimiter {
     this.blockTtlMs = common.blockTtlMs;
   }
 
-  /** Opens fleet mode's blocks; subclasses call it once `limit` is known. */
-  protected startFleet(): void {
+  /**
+   * Opens fleet mode's blocks; subclasses call it once `limit` is known. `leasesGrow`: a hot
+   * key's leases may grow past one block (LEASE_GROWTH).
+   */
+  protected startFleet(leasesGrow = true): void {
     const c = this.common;
     if (c.block === 0) return;
     if (c.block > this.limit) {
@@ -257,14 +261,36 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
+    const most = mostLeased(c.block, this.limit, leasesGrow);
+    // What fleet mode asks of this limiter (fleet-mode.ts), bound once.
+    const host = {
+      limit: this.limit,
+      block: this.block,
+      blockTtlMs: this.blockTtlMs,
+      timeoutMs: this.timeoutMs,
+      closed: () => this.closed,
+      localMs: () => this.localMs(),
+      call: (op: string, tag: string, permits: number, extra: string) =>
+        this.call(op, tag, permits, extra),
+      parse: (reply: unknown) => this.parse(reply),
+      badReply: (reply: unknown) => this.badReply(reply),
+      fallback: (error: unknown, key: Key | undefined, permits: number) =>
+        this.fallback(error, key, permits),
+      direct: (tag: string, key: Key | undefined, permits: number) =>
+        this.directConsume(tag, key, permits),
+      giveBack: (tag: string, permits: number, takenUs: string) =>
+        this.giveBack(tag, permits, takenUs),
+      lost: reportLost,
+    };
     if (c.blocks) {
-      this.blocks = new Blocks(c.blocks);
+      this.fleet = new Fleet(new Blocks(c.blocks), host, most);
       return;
     }
-    this.blocks = new Blocks(c.blockKeys);
+    const fleet = new Fleet(new Blocks(c.blockKeys), host, most);
+    this.fleet = fleet;
     this.ownsBlocks = true;
     // Blocks nobody touches still age out: their permits go back.
-    this.sweep = setInterval(() => this.returnBlocks(true), this.blockTtlMs);
+    this.sweep = setInterval(() => fleet.giveBack(true), this.blockTtlMs);
     this.sweep.unref();
   }
 
@@ -285,138 +311,13 @@ export abstract class RedisLimiter {
       algorithm: this.algorithm,
       options,
       clock: this.clock?.handle,
-      blocks: this.blocks?.handle,
+      blocks: this.fleet?.blocks.handle,
     };
   }
 
   /** Local time in ms for block ages and cached refusals (the ManualClock's when given). */
   private localMs(): number {
     return this.clock ? this.clock.nowUs() / 1000 : performance.timeOrigin + performance.now();
-  }
-
-  /** Gives back the permits of blocks (only aged-out ones if `expiredOnly`). */
-  private returnBlocks(expiredOnly: boolean): Promise<void> {
-    const blocks = this.blocks;
-    if (!blocks) return Promise.resolve();
-    const now = this.localMs();
-    const pending: Promise<void>[] = [];
-    for (const s of blocks.held()) {
-      if (expiredOnly && !blocks.expired(s, now)) continue;
-      const tag = blocks.tagOf(s);
-      const d = blocks.drain(s);
-      if (d.permits > 0) {
-        pending.push(this.giveBack(tag, d.permits, String(d.takenUs)));
-      }
-    }
-    return Promise.all(pending).then(() => {});
-  }
-
-  /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
-  private async fleetConsume(
-    tag: string,
-    key: Key | undefined,
-    permits: number,
-  ): Promise<Decision> {
-    const b = this.blocks!;
-    const s = b.slotOf(tag);
-    if (s < 0) return this.directConsume(tag, key, permits);
-    for (;;) {
-      const now = this.localMs();
-      if (b.take(s, permits, now)) {
-        // A quarter of a block left: the next one is leased in the background, so that the
-        // threads spending this one need not wait for a round trip; an eighth left with
-        // that lease still out, a second one (a key spending faster than a round trip).
-        const left = b.permits(s);
-        if (left <= this.block >> 2 && this.block >= 4) this.prefetch(b, s, tag, I_FETCH);
-        if (left <= this.block >> 3 && this.block >= 8) this.prefetch(b, s, tag, I_FETCH2);
-        return {
-          allowed: true,
-          remaining: b.permits(s),
-          limit: this.limit,
-          retryAfterMs: 0,
-          resetAfterMs: b.resetAfterMs(s, now),
-        };
-      }
-      const refusedMs = b.refusedForMs(s, now);
-      if (refusedMs > 0) {
-        return {
-          allowed: false,
-          remaining: 0,
-          limit: this.limit,
-          retryAfterMs: refusedMs,
-          resetAfterMs: b.resetAfterMs(s, now),
-          reason: 'limited',
-        };
-      }
-      if (this.closed) throw new LimiterClosedError();
-      if (!b.claimFetch(s, 2 * this.timeoutMs)) {
-        // Another thread (or call) fetches this key's block: wait for it, then look again.
-        await b.waitFetch(s, this.timeoutMs);
-        continue;
-      }
-      let r: Reply;
-      try {
-        // Fewer permits than asked are left, or an aged-out block: they go back first, in
-        // the window they were taken in.
-        const left = b.drain(s);
-        if (left.permits > 0) {
-          this.giveBack(tag, left.permits, String(left.takenUs)).catch(reportLost);
-        }
-        r = this.parse(await this.call('b', tag, this.block, String(permits)));
-      } catch (error) {
-        b.endFetch(s);
-        return this.fallback(error, key, permits);
-      }
-      const at = this.localMs();
-      b.setFreshAt(s, at + r.untilFreshUs / 1000);
-      if (r.allowed) {
-        const granted = r.hintUs;
-        if (!(granted >= permits && granted <= this.block)) {
-          b.endFetch(s);
-          throw this.badReply(r);
-        }
-        b.fill(s, granted - permits, r.nowUs, at + this.blockTtlMs);
-        b.endFetch(s);
-        return {
-          allowed: true,
-          remaining: b.permits(s),
-          limit: this.limit,
-          retryAfterMs: 0,
-          resetAfterMs: r.untilFreshUs / 1000,
-        };
-      }
-      const retryAfterMs = Number.isFinite(r.retryAfterUs) ? r.retryAfterUs / 1000 : this.timeoutMs;
-      // A refusal of one permit holds for any count; of more, not for fewer: only the first
-      // is cached.
-      if (permits === 1) b.refuse(s, at + retryAfterMs);
-      b.endFetch(s);
-      return {
-        allowed: false,
-        remaining: 0,
-        limit: this.limit,
-        retryAfterMs,
-        resetAfterMs: r.untilFreshUs / 1000,
-        reason: 'limited',
-      };
-    }
-  }
-
-  private prefetch(b: Blocks, s: number, tag: string, which: number): void {
-    if (this.closed || !b.claimFetch(s, 2 * this.timeoutMs, which)) return;
-    this.call('b', tag, this.block, '1').then(
-      (reply) => {
-        const r = this.parse(reply);
-        const at = this.localMs();
-        b.setFreshAt(s, at + r.untilFreshUs / 1000);
-        if (r.allowed && r.hintUs >= 1 && r.hintUs <= this.block) {
-          b.top(s, r.hintUs, r.nowUs, at + this.blockTtlMs);
-        } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-          b.refuse(s, at + r.retryAfterUs / 1000);
-        }
-        b.endFetch(s, which);
-      },
-      () => b.endFetch(s, which), // the next empty block asks again, under the failure policy
-    );
   }
 
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
@@ -595,9 +496,7 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks && permits <= this.block) {
-      return this.fleetConsume(tag, key, permits).then((d) => d.allowed);
-    }
+    if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
     return this.call('t', tag, permits, this.grantId()).then(
       this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
@@ -620,7 +519,7 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks && permits <= this.block) return this.fleetConsume(tag, key, permits);
+    if (this.fleet && permits <= this.block) return this.fleet.consume(tag, key, permits);
     return this.directConsume(tag, key, permits);
   }
 
@@ -686,10 +585,11 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.blocks) {
+    if (this.fleet) {
       // The key starts afresh: this process's block and cached refusal go too.
-      const s = this.blocks.slotOf(tag);
-      if (s >= 0) this.blocks.forget(s);
+      const blocks = this.fleet.blocks;
+      const s = blocks.slotOf(tag);
+      if (s >= 0) blocks.forget(s);
     }
     return this.call('x', tag, 1).then(
       () => {},
@@ -710,7 +610,8 @@ export abstract class RedisLimiter {
     if (this.sweep) clearInterval(this.sweep);
     // Fleet mode: the limiter that made the blocks gives their unspent permits back
     // (attach()ed ones leave them to it: other threads may still be spending them).
-    const back = first && this.ownsBlocks ? this.returnBlocks(false) : Promise.resolve();
+    const back =
+      first && this.ownsBlocks && this.fleet ? this.fleet.giveBack(false) : Promise.resolve();
     return Promise.all([back, this.onClose()]).then(() => {});
   }
 

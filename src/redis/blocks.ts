@@ -22,7 +22,12 @@ const I_PERMITS = 3; // permits in hand
 export const I_FETCH = 4;
 export const I_FETCH2 = 7;
 const I_GEN = 5; // bumped when a fetch ends: wakes threads waiting for it
-const INTS = 8;
+// Permits a lease asks for (0: the block); grown for a key spent fast (grow()).
+const I_LEASE = 8;
+// 1 when the key ran dry with a lease out since the last lease landed (spent faster than a
+// round trip brings permits).
+const I_STARVED = 9;
+const INTS = 10;
 // Float64 fields per slot.
 const F_TAKEN_US = 0; // when the block's permits were taken (the script's time)
 const F_EXPIRES_MS = 1; // local time the block ages out
@@ -157,6 +162,43 @@ export class Blocks {
       this.floats[f + F_EXPIRES_MS] = expiresMs;
     }
     Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+  }
+
+  /** The permits a lease of slot `s` asks for: `block`, or more for a key spent fast. */
+  leaseSize(s: number, block: number): number {
+    return Atomics.load(this.ints, s * INTS + I_LEASE) || block;
+  }
+
+  /** True while a lease of slot `s` is out (a lapsed one of a dead fetcher counts too). */
+  fetching(s: number): boolean {
+    return (
+      Atomics.load(this.ints, s * INTS + I_FETCH) !== 0 ||
+      Atomics.load(this.ints, s * INTS + I_FETCH2) !== 0
+    );
+  }
+
+  /** Notes that slot `s` ran dry while a lease was out. */
+  starve(s: number): void {
+    Atomics.store(this.ints, s * INTS + I_STARVED, 1);
+  }
+
+  /**
+   * Grows slot `s`'s lease size as a lease lands, if the key ran dry waiting for it: it is
+   * spent faster than a round trip brings `leaseSize` permits, so the next lease doubles (up
+   * to `most`). It goes back to `block` when the key's block ages out (resetLease()): every
+   * `blockTtlMs` for a key kept busy, at once for one that cooled. Threads growing at once
+   * may lose a doubling: a heuristic, always within [block, most].
+   */
+  grow(s: number, block: number, most: number): void {
+    if (Atomics.exchange(this.ints, s * INTS + I_STARVED, 0) !== 1) return;
+    const size = this.leaseSize(s, block);
+    if (size < most) Atomics.store(this.ints, s * INTS + I_LEASE, Math.min(2 * size, most));
+  }
+
+  /** Slot `s`'s leases back to `block` (its block aged out: the key cooled). */
+  resetLease(s: number): void {
+    Atomics.store(this.ints, s * INTS + I_LEASE, 0);
+    Atomics.store(this.ints, s * INTS + I_STARVED, 0);
   }
 
   /**

@@ -43,7 +43,12 @@ local function out(x)
   if x == math.floor(x) and x > -9e15 and x < 9e15 then return x end
   return fmt(x)
 end
-local function ttlMs(us) return math.ceil(us / 1000) + SLACK_MS end
+-- A TTL (ms) that lasts until endUs (µs on NOW's clock). Redis adds it to its own ms clock
+-- when the write runs, which may still be in NOW's ms (or, counting from the script's
+-- start, the one before): so from NOW's whole ms, plus 1. From NOW itself (ceil(us / 1000))
+-- it could end up to a ms before endUs, and a key gone early forgets what it counted.
+local function ttlTo(endUs) return math.ceil(endUs / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS end
+local function ttlMs(us) return ttlTo(NOW + us) end
 `;
 
 /** The head of every algorithm's script: one call's arguments, then the shared helpers. */

@@ -1,4 +1,12 @@
-import { luaNumber, SINGLE_ARGS, searchRetry, toReply, type WindowParams } from './single.lua.js';
+import {
+  luaNumber,
+  SINGLE_ARGS,
+  saveState,
+  searchRetry,
+  toReply,
+  ttlTo,
+  type WindowParams,
+} from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
@@ -22,6 +30,9 @@ end
 -- read(): the window the state counts in (a later stored one: the clock went back).
 local win = math.floor(NOW / W)
 local count = 0
+-- The stored state's window: its key's TTL reaches that window's end (a stored state
+-- counts something: one with nothing to count is deleted).
+local stored = sw
 if sw and sw >= win then win, count = sw, sc end
 local ok = count + P <= ${limit}
 if ok then
@@ -31,10 +42,14 @@ if ok then
 else
   rej = rej + P
 end
--- save(): the key lives until its window ends, or goes.
+-- save(): the key lives until its window ends, or goes; in the stored state's window the
+-- TTL is already that.
 if count > 0 then
-  local ms = math.ceil(((win + 1) * W - NOW) / 1000) + ${luaNumber(p.slackMs)}
-  redis.call('SET', KEYS[1], ${encodeState(['sw', 'sc', 'adm', 'rej'])}, 'PX', ms)
+  ${saveState(
+    encodeState(['sw', 'sc', 'adm', 'rej']),
+    'stored == win',
+    ttlTo('(win + 1) * W', p.slackMs),
+  )}
 else
   redis.call('DEL', KEYS[1])
 end

@@ -1,4 +1,4 @@
-import { luaNumber, SINGLE_ARGS, searchRetry, toReply } from './single.lua.js';
+import { luaNumber, SINGLE_ARGS, saveState, searchRetry, toReply, ttlTo } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
@@ -12,6 +12,18 @@ export interface GcraParams {
   readonly leaky: boolean;
   /** TTL slack in ms (a ManualClock's). */
   readonly slackMs: number;
+  /** The TTL's step in ms (gcraStepMs()). */
+  readonly stepMs: number;
+}
+
+/**
+ * The step a bucket's TTL is rounded up to (ms): an eighth of the time the bucket takes to
+ * fill from empty, 1 ms to 1 s. The key lives until the bucket is full again, to the end of
+ * that step: at most one step longer than it must, and a key spent faster than it refills
+ * has its TTL set about once per step instead of on every call (single.lua.ts saveState()).
+ */
+export function gcraStepMs(capacity: number, intervalUs: number): number {
+  return Math.min(1000, Math.max(1, Math.floor((capacity * intervalUs) / 8000)));
 }
 
 /**
@@ -28,6 +40,7 @@ export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
 local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
+local STEP_US = ${luaNumber(p.stepMs * 1000)}
 ${SINGLE_ARGS}
 local u = math.floor(NOW * SCALE)
 local tat, adm, rej
@@ -48,10 +61,15 @@ if ok then
 else
   rej = rej + P
 end
--- save(): the key lives until the bucket is fresh again, or goes.
+-- save(): the key lives until the end of the step in which the bucket is fresh again, or
+-- goes; a state ending in the stored one's step keeps its TTL.
 if tat and tat > u then
-  local ms = math.ceil((tat - u) / SCALE / 1000) + ${luaNumber(p.slackMs)}
-  redis.call('SET', KEYS[1], ${encodeState(['tat', 'adm', 'rej'])}, 'PX', ms)
+  local ends = math.ceil(tat / SCALE / STEP_US)
+  ${saveState(
+    encodeState(['tat', 'adm', 'rej']),
+    'old and ends <= math.ceil(old / SCALE / STEP_US)',
+    ttlTo('ends * STEP_US', p.slackMs),
+  )}
 else
   redis.call('DEL', KEYS[1])
 end

@@ -5,9 +5,12 @@ import { decodeState, encodeState } from './state.lua.js';
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
  * arrival time in units of 1/K of the emission interval, counted from time 0 (the
  * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill.
+ * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill, rounded up to the
+ * bucket's step (gcraStepMs(): every script that writes the key rounds the same way, so a
+ * single-call script may keep the TTL of a key whose state ends in the same step).
  *
- * ARGV[6…]: K, scale (units per µs), tau (capacity × K), limit, leaky (1/0), queueLimit.
+ * ARGV[6…]: K, scale (units per µs), tau (capacity × K), limit, leaky (1/0), queueLimit,
+ * step (ms).
  */
 export const GCRA_LUA = `${PRELUDE}
 local K = tonumber(ARGV[6])
@@ -16,6 +19,7 @@ local TAU = tonumber(ARGV[8])
 local LIMIT = tonumber(ARGV[9])
 local LEAKY = ARGV[10] == '1'
 local QLIMIT = tonumber(ARGV[11])
+local STEP_US = tonumber(ARGV[12]) * 1000
 
 local function units(t) return math.floor(t * SCALE) end
 
@@ -41,8 +45,9 @@ local function save(st)
   if f <= 0 then
     delKey(KEYS[1])
   else
-    -- All three are integers (the TAT counts whole units).
-    putState(KEYS[1], st, encode, ttlMs(f))
+    -- All three are integers (the TAT counts whole units). The key lives until the end of
+    -- the step in which the bucket is full again (tat > units(NOW), so at least 1 ms).
+    putState(KEYS[1], st, encode, ttlTo(math.ceil(st.tat / SCALE / STEP_US) * STEP_US))
   end
 end
 

@@ -9,7 +9,7 @@ import {
   reportLost,
 } from './base.js';
 import { GCRA_SCRIPT } from './gcra.lua.js';
-import { gcraSingleScript } from './gcra-single.lua.js';
+import { gcraSingleScript, gcraStepMs } from './gcra-single.lua.js';
 import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
@@ -40,6 +40,7 @@ export abstract class RedisGcra extends RedisLimiter {
       Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(intervalUs)),
     );
     const scale = k / intervalUs;
+    const stepMs = gcraStepMs(capacity, intervalUs);
     this.limit = capacity;
     this.args = [
       String(k),
@@ -48,6 +49,7 @@ export abstract class RedisGcra extends RedisLimiter {
       String(capacity),
       leaky ? '1' : '0',
       String(common.queueLimit),
+      String(stepMs),
     ];
     const single = {
       k,
@@ -56,9 +58,11 @@ export abstract class RedisGcra extends RedisLimiter {
       limit: capacity,
       leaky,
       slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+      stepMs,
     };
     this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));
-    this.startFleet();
+    // A leaky bucket's lease is a burst (README, "Fleet mode"): it stays one block.
+    this.startFleet(!leaky);
   }
 
   protected params(): readonly string[] {

@@ -1,4 +1,12 @@
-import { luaNumber, SINGLE_ARGS, searchRetry, toReply, type WindowParams } from './single.lua.js';
+import {
+  luaNumber,
+  SINGLE_ARGS,
+  saveState,
+  searchRetry,
+  toReply,
+  ttlTo,
+  type WindowParams,
+} from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
@@ -19,6 +27,12 @@ if v then
   ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow')}
 else
   adm, rej = 0, 0
+end
+-- Where the stored state ends (in windows): the end of the window after its own if it
+-- counts in its own, else its own window's end; its key's TTL reaches that.
+local ends
+if sw then
+  if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end
 end
 -- read(): the counters rolled forward to NOW's window.
 local win = math.floor(NOW / W)
@@ -47,8 +61,13 @@ elseif prev > 0 then
   fresh = math.max(0, (win + 1) * W - NOW)
 end
 if fresh > 0 then
-  local ms = math.ceil(fresh / 1000) + ${luaNumber(p.slackMs)}
-  redis.call('SET', KEYS[1], ${encodeState(['sw', 'sp', 'sc', 'adm', 'rej'])}, 'PX', ms)
+  -- A grant saves a state counting in NOW's window (it ends a window later); a refusal saves
+  -- the stored state again, which ends where it did.
+  ${saveState(
+    encodeState(['sw', 'sp', 'sc', 'adm', 'rej']),
+    'ends and (not ok or win + 2 <= ends)',
+    ttlTo('NOW + fresh', p.slackMs),
+  )}
 else
   redis.call('DEL', KEYS[1])
 end

@@ -1,0 +1,274 @@
+import { LimiterClosedError } from '../errors.js';
+import type { Key } from '../limiter.js';
+import type { Decision } from '../options.js';
+import { type Blocks, I_FETCH, I_FETCH2 } from './blocks.js';
+
+/**
+ * Fleet mode's decisions (`block: n`): permits leased from Redis into this process's shared
+ * blocks (blocks.ts), spent by every thread of the process, fetched by one thread at a time
+ * per key, leased ahead as they run low, given back when they age out or on close(); and
+ * refusals cached until their retryAfterMs. A RedisLimiter with blocks makes one Fleet per
+ * thread (its own Redis client, the same blocks).
+ */
+
+// Answers known at once (shared: a settled promise holds one value forever).
+const ALLOWED = Promise.resolve(true);
+const REFUSED = Promise.resolve(false);
+const allowedOf = (d: Decision): boolean => d.allowed;
+
+/**
+ * A lease grows up to this many blocks, and at most to a sixteenth of the limit, for a key
+ * spent faster than a round trip brings permits (doubling each time the key ran dry waiting
+ * for one), so that a hot key's permits per round trip keep up with its threads; it falls
+ * back to one block as the key cools. A small limit (under 16 blocks) and a LeakyBucket
+ * (whose lease is a burst) never grow their leases. The unspent bound (README, "Fleet
+ * mode") counts the grown lease.
+ */
+export const LEASE_GROWTH = 8;
+
+/** The most one lease of a limiter asks for. */
+export function mostLeased(block: number, limit: number, leasesGrow: boolean): number {
+  return leasesGrow
+    ? Math.max(block, Math.min(LEASE_GROWTH * block, Math.floor(limit / 16)))
+    : block;
+}
+
+/** What a lease ('b' op) replies, as the limiter parses it. */
+export interface LeaseReply {
+  readonly allowed: boolean;
+  readonly retryAfterUs: number;
+  readonly untilFreshUs: number;
+  readonly nowUs: number;
+  /** Permits granted. */
+  readonly hintUs: number;
+}
+
+/** What fleet mode needs of its limiter (the RedisLimiter, bound). */
+export interface FleetHost {
+  readonly limit: number;
+  readonly block: number;
+  readonly blockTtlMs: number;
+  readonly timeoutMs: number;
+  closed(): boolean;
+  /** Local time in ms (the ManualClock's when given). */
+  localMs(): number;
+  call(op: string, tag: string, permits: number, extra: string): Promise<unknown>;
+  parse(reply: unknown): LeaseReply;
+  badReply(reply: unknown): Error;
+  /** The failure policy's decision, for a call Redis could not answer. */
+  fallback(error: unknown, key: Key | undefined, permits: number): Decision | PromiseLike<Decision>;
+  /** A decision by Redis directly (no block). */
+  direct(tag: string, key: Key | undefined, permits: number): Promise<Decision>;
+  giveBack(tag: string, permits: number, takenUs: string): Promise<void>;
+  /** A give-back nobody awaits that failed. */
+  lost(error: unknown): void;
+}
+
+export class Fleet {
+  /** This thread's last key: its tag and slot (slotFor()). */
+  private lastTag: string | undefined;
+  private lastSlot = -1;
+
+  constructor(
+    readonly blocks: Blocks,
+    private readonly host: FleetHost,
+    /** The most one lease asks for (mostLeased()). */
+    private readonly mostLeased: number,
+  ) {}
+
+  /** Gives back the permits of blocks (only aged-out ones if `expiredOnly`). */
+  giveBack(expiredOnly: boolean): Promise<void> {
+    const blocks = this.blocks;
+    const now = this.host.localMs();
+    const pending: Promise<void>[] = [];
+    for (const s of blocks.held()) {
+      if (expiredOnly && !blocks.expired(s, now)) continue;
+      const tag = blocks.tagOf(s);
+      // A block that aged out belonged to a key that cooled: its leases go back to `block`.
+      if (blocks.expired(s, now)) blocks.resetLease(s);
+      const d = blocks.drain(s);
+      if (d.permits > 0) {
+        pending.push(this.host.giveBack(tag, d.permits, String(d.takenUs)));
+      }
+    }
+    return Promise.all(pending).then(() => {});
+  }
+
+  /**
+   * This thread's slot of `tag` in the blocks (−1: none). The last key's is remembered: a
+   * slot, once a key's, stays that key's, and a hot key is then found without hashing.
+   */
+  private slotFor(b: Blocks, tag: string): number {
+    if (tag === this.lastTag) return this.lastSlot;
+    const s = b.slotOf(tag);
+    if (s >= 0) {
+      this.lastTag = tag;
+      this.lastSlot = s;
+    }
+    return s;
+  }
+
+  /** Spends `permits` from slot `s`'s block if it holds them, leasing ahead as it runs low. */
+  private spend(b: Blocks, s: number, tag: string, permits: number, now: number): boolean {
+    if (!b.take(s, permits, now)) return false;
+    // A quarter of a lease left: the next one is leased in the background, so that the
+    // threads spending this one need not wait for a round trip; an eighth left with that
+    // lease still out, a second one (a key spending faster than a round trip).
+    const left = b.permits(s);
+    const size = b.leaseSize(s, this.host.block);
+    if (left <= size >> 2 && size >= 4) this.prefetch(b, s, tag, I_FETCH);
+    if (left <= size >> 3 && size >= 8) this.prefetch(b, s, tag, I_FETCH2);
+    return true;
+  }
+
+  /** A grant from slot `s`'s block (after spend()). */
+  private spent(b: Blocks, s: number, now: number): Decision {
+    return {
+      allowed: true,
+      remaining: b.permits(s),
+      limit: this.host.limit,
+      retryAfterMs: 0,
+      resetAfterMs: b.resetAfterMs(s, now),
+    };
+  }
+
+  /** Slot `s`'s cached refusal, `refusedMs` more. */
+  private refusedHere(b: Blocks, s: number, now: number, refusedMs: number): Decision {
+    return {
+      allowed: false,
+      remaining: 0,
+      limit: this.host.limit,
+      retryAfterMs: refusedMs,
+      resetAfterMs: b.resetAfterMs(s, now),
+      reason: 'limited',
+    };
+  }
+
+  /**
+   * Fleet mode without a promise of its own where it can: spent from the block or refused
+   * by a cached refusal, the answer is known at once; otherwise decide() fetches.
+   */
+  tryAcquire(tag: string, key: Key | undefined, permits: number): Promise<boolean> {
+    const b = this.blocks;
+    const s = this.slotFor(b, tag);
+    if (s >= 0) {
+      const now = this.host.localMs();
+      if (this.spend(b, s, tag, permits, now)) return ALLOWED;
+      if (b.refusedForMs(s, now) > 0) return REFUSED;
+    }
+    return this.decide(tag, key, permits).then(allowedOf);
+  }
+
+  /** tryAcquire() for consume(): the Decision. */
+  consume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
+    const b = this.blocks;
+    const s = this.slotFor(b, tag);
+    if (s >= 0) {
+      const now = this.host.localMs();
+      if (this.spend(b, s, tag, permits, now)) return Promise.resolve(this.spent(b, s, now));
+      const refusedMs = b.refusedForMs(s, now);
+      if (refusedMs > 0) return Promise.resolve(this.refusedHere(b, s, now, refusedMs));
+    }
+    return this.decide(tag, key, permits);
+  }
+
+  /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
+  private async decide(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
+    const b = this.blocks;
+    const s = this.slotFor(b, tag);
+    if (s < 0) return this.host.direct(tag, key, permits);
+    for (;;) {
+      const now = this.host.localMs();
+      if (this.spend(b, s, tag, permits, now)) return this.spent(b, s, now);
+      const refusedMs = b.refusedForMs(s, now);
+      if (refusedMs > 0) return this.refusedHere(b, s, now, refusedMs);
+      if (this.host.closed()) throw new LimiterClosedError();
+      // Dry with a lease out: the key is spent faster than a round trip brings permits, so
+      // the next leases grow (Blocks.grow()).
+      if (b.fetching(s)) b.starve(s);
+      if (!b.claimFetch(s, 2 * this.host.timeoutMs)) {
+        // Another thread (or call) fetches this key's block: wait for it, then look again.
+        await b.waitFetch(s, this.host.timeoutMs);
+        continue;
+      }
+      let r: LeaseReply;
+      let size: number;
+      try {
+        // Fewer permits than asked are left, or an aged-out block: they go back first, in
+        // the window they were taken in (and a key that let its block age out cooled).
+        if (b.expired(s, now)) b.resetLease(s);
+        const left = b.drain(s);
+        if (left.permits > 0) {
+          this.host.giveBack(tag, left.permits, String(left.takenUs)).catch(this.host.lost);
+        }
+        size = b.leaseSize(s, this.host.block);
+        r = this.host.parse(await this.host.call('b', tag, size, String(permits)));
+      } catch (error) {
+        b.endFetch(s);
+        return this.host.fallback(error, key, permits);
+      }
+      const at = this.host.localMs();
+      b.setFreshAt(s, at + r.untilFreshUs / 1000);
+      if (r.allowed) {
+        const granted = r.hintUs;
+        if (!(granted >= permits && granted <= size)) {
+          b.endFetch(s);
+          throw this.host.badReply(r);
+        }
+        b.grow(s, this.host.block, this.mostLeased);
+        b.fill(s, granted - permits, r.nowUs, at + this.host.blockTtlMs);
+        b.endFetch(s);
+        return {
+          allowed: true,
+          remaining: b.permits(s),
+          limit: this.host.limit,
+          retryAfterMs: 0,
+          resetAfterMs: r.untilFreshUs / 1000,
+        };
+      }
+      const retryAfterMs = Number.isFinite(r.retryAfterUs)
+        ? r.retryAfterUs / 1000
+        : this.host.timeoutMs;
+      // A refusal of one permit holds for any count; of more, not for fewer: only the first
+      // is cached.
+      if (permits === 1) b.refuse(s, at + retryAfterMs);
+      b.endFetch(s);
+      return {
+        allowed: false,
+        remaining: 0,
+        limit: this.host.limit,
+        retryAfterMs,
+        resetAfterMs: r.untilFreshUs / 1000,
+        reason: 'limited',
+      };
+    }
+  }
+
+  private prefetch(b: Blocks, s: number, tag: string, which: number): void {
+    if (this.host.closed() || !b.claimFetch(s, 2 * this.host.timeoutMs, which)) return;
+    const size = b.leaseSize(s, this.host.block);
+    this.host
+      .call('b', tag, size, '1')
+      .then(
+        (reply) => {
+          try {
+            const r = this.host.parse(reply);
+            const at = this.host.localMs();
+            b.setFreshAt(s, at + r.untilFreshUs / 1000);
+            if (r.allowed && r.hintUs >= 1 && r.hintUs <= size) {
+              b.top(s, r.hintUs, r.nowUs, at + this.host.blockTtlMs);
+              b.grow(s, this.host.block, this.mostLeased);
+            } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
+              b.refuse(s, at + r.retryAfterUs / 1000);
+            }
+          } finally {
+            b.endFetch(s, which);
+          }
+        },
+        () => b.endFetch(s, which), // the next empty block asks again, under the failure policy
+      )
+      // A reply of the wrong shape adds nothing; nobody awaits a lease taken ahead, so the
+      // next fetch of the key meets the same reply and reports it to its caller.
+      .catch(() => {});
+  }
+}

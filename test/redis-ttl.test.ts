@@ -1,0 +1,231 @@
+import { Redis as IoRedis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as red from '../src/redis/index.js';
+import { RedisServer } from './helpers/redis.js';
+
+// On Redis time, a call alone keeps its key's TTL (`SET … KEEPTTL`) when the state it writes
+// ends no later than the state stored before it, since the TTL there already reaches that
+// end; setting a TTL is the dearest part of a write. These tests check the safety of that
+// against the server itself: after every step of a random mix of calls alone, batches and
+// refunds, the key must live at least until its stored state is fresh again (a key gone
+// early forgets what it counted), and not much longer; and a hot key must set its TTL once
+// per window or step, not once per call.
+
+type Limiter = red.TokenBucket | red.LeakyBucket | red.FixedWindow | red.SlidingWindow;
+
+interface Case {
+  readonly name: string;
+  readonly make: (redis: IoRedis, prefix: string) => Limiter;
+  /** The µs at which the stored state (the key's packed value) is fresh again; 0: now. */
+  readonly endUs: (value: Buffer) => number;
+  /** How far past that end the TTL may reach by design (a bucket's step), µs. */
+  readonly stepUs: number;
+  /** How long the run must span on Redis time to pass several windows or steps, µs. */
+  readonly spanUs: number;
+}
+
+/** The packed state's fields (state.lua.ts: a version byte, then doubles). */
+function fields(value: Buffer): number[] {
+  expect(value[0]).toBe(1);
+  const out: number[] = [];
+  for (let at = 1; at < value.length; at += 8) out.push(value.readDoubleLE(at));
+  return out;
+}
+
+// Parameters with whole-µs emission intervals at most 2^24 / capacity, so that a bucket's
+// unit is 1 µs (its stored tat is the µs at which it is full again).
+const CASES: Case[] = [
+  {
+    name: 'TokenBucket',
+    make: (redis, prefix) =>
+      new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 400, prefix }),
+    endUs: (v) => fields(v)[0]!,
+    // An eighth of the 50 ms the bucket takes to fill, in whole ms.
+    stepUs: 6000,
+    spanUs: 60_000,
+  },
+  {
+    name: 'LeakyBucket',
+    make: (redis, prefix) =>
+      new red.LeakyBucket({ redis, capacity: 8, ratePerSecond: 250, prefix }),
+    endUs: (v) => fields(v)[0]!,
+    stepUs: 4000,
+    spanUs: 60_000,
+  },
+  {
+    name: 'FixedWindow',
+    make: (redis, prefix) => new red.FixedWindow({ redis, limit: 12, windowMs: 15, prefix }),
+    endUs: (v) => (fields(v)[0]! + 1) * 15_000,
+    stepUs: 0,
+    spanUs: 60_000,
+  },
+  {
+    name: 'SlidingWindow',
+    make: (redis, prefix) => new red.SlidingWindow({ redis, limit: 12, windowMs: 15, prefix }),
+    endUs: (v) => {
+      const [win, prev, curr] = fields(v) as [number, number, number];
+      if (curr > 0) return (win + 2) * 15_000;
+      return prev > 0 ? (win + 1) * 15_000 : 0;
+    },
+    stepUs: 0,
+    spanUs: 60_000,
+  },
+];
+
+// The key's value, its PTTL and Redis TIME before and after it, in one script (atomic).
+const CHECK = `local t0 = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+local p = redis.call('PTTL', KEYS[1])
+local t1 = redis.call('TIME')
+return {v or false, p, t0[1], t0[2], t1[1], t1[2]}`;
+
+function prng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+/** The SETs of `key` that scripts run while `body` runs, by how they treat the TTL. */
+async function countSets(
+  redis: IoRedis,
+  key: string,
+  body: () => Promise<void>,
+): Promise<{ px: number; keep: number; other: number }> {
+  const counts = { px: 0, keep: 0, other: 0 };
+  const monitor = await redis.monitor();
+  try {
+    const marker = `end:${key}`;
+    const seen = new Promise<void>((resolve) => {
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        const verb = args[0]?.toUpperCase();
+        if (verb === 'ECHO' && args[1] === marker) resolve();
+        if (verb !== 'SET' || args[1] !== key) return;
+        const option = args[3]?.toUpperCase();
+        if (option === 'PX') counts.px++;
+        else if (option === 'KEEPTTL') counts.keep++;
+        else counts.other++;
+      });
+    });
+    await body();
+    // MONITOR shows commands in the order they ran: once it shows this one, it has shown
+    // every SET before it.
+    await redis.echo(marker);
+    await seen;
+  } finally {
+    monitor.disconnect();
+  }
+  return counts;
+}
+
+describe('TTLs on Redis time, with calls alone keeping them', () => {
+  let server: RedisServer;
+  let redis: IoRedis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new IoRedis(server.port, '127.0.0.1');
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
+
+  for (const c of CASES) {
+    it(`${c.name}: after every call, alone or batched, the key lives until its state is fresh`, async () => {
+      const limiter = c.make(redis, `ttl-${c.name}`);
+      const [key] = limiter.redisKeys('k') as [string];
+      const next = prng(c.name.length * 7919);
+      let checked = 0;
+      let firstUs = 0;
+      let lastUs = 0;
+      const sets = await countSets(redis, key, async () => {
+        for (let step = 0; step < 300 || lastUs - firstUs < c.spanUs; step++) {
+          const r = next();
+          const permits = 1 + Math.floor(next() * 3);
+          if (r < 0.6) {
+            await (next() < 0.5 ? limiter.tryAcquire('k', permits) : limiter.consume('k', permits));
+          } else if (r < 0.85) {
+            // One tick: the calls go as one batch (the shared script's batch form).
+            const n = 2 + Math.floor(next() * 3);
+            await Promise.all(Array.from({ length: n }, () => limiter.consume('k', permits)));
+          } else {
+            await limiter.refund('k', permits);
+          }
+          const [value, pttl, s0, us0, s1, us1] = (await redis.callBuffer(
+            'EVAL',
+            CHECK,
+            1,
+            key,
+          )) as [Buffer | null, number, Buffer, Buffer, Buffer, Buffer];
+          const t0 = Number(s0) * 1e6 + Number(us0);
+          const t1 = Number(s1) * 1e6 + Number(us1);
+          if (firstUs === 0) firstUs = t0;
+          lastUs = t1;
+          if (value === null) {
+            expect([step, pttl]).toEqual([step, -2]);
+            continue;
+          }
+          const endUs = c.endUs(value);
+          // PTTL counts from Redis's ms clock at its own moment, between t0 and t1.
+          const expiresLeastMs = Math.floor(t0 / 1000) + pttl;
+          const expiresMostMs = Math.floor(t1 / 1000) + pttl;
+          // A TTL (-1: none) reaching the state's end; 0 for a key in its last ms.
+          expect([step, pttl >= 0, expiresLeastMs * 1000 >= endUs]).toEqual([step, true, true]);
+          // No longer than the state needs, but for the step, the TTL's rounding up (2 ms)
+          // and the time between a script's TIME and its write (loose: the host is shared).
+          expect([step, expiresMostMs * 1000 - endUs <= c.stepUs + 2000 + 50_000]).toEqual([
+            step,
+            true,
+          ]);
+          checked++;
+        }
+      });
+      expect(checked).toBeGreaterThan(100);
+      // Both ways of writing ran: TTLs kept, and TTLs set when the state outlived them.
+      expect(sets.keep).toBeGreaterThan(0);
+      expect(sets.px).toBeGreaterThan(0);
+      expect(sets.other).toBe(0);
+      await limiter.close();
+    });
+  }
+
+  const HOT: [string, (redis: IoRedis) => Limiter][] = [
+    // Fills in 10 s: a step of 1 s; spent far below its rate, it stays full.
+    [
+      'TokenBucket',
+      (redis) => new red.TokenBucket({ redis, capacity: 1e6, refillPerSecond: 1e5, prefix: 'hot' }),
+    ],
+    [
+      'LeakyBucket',
+      (redis) => new red.LeakyBucket({ redis, capacity: 1e6, ratePerSecond: 1e5, prefix: 'hot' }),
+    ],
+    [
+      'FixedWindow',
+      (redis) => new red.FixedWindow({ redis, limit: 1e6, windowMs: 60_000, prefix: 'hot' }),
+    ],
+    [
+      'SlidingWindow',
+      (redis) => new red.SlidingWindow({ redis, limit: 4000, windowMs: 60_000, prefix: 'hot' }),
+    ],
+  ];
+  for (const [name, make] of HOT) {
+    it(`${name}: a hot key's calls alone set its TTL once per window or step, not per call`, async () => {
+      const limiter = make(redis);
+      const [key] = limiter.redisKeys('hot') as [string];
+      let admitted = 0;
+      const sets = await countSets(redis, key, async () => {
+        for (let i = 0; i < 200; i++) if (await limiter.tryAcquire('hot')) admitted++;
+      });
+      expect(admitted).toBe(200);
+      expect(sets.px + sets.keep).toBe(200);
+      // The first call sets it; a window (60 s) or a step (1 s) may end during the run.
+      expect(sets.px).toBeGreaterThanOrEqual(1);
+      expect(sets.px).toBeLessThanOrEqual(3);
+      await limiter.close();
+    });
+  }
+});
