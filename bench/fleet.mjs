@@ -128,6 +128,18 @@ export async function runFleet({ quick = false } = {}) {
     const fleet = await runSubject(server.port, admin, 'fleet', n, fleetLimiter.handle);
     const fleetTurns = await runSubject(server.port, admin, 'fleetTurns', n, fleetLimiter.handle);
     await fleetLimiter.close();
+    // The same with leases that may grow to 8 blocks (maxBlock): more permits per round
+    // trip for a hot key, more held unspent (README, "Fleet mode").
+    const grownLimiter = new TokenBucket({
+      redis: owner,
+      capacity: 2 ** 24,
+      refillPerSecond: 1e6,
+      block: BLOCK,
+      maxBlock: 8 * BLOCK,
+      prefix: 'fb-grown',
+    });
+    const fleetGrown = await runSubject(server.port, admin, 'fleet', n, grownLimiter.handle);
+    await grownLimiter.close();
     const plain = await runSubject(server.port, admin, 'plain', nRedis);
     const rlf = await runSubject(server.port, admin, 'rlf', nRedis);
     // A refused hot key: 1 permit, 1 per second; the threads hammer it for hammerMs.
@@ -155,11 +167,12 @@ export async function runFleet({ quick = false } = {}) {
       fleetOverPlain: fleet.decisionsPerSecond / plain.decisionsPerSecond,
       fleetOverRlf: fleet.decisionsPerSecond / rlf.decisionsPerSecond,
       fleetTurnsOverPlain: fleetTurns.decisionsPerSecond / plain.decisionsPerSecond,
+      fleetGrownOverPlain: fleetGrown.decisionsPerSecond / plain.decisionsPerSecond,
     };
     return {
       threads: THREADS,
       block: BLOCK,
-      subjects: { fleet, fleetTurns, plain, rlf, refused },
+      subjects: { fleet, fleetTurns, fleetGrown, plain, rlf, refused },
       ratios,
       goals: {
         throughput: { text: '≥ 20× plain Redis', met: ratios.fleetOverPlain >= 20 },

@@ -603,6 +603,9 @@ function fleetSection(r) {
       ],
       [
         row(`TokenBucket, block ${r.block} (threads attach())`, s.fleet),
+        ...(s.fleetGrown
+          ? [row(`  same, maxBlock: ${8 * r.block} (leases grow)`, s.fleetGrown)]
+          : []),
         ...(s.fleetTurns
           ? [row(`  same, an event-loop turn every 16 decisions`, s.fleetTurns)]
           : []),
@@ -611,7 +614,7 @@ function fleetSection(r) {
       ],
     ),
     '',
-    `fleet ÷ plain: ${fmtRatio(r.ratios.fleetOverPlain)}× (goal ${g.throughput.text}: ${met(g.throughput)}); fleet ÷ rlf: ${fmtRatio(r.ratios.fleetOverRlf)}×`,
+    `fleet ÷ plain: ${fmtRatio(r.ratios.fleetOverPlain)}× (goal ${g.throughput.text}: ${met(g.throughput)}); fleet ÷ rlf: ${fmtRatio(r.ratios.fleetOverRlf)}×${r.ratios.fleetGrownOverPlain ? `; with maxBlock ${8 * r.block}: ${fmtRatio(r.ratios.fleetGrownOverPlain)}× plain` : ''}`,
     `${g.p50.text}: ${met(g.p50)}; ${g.calls.text}: ${met(g.calls)}`,
     `refused hot key: ${s.refused.redisCalls} Redis calls in ${Math.round(s.refused.wallMs)} ms for ${s.refused.decisions} decisions (${g.refused.callsPerRetryAfter.toFixed(2)} refusals asked per retryAfterMs) — ${g.refused.text}: ${met(g.refused)}`,
   ].join('\n');

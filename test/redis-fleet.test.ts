@@ -121,13 +121,13 @@ describe('fleet mode: blocks', () => {
 });
 
 describe('fleet mode: lease sizes', () => {
-  it('a key spent faster than a round trip gets leases of up to 8 blocks; none is lost', async () => {
+  it('with maxBlock, a key spent faster than a round trip gets leases up to it; none is lost', async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f7' };
-    const tb = new TokenBucket({ ...opts, block: 16 });
+    const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128 });
     const check = new TokenBucket(opts);
     // The most a process may hold: two leases out on an eighth of one in hand, a lease being
-    // at most 8 blocks (128: the limit's sixteenth is larger).
+    // at most maxBlock (128).
     const most = 2 * 128 + 128 / 8;
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     let admitted = 0;
@@ -151,7 +151,7 @@ describe('fleet mode: lease sizes', () => {
   it('leases fall back to one block once the key cools (its block aged out)', async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f8' };
-    const tb = new TokenBucket({ ...opts, block: 16, blockTtlMs: 500 });
+    const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128, blockTtlMs: 500 });
     const check = new TokenBucket(opts);
     for (let i = 0; i < 1000; i++) expect(await tb.tryAcquire('k')).toBe(true);
     clock.advance(500);
@@ -187,9 +187,24 @@ describe('fleet mode: lease sizes', () => {
     expect(allowed).toBeGreaterThan(200);
     expect(most).toBe(7);
     await lb.close();
+    expect(
+      () => new LeakyBucket({ redis, capacity: 4000, ratePerSecond: 1000, block: 8, maxBlock: 16 }),
+    ).toThrow(/"maxBlock" must equal "block" \(a LeakyBucket's lease is a burst\)/);
   });
 
-  it('a limit under 16 blocks never grows its leases', async () => {
+  it('maxBlock: checked against block and the limit', () => {
+    const opts = { redis, capacity: 1000, refillPerSecond: 1 };
+    expect(() => new TokenBucket({ ...opts, maxBlock: 64 })).toThrow(
+      /"maxBlock" must be an integer from "block"/,
+    );
+    expect(() => new TokenBucket({ ...opts, block: 64, maxBlock: 32 })).toThrow(RangeError);
+    expect(() => new TokenBucket({ ...opts, block: 64, maxBlock: 2000 })).toThrow(
+      /"maxBlock" must be from "block" to the limit \(1000\)/,
+    );
+    expect(() => new TokenBucket({ ...opts, block: 64, maxBlock: 1.5 })).toThrow(/"maxBlock"/);
+  });
+
+  it("without maxBlock, a hot key's leases stay one block (the unspent bound holds)", async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9' };
     const tb = new TokenBucket({ ...opts, block: 8 });

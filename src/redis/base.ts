@@ -13,7 +13,7 @@ import {
 } from '../validate.js';
 import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
-import { Fleet, mostLeased } from './fleet-mode.js';
+import { Fleet } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
 import { Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
@@ -51,6 +51,13 @@ export interface RedisOptions {
   blockTtlMs?: number;
   /** Fleet mode: keys with a block at once in this process (default 4096). */
   blockKeys?: number;
+  /**
+   * Fleet mode: the largest lease, `block` to the limit (default `block`: every lease is one
+   * block). A key spent faster than a round trip brings permits gets leases doubling up to
+   * this (back to one block once it cools), for more decisions per round trip at the price
+   * of more permits held unspent (README, "Fleet mode"). Not for LeakyBucket.
+   */
+  maxBlock?: number;
 }
 
 /** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
@@ -66,6 +73,7 @@ export const REDIS_OPTIONS = [
   'block',
   'blockTtlMs',
   'blockKeys',
+  'maxBlock',
 ] as const;
 
 export interface RedisCommon {
@@ -77,6 +85,8 @@ export interface RedisCommon {
   readonly clock: ManualClock | undefined;
   /** Fleet mode: permits per block (0: off), checked against the limit by the subclass. */
   readonly block: number;
+  /** Fleet mode: the largest lease (≥ block; = block: leases never grow). */
+  readonly maxBlock: number;
   readonly blockTtlMs: number;
   readonly blockKeys: number;
   /** The blocks to open (attach()), or undefined: new ones. */
@@ -148,10 +158,17 @@ export function readRedisCommon(
   }
   const blockTtlMs = integerOption(owner, 'blockTtlMs', opts.blockTtlMs, 1, 2 ** 31 - 1, 1000);
   const blockKeys = integerOption(owner, 'blockKeys', opts.blockKeys, 1, 2 ** 24, 4096);
+  const maxBlock = integerOption(owner, 'maxBlock', opts.maxBlock, 1, 2 ** 31 - 1, 0);
+  if (opts.maxBlock !== undefined && (block === undefined || maxBlock < (block as number))) {
+    throw rangeError(
+      `${owner}: option "maxBlock" must be an integer from "block" (${show(block)}) to the limit, got ${show(opts.maxBlock)}`,
+    );
+  }
   return {
     opts,
     common: {
       block: (block as number | undefined) ?? 0,
+      maxBlock: maxBlock || ((block as number | undefined) ?? 0),
       blockTtlMs,
       blockKeys,
       blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
@@ -251,7 +268,8 @@ export abstract class RedisLimiter {
 
   /**
    * Opens fleet mode's blocks; subclasses call it once `limit` is known. `leasesGrow`: a hot
-   * key's leases may grow past one block (LEASE_GROWTH).
+   * key's leases may grow past one block, up to `maxBlock` (LeakyBucket: no, a lease is a
+   * burst there).
    */
   protected startFleet(leasesGrow = true): void {
     const c = this.common;
@@ -261,7 +279,14 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
-    const most = mostLeased(c.block, this.limit, leasesGrow);
+    if (c.maxBlock > this.limit || (!leasesGrow && c.maxBlock > c.block)) {
+      throw rangeError(
+        leasesGrow
+          ? `${this.owner}: option "maxBlock" must be from "block" to the limit (${this.limit}), got ${show(c.maxBlock)}`
+          : `${this.owner}: option "maxBlock" must equal "block" (a LeakyBucket's lease is a burst), got ${show(c.maxBlock)}`,
+      );
+    }
+    const most = leasesGrow ? c.maxBlock : c.block;
     // What fleet mode asks of this limiter (fleet-mode.ts), bound once.
     const host = {
       limit: this.limit,

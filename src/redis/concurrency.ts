@@ -49,7 +49,7 @@ export class Concurrency extends RedisLimiter {
 
   constructor(options: ConcurrencyOptions) {
     const { opts, common } = readRedisCommon('Concurrency', options, ['limit', 'leaseMs']);
-    for (const name of ['block', 'blockTtlMs', 'blockKeys']) {
+    for (const name of ['block', 'blockTtlMs', 'blockKeys', 'maxBlock']) {
       if (opts[name] !== undefined) {
         // A lease is held, not spent: there is nothing to hand out in blocks.
         throw typeError(

@@ -16,23 +16,6 @@ const ALLOWED = Promise.resolve(true);
 const REFUSED = Promise.resolve(false);
 const allowedOf = (d: Decision): boolean => d.allowed;
 
-/**
- * A lease grows up to this many blocks, and at most to a sixteenth of the limit, for a key
- * spent faster than a round trip brings permits (doubling each time the key ran dry waiting
- * for one), so that a hot key's permits per round trip keep up with its threads; it falls
- * back to one block as the key cools. A small limit (under 16 blocks) and a LeakyBucket
- * (whose lease is a burst) never grow their leases. The unspent bound (README, "Fleet
- * mode") counts the grown lease.
- */
-export const LEASE_GROWTH = 8;
-
-/** The most one lease of a limiter asks for. */
-export function mostLeased(block: number, limit: number, leasesGrow: boolean): number {
-  return leasesGrow
-    ? Math.max(block, Math.min(LEASE_GROWTH * block, Math.floor(limit / 16)))
-    : block;
-}
-
 /** What a lease ('b' op) replies, as the limiter parses it. */
 export interface LeaseReply {
   readonly allowed: boolean;
@@ -72,7 +55,7 @@ export class Fleet {
   constructor(
     readonly blocks: Blocks,
     private readonly host: FleetHost,
-    /** The most one lease asks for (mostLeased()). */
+    /** The most one lease asks for: `maxBlock` (= block when leases do not grow). */
     private readonly mostLeased: number,
   ) {}
 
