@@ -3,6 +3,7 @@ import { QueueFullError } from '../errors.js';
 import {
   MANUAL_SLACK_MS,
   NO_OP_LEASE,
+  REDIS_TIME_SLACK_MS,
   type RedisCommon,
   type RedisLease,
   RedisLimiter,
@@ -57,7 +58,7 @@ export abstract class RedisGcra extends RedisLimiter {
       tau: capacity * k,
       limit: capacity,
       leaky,
-      slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+      slackMs: common.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS,
       stepMs,
     };
     this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));

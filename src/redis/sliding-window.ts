@@ -1,5 +1,11 @@
 import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
-import { MANUAL_SLACK_MS, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import {
+  MANUAL_SLACK_MS,
+  REDIS_TIME_SLACK_MS,
+  RedisLimiter,
+  type RedisOptions,
+  readRedisCommon,
+} from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
@@ -55,7 +61,7 @@ export class SlidingWindow extends RedisLimiter {
       const single = {
         limit,
         windowUs: windowMs * 1000,
-        slackMs: common.clock ? MANUAL_SLACK_MS : 0,
+        slackMs: common.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS,
       };
       this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
     }
