@@ -19,7 +19,7 @@ import {
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
 import { permitsError } from './validate.js';
-import { cas64, widePayload } from './wide.js';
+import { cas64, wideExt, widePayload } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -45,6 +45,11 @@ export interface Algorithm extends SlotPolicy {
   admitted(w: number, before: number, nowUs: number, permits: number): void;
   /** A new key found no slot: reports it; true when `whenFull` allows it anyway. */
   tableFull(key: Key | undefined): boolean;
+  /**
+   * Takes back a grant whose CAS moved slot word `w` from state `s` (ext `x`) to `next` (a
+   * wide table's payload) when the slot turned out to hold another key (see stands()).
+   */
+  takeBack(w: number, s: number, x: number, next: number, permits: number): void;
 }
 
 /**
@@ -160,35 +165,43 @@ export function run<A extends Algorithm>(
     const w = ref >>> 4;
     // A plain read is enough: the CAS below validates it.
     const s = i32[w + S_STATE]!;
-    if (slotMoved(core, i32, s, ref, key)) {
-      ref = core.table.refresh(key, core.decisionUs, algo);
-      i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
-      continue;
+    if (!slotMoved(s, ref)) {
+      // Read after the state: a stamp is stored before its state's CAS, so this stamp is
+      // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
+      // decode tolerates a stamp minutes old.
+      const raw = i32[w + S_STAMP]!;
+      const stamp = unwrapStamp(raw, core.stampNow);
+      core.lastWord = w;
+      core.lastState = s;
+      core.lastStamp = stamp;
+      let next = REJECT;
+      // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
+      // permits ahead of them but the head waiter itself.
+      if (raw >= 0 || mode === HEAD || !core.fifo) {
+        next = step.call(algo, s, stamp, core.decisionUs, permits);
+      } else if (core.queues.sweep(w)) continue; // only dead threads waited
+      if (next !== REJECT) {
+        if (core.stampNow > stamp) raiseStamp(core, w, raw);
+        if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
+      }
+      // Is the reference still to be trusted? Asked after the decision: see stands().
+      if (
+        i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
+        stands(core, algo, next, permits, key)
+      ) {
+        if (next !== REJECT) {
+          core.priorState = s;
+          core.lastState = next;
+        } else if (mode !== TRY) {
+          return false; // a caller about to wait (or waiting) is not refused
+        }
+        count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+        return next !== REJECT;
+      }
     }
-    // Read after the state: a stamp is stored before its state's CAS, so this stamp is
-    // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
-    // decode tolerates a stamp minutes old.
-    const raw = i32[w + S_STAMP]!;
-    const stamp = unwrapStamp(raw, core.stampNow);
-    core.lastWord = w;
-    core.lastState = s;
-    core.lastStamp = stamp;
-    let next = REJECT;
-    // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
-    // permits ahead of them but the head waiter itself.
-    if (raw >= 0 || mode === HEAD || !core.fifo) {
-      next = step.call(algo, s, stamp, core.decisionUs, permits);
-    } else if (core.queues.sweep(w)) continue; // only dead threads waited
-    if (next !== REJECT) {
-      if (core.stampNow > stamp) raiseStamp(core, w, raw);
-      if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
-      core.priorState = s;
-      core.lastState = next;
-    } else if (mode !== TRY) {
-      return false; // a caller about to wait (or waiting) is not refused
-    }
-    count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
-    return next !== REJECT;
+    // The slot is not (or no longer) the key's: look it up again.
+    ref = core.table.refresh(key, core.decisionUs, algo);
+    i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
   }
 }
 
@@ -227,57 +240,80 @@ export function runWide<A extends Algorithm>(
     }
     const w = ref >>> 4;
     const s = i32[w + S_STATE]!;
-    if (slotMoved(core, i32, s, ref, key)) {
-      ref = core.table.refresh(key, core.decisionUs, algo);
-      i32 = core.i32;
-      continue;
+    if (!slotMoved(s, ref)) {
+      // Two plain reads: the 64-bit CAS below validates the pair, and a refusal reads both
+      // again (a pair torn by a concurrent CAS must not refuse).
+      const x = i32[w - 1]!;
+      const raw = i32[w + S_STAMP]!;
+      const stamp = unwrapStamp(raw, core.stampNow);
+      const p = widePayload(s, x);
+      core.lastWord = w;
+      core.lastState = p;
+      core.lastStamp = stamp;
+      core.priorState = s;
+      let next = REJECT;
+      if (raw >= 0 || mode === HEAD || !core.fifo) {
+        next = step.call(algo, p, stamp, core.decisionUs, permits);
+      } else if (core.queues.sweep(w)) continue;
+      // (The rare and the long paths are calls: runWide() must stay small enough for V8 to
+      // inline it into each class's tryAcquireWide(), see run().)
+      if (next !== REJECT) {
+        if (!grantWide(core, w, s, x, raw, stamp, next)) continue;
+      } else if (torn(i32, w, s, x)) {
+        continue;
+      }
+      if (
+        i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
+        stands(core, algo, next, permits, key)
+      ) {
+        if (next === REJECT && mode !== TRY) return false;
+        count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+        return next !== REJECT;
+      }
     }
-    // Two plain reads: the 64-bit CAS below validates the pair, and a refusal reads both
-    // again (a pair torn by a concurrent CAS must not refuse).
-    const x = i32[w - 1]!;
-    const raw = i32[w + S_STAMP]!;
-    const stamp = unwrapStamp(raw, core.stampNow);
-    const p = widePayload(s, x);
-    core.lastWord = w;
-    core.lastState = p;
-    core.lastStamp = stamp;
-    core.priorState = s;
-    let next = REJECT;
-    if (raw >= 0 || mode === HEAD || !core.fifo) {
-      next = step.call(algo, p, stamp, core.decisionUs, permits);
-    } else if (core.queues.sweep(w)) continue;
-    // (The rare and the long paths are calls: runWide() must stay small enough for V8 to
-    // inline it into each class's tryAcquireWide(), see run().)
-    if (next !== REJECT) {
-      if (!grantWide(core, w, s, x, raw, stamp, next)) continue;
-    } else if (torn(i32, w, s, x)) {
-      continue;
-    } else if (mode !== TRY) {
-      return false;
-    }
-    count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
-    return next !== REJECT;
+    ref = core.table.refresh(key, core.decisionUs, algo);
+    i32 = core.i32;
   }
 }
 
 /**
  * True when state word `s` no longer belongs to `ref`: the slot went to another key (or is
- * being rebuilt), or so many slots were reassigned since `ref` was derived that a matching
- * generation proves nothing (a thread descheduled for a while). The caller looks the key
- * up again.
+ * being rebuilt). The caller looks the key up again. A slot reassigned round to the same
+ * generation passes: see stands().
  */
-function slotMoved(
+function slotMoved(s: number, ref: number): boolean {
+  return s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED;
+}
+
+/**
+ * Whether the decision just made on slot word `w` (a grant, CAS done, or a refusal) stands,
+ * asked when the control word moved GEN_SAFE_SPAN or more since the reference was derived.
+ * A 4-bit generation proves that the slot still holds the key only while fewer than 16
+ * reassignments happened: a cached reference that old, or a thread descheduled between
+ * its read and its CAS while its slot was reassigned 16 times round to the same generation,
+ * decides on another key's state. The check comes after the decision, so that it covers
+ * the time up to the CAS; before it, it would leave that window open. The slot's
+ * fingerprint tells: if it is the key's, the decision stands (and the thread's cache starts
+ * a new epoch); if not, a grant is taken back and the caller looks the key up again.
+ */
+function stands<A extends Algorithm>(
   core: Core,
-  i32: Int32Array,
-  s: number,
-  ref: number,
+  algo: A,
+  next: number,
+  permits: number,
   key: Key | undefined,
 ): boolean {
-  return (
-    s >>> GEN_SHIFT !== (ref & 15) ||
-    (s & PAYLOAD_MASK) === RESERVED ||
-    (key !== undefined && i32[H_CONTROL]! - core.table.epoch >= GEN_SAFE_SPAN)
-  );
+  // The slot and the state the decision read: run() leaves the state word in lastState,
+  // runWide() in priorState (its payload in lastState).
+  const w = core.lastWord;
+  const s = core.wide ? core.priorState : core.lastState;
+  // The default key's slot is never reassigned.
+  if (key === undefined || core.table.holds(w, s >>> GEN_SHIFT, key)) {
+    core.table.renewEpoch();
+    return true;
+  }
+  if (next !== REJECT) algo.takeBack(w, s, core.wide ? wideExt(core.lastState) : 0, next, permits);
+  return false;
 }
 
 /** A wide grant: raises the stamp, then the 64-bit CAS from (`s`, `x`) to `next`. */

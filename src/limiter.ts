@@ -64,6 +64,9 @@ import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './
 import { acquireOptions, permitsError } from './validate.js';
 import { cas64, fixedView64, wideExt, widePayload, wideState } from './wide.js';
 
+/** updateSlot(): the slot is not the key's (no int32 state or wide payload equals it). */
+const SLOT_GONE = -(2 ** 32);
+
 export type { Key } from './table.js';
 
 /**
@@ -805,40 +808,86 @@ export abstract class Limiter implements SlotPolicy {
     nowUs: number,
     f: (state: number, stamp: number) => number,
   ): number {
-    let ref = this.table.find(key);
+    for (let ref = this.table.find(key); ref !== NO_SLOT; ref = this.table.find(key)) {
+      const next = this.updateSlot(ref >>> 4, ref & 15, nowUs, f, key);
+      if (next !== SLOT_GONE) return next;
+    }
+    return NO_SLOT;
+  }
+
+  /**
+   * update() on slot word `w` while it holds generation `gen` (and, for a `key`, while the
+   * reference is trusted; see GEN_SAFE_SPAN). SLOT_GONE when the slot went to another key
+   * before the CAS, or (undone then) at it.
+   */
+  private updateSlot(
+    w: number,
+    gen: number,
+    nowUs: number,
+    f: (state: number, stamp: number) => number,
+    key: Key | undefined,
+  ): number {
+    const wide = this.core.wide;
     for (;;) {
-      if (ref === NO_SLOT) return NO_SLOT;
-      const w = ref >>> 4;
       const s = Atomics.load(this.i32, w + S_STATE);
       if (
-        s >>> GEN_SHIFT !== (ref & 15) ||
+        s >>> GEN_SHIFT !== gen ||
         (s & PAYLOAD_MASK) === RESERVED ||
         (key !== undefined && Atomics.load(this.i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN)
       ) {
-        ref = this.table.find(key);
-        continue;
+        return SLOT_GONE;
       }
       this.core.lastWord = w;
-      if (this.core.wide) {
-        const x = Atomics.load(this.i32, w - 1);
-        const p = widePayload(s, x);
-        const next = f(p, this.stampOf(w, nowUs));
-        if (next === p) return next;
-        if (cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next))) {
-          this.core.priorState = s;
-          this.wakeWaiters(w);
-          return next;
-        }
-        continue;
+      const x = wide ? Atomics.load(this.i32, w - 1) : 0;
+      const p = wide ? widePayload(s, x) : s;
+      const next = f(p, this.stampOf(w, nowUs));
+      if (next === p) return next;
+      if (!this.swap(w, s, x, next)) continue;
+      // As in run(): a thread descheduled between the check and the CAS may have met the
+      // slot reassigned round to its generation. Undone while nobody decided on it since
+      // (if somebody did, the key holding the slot keeps what `f` gave it).
+      if (
+        key !== undefined &&
+        Atomics.load(this.i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN &&
+        !this.table.holds(w, gen, key) &&
+        this.unswap(w, s, x, next)
+      ) {
+        return SLOT_GONE;
       }
-      const next = f(s, this.stampOf(w, nowUs));
-      if (next === s) return next;
-      if (Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s) {
-        this.core.priorState = s;
-        this.wakeWaiters(w);
-        return next;
-      }
+      this.core.priorState = s;
+      this.wakeWaiters(w);
+      return next;
     }
+  }
+
+  /** One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next`. */
+  private swap(w: number, s: number, x: number, next: number): boolean {
+    if (this.core.wide) return cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next));
+    return Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s;
+  }
+
+  /** Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
+  private unswap(w: number, s: number, x: number, next: number): boolean {
+    if (this.core.wide) return cas64(this.core.b64, w, wideState(s, next), wideExt(next), s, x);
+    return Atomics.compareExchange(this.i32, w + S_STATE, next, s) === next;
+  }
+
+  /** @internal See Algorithm.takeBack() in decision.ts. */
+  takeBack(w: number, s: number, x: number, next: number, permits: number): void {
+    // Nobody decided on the slot since: put it back as it was.
+    if (!this.unswap(w, s, x, next)) {
+      // Somebody did: give the permits back to the key holding the slot, as a refund of
+      // permits taken now would, while it holds it (reassigned again, its state is gone).
+      const nowUs = this.core.decisionUs;
+      this.updateSlot(
+        w,
+        s >>> GEN_SHIFT,
+        nowUs,
+        (q, stamp) => this.giveBack(q, stamp, nowUs, permits, nowUs),
+        undefined,
+      );
+    }
+    this.wakeWaiters(w);
   }
 
   /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */

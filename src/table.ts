@@ -166,6 +166,12 @@ export class SlotTable {
     return this.lookup(key, nowUs, policy, true);
   }
 
+  /** Starts a new epoch (clearing the cache) if the control word has moved a span since. */
+  renewEpoch(): void {
+    const control = Atomics.load(this.i32, H_CONTROL);
+    if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
+  }
+
   /** The slot of `key` if present, without inserting it. */
   find(key: Key | undefined): number {
     if (key === undefined) return this.defaultSlot;
@@ -185,10 +191,9 @@ export class SlotTable {
     if (!isKey(key)) {
       throw keyError(this.owner, key);
     }
-    hashKey(key, this.seed0, this.seed1, this.hash);
-    let fp0 = this.hash[0]!;
+    this.fingerprint(key);
+    const fp0 = this.hash[0]!;
     const fp1 = this.hash[1]!;
-    if (fp0 === 0 && fp1 === 0) fp0 = 1; // (0, 0) marks an empty slot
     const n = this.mapped();
     let found = NO_SLOT;
     for (let k = 0; k < n && found === NO_SLOT; k++) found = this.scanBoth(k, fp0, fp1);
@@ -198,6 +203,32 @@ export class SlotTable {
       this.cache.set(key, found);
     }
     return found;
+  }
+
+  /** The key's fingerprint, into this.hash. */
+  private fingerprint(key: Key): void {
+    hashKey(key, this.seed0, this.seed1, this.hash);
+    if (this.hash[0] === 0 && this.hash[1] === 0) this.hash[0] = 1; // (0, 0) marks an empty slot
+  }
+
+  /**
+   * Whether slot word `w` holds `key` in generation `gen` now. A decision asks after its CAS
+   * when so many slots were reassigned meanwhile that its generation check proved nothing
+   * (see run() in decision.ts).
+   */
+  holds(w: number, gen: number, key: Key): boolean {
+    const i32 = this.i32;
+    this.fingerprint(key);
+    const c = this.coldWord(slotOfHotWord(this.layout, w));
+    const st = Atomics.load(i32, w + S_STATE);
+    if (st >>> GEN_SHIFT !== gen || (st & PAYLOAD_MASK) === RESERVED) return false;
+    if (Atomics.load(i32, c) !== this.hash[0] || Atomics.load(i32, c + 1) !== this.hash[1]) {
+      return false;
+    }
+    // The fingerprint is written while the slot is RESERVED: the same generation read again
+    // after it proves the fingerprint is that generation's.
+    const again = Atomics.load(i32, w + S_STATE);
+    return again >>> GEN_SHIFT === gen && (again & PAYLOAD_MASK) !== RESERVED;
   }
 
   /**

@@ -2,6 +2,7 @@ import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { enter, run, TRY } from '../src/decision.js';
 import {
+  type AnyLimiter,
   attach,
   Concurrency,
   chain,
@@ -254,6 +255,112 @@ describe('a waiter never queues on a slot that went to another key (issue #9, it
       expect(r.granted).toBe(1500);
     }
     expect(limiter.stats('hot')).toMatchObject({ available: 1, queued: 0 });
+  });
+});
+
+describe('a decision never lands on a slot that went to another key meanwhile', () => {
+  // A thread descheduled between its slot check and its CAS (CI caught it: a churning
+  // thread's grant landed on another key, and its release then found nothing held). The
+  // hook runs another "thread"'s work exactly there, once: inside the step (or give-back)
+  // that the decision calls between the two.
+  function stallOnce(limiter: AnyLimiter, method: string, work: () => void): void {
+    const target = limiter as unknown as Record<string, (...args: unknown[]) => number>;
+    const original = target[method]!;
+    let armed = true;
+    target[method] = function (this: unknown, ...args: unknown[]) {
+      if (armed) {
+        armed = false;
+        work();
+      }
+      return original.apply(this, args);
+    };
+  }
+
+  // keys: 1 → 32 slots, any key may use any of them. Each call takes the whole limit.
+  const clock = new ManualClock();
+  const small = { keys: 1, maxKeys: 1, clock };
+  const kinds: [string, () => AnyLimiter][] = [
+    ['Concurrency', () => new Concurrency({ limit: 1, ...small })],
+    ['Concurrency (wide)', () => new Concurrency({ limit: 2 ** 30, ...small })],
+    ['TokenBucket', () => new TokenBucket({ capacity: 1, refillPerSecond: 1, ...small })],
+    [
+      'TokenBucket (wide)',
+      () => new TokenBucket({ capacity: 2 ** 25, refillPerSecond: 1, ...small }),
+    ],
+    ['LeakyBucket', () => new LeakyBucket({ capacity: 1, ratePerSecond: 1, ...small })],
+    ['FixedWindow', () => new FixedWindow({ limit: 1, windowMs: 1000, ...small })],
+    ['SlidingWindow', () => new SlidingWindow({ limit: 1, windowMs: 1000, ...small })],
+    [
+      'SlidingWindow (segments)',
+      () => new SlidingWindow({ limit: 1, windowMs: 1000, segments: 4, ...small }),
+    ],
+    ['SlidingLog', () => new SlidingLog({ limit: 1, windowMs: 1000, ...small })],
+  ];
+
+  it.each(kinds)(
+    '%s: the slot is reassigned 16 times round to its generation before the CAS',
+    (name, make) => {
+      const mine = make();
+      const other = attach(mine.handle);
+      const limit = mine.limit;
+      // 31 slots held (not idle, never reassigned); 'K' takes the last one, fresh.
+      for (let i = 0; i < 31; i++) expect(other.tryAcquire(`held${i}`, limit)).toBe(true);
+      const wide = (mine as unknown as { core: { wide: boolean } }).core.wide;
+      expect(wide).toBe(name.endsWith('(wide)'));
+      stallOnce(mine, wide ? 'stepWide' : 'step', () => {
+        // Meanwhile 'K''s fresh slot goes to x0, x1, … x15, each reset to fresh: the slot is
+        // x15's now, in the generation 'K' read, and its state word is the one 'K' read.
+        for (let i = 0; i < 16; i++) {
+          expect(other.tryAcquire(`x${i}`)).toBe(true);
+          other.reset(`x${i}`);
+        }
+      });
+      expect(mine.tryAcquire('K', limit)).toBe(true);
+      // The permits are 'K''s (it took x15's idle slot), and x15 was charged nothing.
+      expect(other.stats('K').available).toBe(0);
+      expect(other.stats('x15').available).toBe(limit);
+      expect(mine.tableStats().reclaims).toBe(17);
+    },
+  );
+
+  it('x15 decides between the stray grant and its undoing: the permit is given back all the same', () => {
+    const mine = new Concurrency({ limit: 2, ...small });
+    const other = attach<Concurrency>(mine.handle);
+    for (let i = 0; i < 31; i++) expect(other.tryAcquire(`held${i}`, 2)).toBe(true);
+    stallOnce(mine, 'step', () => {
+      for (let i = 0; i < 16; i++) {
+        expect(other.tryAcquire(`x${i}`)).toBe(true);
+        other.reset(`x${i}`);
+      }
+    });
+    // Right after the stray CAS (it took 1 of x15's 2), before it is undone: x15 takes 1.
+    const table = (mine as unknown as { table: AnyLimiter }).table;
+    stallOnce(table, 'holds', () => expect(other.tryAcquire('x15')).toBe(true));
+    // 'K' is looked up again and finds every slot held now (x15's too): the table is full.
+    expect(mine.tryAcquire('K')).toBe(false);
+    expect(mine.tableStats().tableFull).toBe(1);
+    // The stray permit went back by a give-back (the slot had changed): x15 holds its own.
+    expect(other.stats('x15').available).toBe(1);
+    other.release('x15');
+    expect(other.stats('x15').available).toBe(2);
+  });
+
+  it('a Concurrency refund meets its slot reassigned round to the same state: x15 keeps its permit', () => {
+    const mine = new Concurrency({ limit: 1, ...small });
+    const other = attach<Concurrency>(mine.handle);
+    for (let i = 0; i < 31; i++) expect(other.tryAcquire(`held${i}`)).toBe(true);
+    expect(mine.tryAcquire('K')).toBe(true);
+    stallOnce(mine, 'giveBack', () => {
+      other.release('K'); // 'K' is idle now: its slot goes to x0 … x15
+      for (let i = 0; i < 16; i++) {
+        expect(other.tryAcquire(`x${i}`)).toBe(true);
+        if (i < 15) other.release(`x${i}`);
+      }
+    });
+    mine.refund('K'); // read 'K' holding 1; x15 holds 1 in that generation now
+    expect(other.stats('x15').available).toBe(0);
+    other.release('x15');
+    expect(other.stats('x15').available).toBe(1);
   });
 });
 

@@ -280,6 +280,14 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  override takeBack(w: number, s: number, x: number, next: number, permits: number): void {
+    try {
+      super.takeBack(w, s, x, next, permits);
+    } finally {
+      this.marked.count = 0; // as in giveBackUnchecked()
+    }
+  }
+
   protected available(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
