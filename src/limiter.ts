@@ -18,7 +18,6 @@ import {
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
-  GEN_MASK,
   GEN_SHIFT,
   H_CONTROL,
   H_INSERTS,
@@ -766,19 +765,12 @@ export abstract class Limiter implements SlotPolicy {
     this.checkOpen();
     const ref = this.table.find(key);
     if (ref === NO_SLOT) return;
-    this.resetSlot(ref);
+    // Under the slot's lock, with the key's fingerprint checked (and the rings, SlidingLog's
+    // and SlidingWindow's segments, cleared by initSlot()).
+    if (!this.table.rebuild(ref, this, key)) return;
     Atomics.store(this.i32, (ref >>> 4) + S_ADMITTED, 0);
     Atomics.store(this.i32, (ref >>> 4) + S_REJECTED, 0);
     this.wakeWaiters(ref >>> 4);
-  }
-
-  protected resetSlot(ref: number): void {
-    const w = ref >>> 4;
-    for (;;) {
-      const s = Atomics.load(this.i32, w + S_STATE);
-      if (s >>> GEN_SHIFT !== (ref & 15) || (s & PAYLOAD_MASK) === RESERVED) return;
-      if (Atomics.compareExchange(this.i32, w + S_STATE, s, (s & GEN_MASK) | FRESH) === s) return;
-    }
   }
 
   /**

@@ -580,23 +580,26 @@ export class SlotTable {
   }
 
   /**
-   * Rebuilds slot `s` in place for the same key (SlidingLog's reset): under the slot's
-   * lock, so that inserters do not mistake the RESERVED state for an abandoned one.
+   * Rebuilds slot `ref` in place, fresh, for the same key (reset()): under the slot's lock,
+   * so that inserters do not mistake the RESERVED state for an abandoned one, and so that
+   * nobody can reassign the slot meanwhile: the slot's fingerprint, checked here, proves it
+   * is still `key`'s however many generations went by since `ref` was derived.
    */
-  rebuild(ref: number, policy: SlotPolicy): void {
+  rebuild(ref: number, policy: SlotPolicy, key: Key | undefined): boolean {
     const w = ref >>> 4;
     const s = slotOfHotWord(this.layout, w);
     const word = this.lockWordOf(s);
     const token = this.lock(word);
     try {
+      if (key !== undefined && !this.holds(w, ref & 15, key)) return false;
       for (;;) {
         const st = Atomics.load(this.i32, w + S_STATE);
-        if ((st & PAYLOAD_MASK) === RESERVED || st >>> GEN_SHIFT !== (ref & 15)) return;
+        if ((st & PAYLOAD_MASK) === RESERVED || st >>> GEN_SHIFT !== (ref & 15)) return false;
         const reserved = (st & GEN_MASK) | RESERVED;
         if (Atomics.compareExchange(this.i32, w + S_STATE, st, reserved) !== st) continue;
         policy.initSlot(s);
         Atomics.store(this.i32, w + S_STATE, (st & GEN_MASK) | FRESH);
-        return;
+        return true;
       }
     } finally {
       this.unlock(word, token);

@@ -345,6 +345,33 @@ describe('a decision never lands on a slot that went to another key meanwhile', 
     expect(other.stats('x15').available).toBe(2);
   });
 
+  it('reset() of a key whose slot went round 16 generations after the lookup resets nobody', () => {
+    const mine = new Concurrency({ limit: 1, ...small });
+    const other = attach<Concurrency>(mine.handle);
+    for (let i = 0; i < 31; i++) expect(other.tryAcquire(`held${i}`)).toBe(true);
+    expect(mine.tryAcquire('K')).toBe(true);
+    mine.release('K');
+    const table = (mine as unknown as { table: AnyLimiter }).table;
+    const find = (table as unknown as { find: (key: unknown) => number }).find;
+    let armed = true;
+    (table as unknown as { find: (key: unknown) => number }).find = function (key) {
+      const ref = find.call(this, key);
+      if (armed && key === 'K') {
+        armed = false;
+        // After reset() found 'K': its idle slot goes to x0 … x15, x15 holding a permit.
+        for (let i = 0; i < 16; i++) {
+          expect(other.tryAcquire(`x${i}`)).toBe(true);
+          if (i < 15) other.release(`x${i}`);
+        }
+      }
+      return ref;
+    };
+    mine.reset('K');
+    expect(other.stats('x15')).toMatchObject({ available: 0, admitted: 1 });
+    other.release('x15');
+    expect(other.stats('x15').available).toBe(1);
+  });
+
   it('a Concurrency refund meets its slot reassigned round to the same state: x15 keeps its permit', () => {
     const mine = new Concurrency({ limit: 1, ...small });
     const other = attach<Concurrency>(mine.handle);

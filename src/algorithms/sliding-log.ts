@@ -323,8 +323,4 @@ export class SlidingLog extends Limiter {
     );
     return t + this.windowUs - relNow;
   }
-
-  protected override resetSlot(ref: number): void {
-    this.table.rebuild(ref, this);
-  }
 }

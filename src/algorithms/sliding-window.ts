@@ -138,12 +138,6 @@ export class SlidingWindow extends Limiter {
     this.ring?.initSlot(s);
   }
 
-  protected override resetSlot(ref: number): void {
-    // The ring must be cleared with the state: rebuilt under the slot's lock, as SlidingLog.
-    if (this.ring) this.table.rebuild(ref, this);
-    else super.resetSlot(ref);
-  }
-
   /** Rolls the stored counters forward to now's window; results in window/prev/curr. */
   private read(state: number, stamp: number, nowUs: number): void {
     const now = Math.floor(nowUs / this.windowUs);
