@@ -70,6 +70,9 @@ function nowMsLow(): number {
  */
 export class SlotTable {
   private readonly cache = new Map<Key, number>();
+  /** The cache's entry last read or written (undefined: none), and its slot reference. */
+  private lastKey: Key | undefined = undefined;
+  private lastRef = NO_SLOT;
   /** The control word when the cache was last cleared: every reference is derived after it. */
   epoch: number;
   private readonly hash = new Int32Array(2);
@@ -108,8 +111,14 @@ export class SlotTable {
    */
   slotOf(key: Key, control: number, nowUs: number, policy: SlotPolicy): number {
     if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
+    // A key decided again and again (the same string, or an equal one) skips the Map.
+    if (key === this.lastKey) return this.lastRef;
     const hit = this.cache.get(key);
-    if (hit !== undefined) return hit;
+    if (hit !== undefined) {
+      this.lastKey = key;
+      this.lastRef = hit;
+      return hit;
+    }
     return this.lookup(key, nowUs, policy, true);
   }
 
@@ -120,6 +129,7 @@ export class SlotTable {
    */
   private clearCache(control: number): void {
     this.cache.clear();
+    this.lastKey = undefined;
     this.epoch = control & ~1;
   }
 
@@ -129,7 +139,7 @@ export class SlotTable {
    * by time alone. For a table-full refusal's retryAfterMs; reads, never locks.
    */
   soonestIdleUs(key: Key, untilIdleUs: (state: number, w: number) => number): number {
-    hashKey(key, this.seed0, this.seed1, this.hash);
+    this.fingerprint(key); // the stripes insert() would look in
     const fp0 = this.hash[0]!;
     const fp1 = this.hash[1]!;
     let best = Number.POSITIVE_INFINITY;
@@ -163,6 +173,7 @@ export class SlotTable {
     const control = Atomics.load(this.i32, H_CONTROL);
     if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
     this.cache.delete(key);
+    if (key === this.lastKey) this.lastKey = undefined;
     return this.lookup(key, nowUs, policy, true);
   }
 
@@ -201,6 +212,8 @@ export class SlotTable {
     if (found !== NO_SLOT) {
       if (this.cache.size >= CACHE_MAX_ENTRIES) this.cache.clear();
       this.cache.set(key, found);
+      this.lastKey = key;
+      this.lastRef = found;
     }
     return found;
   }
