@@ -241,6 +241,10 @@ export abstract class RedisLimiter {
   readonly queueLimit: number;
   /** The ManualClock given, or undefined: time comes from Redis TIME. */
   readonly clock: ManualClock | undefined;
+  /** The slack added to every TTL this limiter's scripts set: its clock's. */
+  protected get ttlSlackMs(): number {
+    return this.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS;
+  }
   protected readonly adapter: Adapter;
   protected readonly runner: Runner;
   protected closed = false;

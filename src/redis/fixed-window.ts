@@ -1,11 +1,5 @@
 import { readWindowOptions } from '../algorithms/window-bits.js';
-import {
-  MANUAL_SLACK_MS,
-  REDIS_TIME_SLACK_MS,
-  RedisLimiter,
-  type RedisOptions,
-  readRedisCommon,
-} from './base.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { FIXED_WINDOW_SCRIPT } from './fixed-window.lua.js';
 import { fixedWindowSingleScript } from './fixed-window-single.lua.js';
 import { Script } from './runner.js';
@@ -36,7 +30,7 @@ export class FixedWindow extends RedisLimiter {
     const single = {
       limit,
       windowUs: windowMs * 1000,
-      slackMs: common.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS,
+      slackMs: this.ttlSlackMs,
     };
     this.useSingleScripts('fixed-window', (op) => fixedWindowSingleScript(op, single));
     this.startFleet();

@@ -1,9 +1,7 @@
 import { MAX_GCRA_CAPACITY } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
-  MANUAL_SLACK_MS,
   NO_OP_LEASE,
-  REDIS_TIME_SLACK_MS,
   type RedisCommon,
   type RedisLease,
   RedisLimiter,
@@ -58,7 +56,7 @@ export abstract class RedisGcra extends RedisLimiter {
       tau: capacity * k,
       limit: capacity,
       leaky,
-      slackMs: common.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS,
+      slackMs: this.ttlSlackMs,
       stepMs,
     };
     this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));

@@ -1,11 +1,5 @@
 import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
-import {
-  MANUAL_SLACK_MS,
-  REDIS_TIME_SLACK_MS,
-  RedisLimiter,
-  type RedisOptions,
-  readRedisCommon,
-} from './base.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
@@ -61,7 +55,7 @@ export class SlidingWindow extends RedisLimiter {
       const single = {
         limit,
         windowUs: windowMs * 1000,
-        slackMs: common.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS,
+        slackMs: this.ttlSlackMs,
       };
       this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
     }
