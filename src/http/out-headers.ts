@@ -94,9 +94,6 @@ export function headStarted(res: ServerResponse): boolean {
   return Boolean((res as unknown as Record<string, unknown>)[HEAD]);
 }
 
-/** Whether direct writes are in use in this process (for tests and the bench's report). */
-export const directHeaderWrites: boolean = TABLE !== undefined;
-
 /** Writes fields into a header table: the entry `setHeader` would have made. */
 export const tableSink: HeaderSink<HeaderTable> = {
   setHeader(table, field, value) {
