@@ -107,15 +107,8 @@ export class Core {
 /**
  * A decision, in two calls: `enter()` checks the call and finds the key's slot, `run()`
  * takes `permits` from it if `step` allows, by one CAS on the key's state word. Neither
- * waits or allocates.
- *
- * The two serve every algorithm, and each limiter class calls them from a method of its
- * own with its own `step` (tryAcquire, e.g. in algorithms/gcra.ts). V8 inlines `run()` into that
- * method, where `step` is a constant, and inlines the step in turn: every class gets a
- * decision loop specialised for it, and no call site in it ever sees another class.
- * `run()` is kept small for that (V8 inlines at most ~460 bytes of bytecode, ~920 in
- * all): the rare paths are calls, and the algorithms' after-grant hooks run in their
- * callers.
+ * waits or allocates. tryAcquire() goes through decide(), which is enter() and run()'s
+ * first pass written out small (see there); acquire()'s attempts call the two directly.
  *
  * Returns the slot reference to pass to run(), NO_SLOT when the table has none for the
  * key; sets `core.decisionUs` and `core.stampNow`.
@@ -143,6 +136,76 @@ export function enter(
 }
 
 /**
+ * A whole tryAcquire() decision: enter() and the first pass of run()'s loop. It serves
+ * every algorithm, and each limiter class calls it from a method of its own with its own
+ * `step` (tryAcquire, e.g. in algorithms/gcra.ts): V8 inlines it into that method, where
+ * `step` is a constant, and inlines the step in turn, so every class gets a decision
+ * specialised for it and no call site in it ever sees another class.
+ *
+ * That only holds while it all fits: V8 (Node 20) inlines a function of at most 460 bytes
+ * of bytecode, and at most ~920 bytes in all into one optimised function, counting the
+ * clock read (~90 bytes for CoarseClock, ~180 for performance.now()) and the step. So the
+ * common case (the slot is the key's, nobody queued ahead, the CAS won) is one straight
+ * run, written for few bytes of bytecode; anything else — no slot, a slot moved, waiters
+ * queued, a lost CAS, a reference to look up again — is a call of run(), which starts its
+ * loop from the slot's words again. The algorithms' after-grant hooks run in the callers.
+ */
+export function decide<A extends Algorithm>(
+  core: Core,
+  algo: A,
+  step: StepFn<A>,
+  key: Key | undefined,
+  permits: number,
+  nowUs: number,
+): boolean {
+  let ref = enter(core, algo, key, permits, nowUs);
+  if (ref !== NO_SLOT) {
+    // Read after enter(): a lookup that met a newer segment has mapped the buffer again.
+    const i32 = core.i32;
+    const w = ref >>> 4;
+    const s = i32[w + S_STATE]!;
+    const raw = i32[w + S_STAMP]!;
+    if (
+      s >>> GEN_SHIFT === (ref & 15) &&
+      // (s & PAYLOAD_MASK) !== RESERVED in fewer bytes of bytecode: the payload's 28 bits
+      // shifted to the top of the word.
+      s << 4 !== RESERVED << 4 &&
+      (raw >= 0 || !core.fifo)
+    ) {
+      // As in run().
+      const stampNow = core.stampNow;
+      const stamp = stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
+      core.lastWord = w;
+      core.lastState = s;
+      core.lastStamp = stamp;
+      const next = step.call(algo, s, stamp, nowUs, permits);
+      if (next !== REJECT && stampNow > stamp) raiseStamp(core, w, raw);
+      if (next === REJECT || Atomics.compareExchange(i32, w + S_STATE, s, next) === s) {
+        if (
+          i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
+          stands(core, algo, next, permits, key)
+        ) {
+          if (next !== REJECT) {
+            core.priorState = s;
+            core.lastState = next;
+          }
+          // count(), written out.
+          const index = w + (next === REJECT ? S_REJECTED : S_ADMITTED);
+          if (core.shared) Atomics.add(i32, index, permits);
+          else i32[index]! += permits;
+          return next !== REJECT;
+        }
+        ref = LOOK_UP_AGAIN;
+      }
+    }
+  }
+  return run(core, algo, step, ref, permits, key, TRY);
+}
+
+/** A reference run() looks up again before its first pass (see stands()). */
+const LOOK_UP_AGAIN = -2;
+
+/**
  * The decision loop after enter(); true when the permits were granted. The caller runs
  * the algorithm's `admitted()` hook after a grant (`core.priorState` is the state it
  * replaced), unless `core.lastWord` is NO_SLOT: a key with no slot allowed by `whenFull`.
@@ -156,6 +219,7 @@ export function run<A extends Algorithm>(
   key: Key | undefined,
   mode: AttemptMode,
 ): boolean {
+  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, core.decisionUs, algo);
   let i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
@@ -232,6 +296,7 @@ export function runWide<A extends Algorithm>(
   key: Key | undefined,
   mode: AttemptMode,
 ): boolean {
+  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, core.decisionUs, algo);
   let i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
@@ -274,6 +339,47 @@ export function runWide<A extends Algorithm>(
     ref = core.table.refresh(key, core.decisionUs, algo);
     i32 = core.i32;
   }
+}
+
+/** decide() for a wide table: enter() and the first pass of runWide()'s loop. */
+export function decideWide<A extends Algorithm>(
+  core: Core,
+  algo: A,
+  step: WideStepFn<A>,
+  key: Key | undefined,
+  permits: number,
+  nowUs: number,
+): boolean {
+  let ref = enter(core, algo, key, permits, nowUs);
+  if (ref !== NO_SLOT) {
+    const i32 = core.i32;
+    const w = ref >>> 4;
+    const s = i32[w + S_STATE]!;
+    const x = i32[w - 1]!;
+    const raw = i32[w + S_STAMP]!;
+    // As in decide(): the slot is the key's, not being rebuilt, and nobody queued ahead.
+    if (s >>> GEN_SHIFT === (ref & 15) && s << 4 !== RESERVED << 4 && (raw >= 0 || !core.fifo)) {
+      const stamp = unwrapStamp(raw, core.stampNow);
+      const p = widePayload(s, x);
+      core.lastWord = w;
+      core.lastState = p;
+      core.lastStamp = stamp;
+      core.priorState = s;
+      const next = step.call(algo, p, stamp, nowUs, permits);
+      // A refusal stands only on a pair that was not torn by a concurrent CAS.
+      if (next !== REJECT ? grantWide(core, w, s, x, raw, stamp, next) : !torn(i32, w, s, x)) {
+        if (
+          i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
+          stands(core, algo, next, permits, key)
+        ) {
+          count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+          return next !== REJECT;
+        }
+        ref = LOOK_UP_AGAIN;
+      }
+    }
+  }
+  return runWide(core, algo, step, ref, permits, key, TRY);
 }
 
 /**

@@ -5,12 +5,13 @@ import { CoarseClock } from './coarse-clock.js';
 import {
   type AttemptMode,
   Core,
+  decide,
+  decideWide,
   ENQUEUE,
   enter,
   HEAD,
   run,
   runWide,
-  TRY,
   unwrapStamp,
 } from './decision.js';
 import { LimiterClosedError, QueueFullError } from './errors.js';
@@ -289,8 +290,7 @@ export abstract class Limiter implements SlotPolicy {
   /** The decision for a wide table: tryAcquire() calls it when `core.wide`. */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+    return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   /** What the algorithm reads for slot word `w` now: its state word, or wide payload. */
@@ -324,11 +324,10 @@ export abstract class Limiter implements SlotPolicy {
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
    */
   tryAcquire(key?: Key, permits = 1): boolean {
-    // Every class overrides this with the same call, in a method of its own: see enter().
+    // Every class overrides this with the same call, in a method of its own: see decide().
     const core = this.core;
     if (core.wide) return this.tryAcquireWide(key, permits);
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return run(core, this, this.step, ref, permits, key, TRY);
+    return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
   /** Like `tryAcquire`, and explains the outcome. */

@@ -82,6 +82,8 @@ export class SlotTable {
   private readonly lockTokens: Int32Array;
   private readonly seed0: number;
   private readonly seed1: number;
+  /** Default key's packed reference (generation 0; it is never reassigned). */
+  readonly defaultSlot: number;
 
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
@@ -98,11 +100,7 @@ export class SlotTable {
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
-  }
-
-  /** Default key's packed reference (generation 0; it is never reassigned). */
-  get defaultSlot(): number {
-    return (this.layout.hotBase + this.layout.hotOffset) * 16;
+    this.defaultSlot = (layout.hotBase + layout.hotOffset) * 16;
   }
 
   /**

@@ -1,4 +1,4 @@
-import { enter, run, runWide, TRY } from '../decision.js';
+import { decide, decideWide } from '../decision.js';
 import { Holders } from '../holders.js';
 import {
   FRESH,
@@ -169,7 +169,7 @@ export class Concurrency extends Limiter {
   }
 
   /**
-   * Limiter.tryAcquire again, in this class (see enter()). A refusal
+   * Limiter.tryAcquire again, in this class (see decide()). A refusal
    * looks for permits of dead threads now and then, and decides again if it found some;
    * consume() calls this too, so it explains the second decision.
    */
@@ -182,8 +182,7 @@ export class Concurrency extends Limiter {
     if (core.wide) {
       if (!this.tryAcquireWide(key, permits)) return false;
     } else {
-      const ref = enter(core, this, key, permits, core.clock.nowUs());
-      if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+      if (!decide(core, this, this.step, key, permits, core.clock.nowUs())) return false;
     }
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
     if (core.lastWord !== NO_SLOT) {
@@ -201,8 +200,7 @@ export class Concurrency extends Limiter {
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+    return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   protected override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {

@@ -1,4 +1,4 @@
-import { enter, run, runWide, TRY } from '../decision.js';
+import { decide, decideWide } from '../decision.js';
 import {
   FRESH,
   GEN_MASK,
@@ -74,6 +74,8 @@ export abstract class Gcra extends Limiter {
   protected readonly scale: number;
   /** Burst tolerance in units: capacity × K. */
   protected readonly tau: number;
+  /** Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
+  private readonly unitsPerStamp: number;
   /** Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
   private readonly staleUs: number;
 
@@ -96,6 +98,7 @@ export abstract class Gcra extends Limiter {
     this.k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
     this.scale = this.k / intervalUs;
     this.tau = capacity * this.k;
+    this.unitsPerStamp = STAMP_US * this.scale;
     // The last grant was before the end of its stamp period; its TAT at most tau later.
     this.staleUs = STAMP_US + this.tau / this.scale;
   }
@@ -116,29 +119,29 @@ export abstract class Gcra extends Limiter {
     return (state & GEN_MASK) | p;
   }
 
-  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
     if (core.wide) return this.tryAcquireWide(key, permits);
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return run(core, this, this.step, ref, permits, key, TRY);
+    return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
-    // nowUnits(), tat() and encode() written out: the decision path inlines this, and V8
-    // inlines only so much (see enter() in decision.ts).
+    // nowUnits(), tat() and encode() written out, in as few bytes of bytecode as V8 allows:
+    // the decision path inlines this, and V8 inlines only so much (see decide() in
+    // decision.ts). `x << 4 >>> 4` is `x & PAYLOAD_MASK` (a 28-bit literal takes 10 bytes,
+    // a shift 3), `x >>> 28 << 28` is `x & GEN_MASK`, and FRESH << 4 is -16.
     const now = Math.floor((nowUs - this.epochUs) * this.scale);
-    const p = state & PAYLOAD_MASK;
     let base = now;
-    if (p !== FRESH) {
-      const ref = Math.floor(stamp * STAMP_US * this.scale);
-      const tat = ref + (((p - ref) << 4) >> 4);
+    if (state << 4 !== -16) {
+      const ref = Math.floor(stamp * this.unitsPerStamp);
+      const tat = ref + (((((state << 4) >>> 4) - ref) << 4) >> 4);
       if (tat > now) base = tat;
     }
     const cost = permits * this.k;
     if (base - now + cost > (this.leaky ? cost : this.tau)) return REJECT;
-    const next = (base + cost) & PAYLOAD_MASK;
-    return (state & GEN_MASK) | (next >= RESERVED ? 0 : next);
+    const next = ((base + cost) << 4) >>> 4;
+    return ((state >>> 28) << 28) | (next >= RESERVED ? 0 : next);
   }
 
   /**
@@ -228,8 +231,7 @@ export abstract class Gcra extends Limiter {
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+    return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {

@@ -1,4 +1,4 @@
-import { enter, run, TRY } from '../decision.js';
+import { decide } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import type { LogPool } from '../log-pool.js';
@@ -153,11 +153,10 @@ export class SlidingLog extends Limiter {
     Atomics.compareExchange(this.rings.i32, byte >> 2, seq, pos);
   }
 
-  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    if (!run(core, this, this.step, ref, permits, key, TRY)) return false;
+    if (!decide(core, this, this.step, key, permits, core.clock.nowUs())) return false;
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
     if (core.lastWord !== NO_SLOT) {
       this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);

@@ -1,4 +1,4 @@
-import { enter, run, runWide, TRY } from '../decision.js';
+import { decide, decideWide } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
@@ -193,12 +193,11 @@ export class SlidingWindow extends Limiter {
     );
   }
 
-  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see enter()).
+  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
     if (core.wide) return this.tryAcquireWide(key, permits);
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return run(core, this, this.step, ref, permits, key, TRY);
+    return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
@@ -213,8 +212,7 @@ export class SlidingWindow extends Limiter {
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
-    const ref = enter(core, this, key, permits, core.clock.nowUs());
-    return runWide(core, this, this.stepWide, ref, permits, key, TRY);
+    return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
