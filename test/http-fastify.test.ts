@@ -95,6 +95,45 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(perArea.stats('127.0.0.1').admitted).toBe(2);
   });
 
+  it("its fields are the reply's own: later hooks read and remove them, members set earlier are kept", async () => {
+    const limiter = new FixedWindow({ limit: 10, windowMs: 60_000, clock: new ManualClock() });
+    const app = Fastify();
+    // App-level hooks run before the route-level one the plugin adds.
+    app.addHook('onRequest', async (request, reply) => {
+      if (request.url === '/reply') reply.header('RateLimit', '"gateway";r=7');
+      if (request.url === '/raw') reply.raw.setHeader('RateLimit', '"edge";r=3');
+    });
+    await app.register(fastifyRateLimit, { limiter });
+    const seen: unknown[] = [];
+    app.addHook('onSend', async (request, reply, payload) => {
+      seen.push(reply.getHeader('RateLimit'), reply.getHeaders()['ratelimit-policy']);
+      if (request.url === '/quiet') reply.removeHeader('RateLimit-Policy');
+      return payload;
+    });
+    for (const path of ['/reply', '/raw', '/quiet']) app.get(path, async () => 'ok');
+    const port = await start(app);
+
+    const [fromReply, fromRaw, quiet] = await Promise.all(
+      ['/reply', '/raw', '/quiet'].map((path) => request(port, { path })),
+    );
+    const lines = (r: { rawHeaders: string[] }, name: string) =>
+      r.rawHeaders.filter((_, i) => i % 2 === 0 && r.rawHeaders[i]!.toLowerCase() === name).length;
+    expect(fromReply.status).toBe(200);
+    expect(fromReply.headers.ratelimit).toMatch(/^"gateway";r=7, "10-in-60s";r=\d;t=60$/);
+    expect(fromRaw.headers.ratelimit).toMatch(/^"edge";r=3, "10-in-60s";r=\d;t=60$/);
+    for (const r of [fromReply, fromRaw, quiet]) expect(lines(r, 'ratelimit')).toBe(1);
+    expect(quiet.headers['ratelimit-policy']).toBeUndefined();
+    expect(quiet.headers.ratelimit).toMatch(/^"10-in-60s";r=\d;t=60$/);
+    expect(lines(fromRaw, 'ratelimit-policy')).toBe(1);
+    // What onSend read is what was sent.
+    expect(seen).toHaveLength(6);
+    expect(new Set(seen.filter((_, i) => i % 2 === 1))).toEqual(new Set(['"10-in-60s";q=10;w=60']));
+    expect(seen.filter((_, i) => i % 2 === 0).sort()).toEqual(
+      [fromReply, fromRaw, quiet].map((r) => r.headers.ratelimit).sort(),
+    );
+    expect(limiter.stats('127.0.0.1').admitted).toBe(3);
+  });
+
   it('key, permits and a JSON message; a chain reports every member', async () => {
     const clock = new ManualClock();
     const perSecond = new TokenBucket({ capacity: 10, refillPerSecond: 10, clock });

@@ -23,6 +23,8 @@ export async function listen(
 export interface Reply {
   status: number;
   headers: IncomingHttpHeaders;
+  /** Names and values as they came, one entry per field line. */
+  rawHeaders: string[];
   body: string;
 }
 
@@ -51,7 +53,14 @@ export function request(port: number, options: RequestOptions = {}): Promise<Rep
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (c) => (body += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            rawHeaders: res.rawHeaders,
+            body,
+          }),
+        );
         res.on('error', reject);
       },
     );
