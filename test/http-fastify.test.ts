@@ -113,9 +113,9 @@ describe('fastifyRateLimit with Fastify 5', () => {
     for (const path of ['/reply', '/raw', '/quiet']) app.get(path, async () => 'ok');
     const port = await start(app);
 
-    const [fromReply, fromRaw, quiet] = await Promise.all(
-      ['/reply', '/raw', '/quiet'].map((path) => request(port, { path })),
-    );
+    const fromReply = await request(port, { path: '/reply' });
+    const fromRaw = await request(port, { path: '/raw' });
+    const quiet = await request(port, { path: '/quiet' });
     const lines = (r: { rawHeaders: string[] }, name: string) =>
       r.rawHeaders.filter((_, i) => i % 2 === 0 && r.rawHeaders[i]!.toLowerCase() === name).length;
     expect(fromReply.status).toBe(200);
