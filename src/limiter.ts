@@ -82,6 +82,11 @@ const TABLE_FULL_RETRY_MS = 1000;
  * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
  * and the few functions that explain a state.
  */
+/** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
+export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
+  return { allowed: true, remaining, limit, retryAfterMs: 0, resetAfterMs: untilFreshUs / 1000 };
+}
+
 export abstract class Limiter implements SlotPolicy {
   /** The limiter's clock. */
   readonly clock: Clock;
@@ -332,29 +337,42 @@ export abstract class Limiter implements SlotPolicy {
 
   /** Like `tryAcquire`, and explains the outcome. */
   consume(key?: Key, permits = 1): Decision {
-    const allowed = this.tryAcquire(key, permits);
+    // Every class overrides this with these lines, in a method of its own: one method shared
+    // by the classes would call their tryAcquire(), available() and untilFreshUs() through
+    // the same sites, which V8 turns megamorphic once a program uses more than four classes.
+    const a = this.tryAcquire(key, permits);
+    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
+    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
+  }
+
+  /** consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
+  protected explain(allowed: boolean, key: Key | undefined, permits: number): Decision {
     const core = this.core;
     const nowUs = core.decisionUs;
-    if (core.lastWord === NO_SLOT) {
-      return {
-        allowed,
-        remaining: 0,
-        limit: this.limit,
-        retryAfterMs: allowed ? 0 : this.tableFullRetryUs(key!, nowUs) / 1000,
-        resetAfterMs: 0,
-        reason: 'table-full',
-      };
-    }
+    if (core.lastWord === NO_SLOT) return this.tableFullDecision(allowed, key!);
     const state = core.lastState;
     const stamp = core.lastStamp;
-    const decision: Decision = {
-      allowed,
+    return {
+      allowed: false,
       remaining: this.available(state, stamp, nowUs),
       limit: this.limit,
-      retryAfterMs: allowed ? 0 : this.retryAfterUs(state, stamp, nowUs, permits) / 1000,
+      retryAfterMs: this.retryAfterUs(state, stamp, nowUs, permits) / 1000,
       resetAfterMs: this.untilFreshUs(state, stamp, nowUs) / 1000,
+      reason: 'limited',
     };
-    return allowed ? decision : { ...decision, reason: 'limited' };
+  }
+
+  /** A key with no slot, allowed or refused by `whenFull`. */
+  private tableFullDecision(allowed: boolean, key: Key): Decision {
+    return {
+      allowed,
+      remaining: 0,
+      limit: this.limit,
+      retryAfterMs: allowed ? 0 : this.tableFullRetryUs(key, this.core.decisionUs) / 1000,
+      resetAfterMs: 0,
+      reason: 'table-full',
+    };
   }
 
   /** A decision for acquire(): its first try, or the head waiter's turn. */

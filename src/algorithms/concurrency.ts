@@ -11,8 +11,8 @@ import {
   S_STATE,
   W_FRESH,
 } from '../layout.js';
-import { type Key, Limiter } from '../limiter.js';
-import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
+import { granted, type Key, Limiter } from '../limiter.js';
+import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
 import { cas64, wideExt, widePayload, wideState } from '../wide.js';
@@ -166,6 +166,14 @@ export class Concurrency extends Limiter {
         return;
       }
     }
+  }
+
+  // Limiter.consume again, in this class: see there.
+  override consume(key?: Key, permits = 1): Decision {
+    const a = this.tryAcquire(key, permits);
+    const { lastWord: w, lastState: s } = this.core; // time plays no part
+    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    return granted(this.available(s), this.limit, this.untilFreshUs(s));
   }
 
   /**

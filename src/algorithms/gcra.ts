@@ -9,9 +9,9 @@ import {
   W_FRESH,
   WIDE_SPAN,
 } from '../layout.js';
-import { Limiter } from '../limiter.js';
-import type { Attached, Fresh } from '../options.js';
-import type { Key } from '../table.js';
+import { granted, Limiter } from '../limiter.js';
+import type { Attached, Decision, Fresh } from '../options.js';
+import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
@@ -117,6 +117,14 @@ export abstract class Gcra extends Limiter {
     // (a fraction of a microsecond of conservatism).
     if (p >= RESERVED) p = 0;
     return (state & GEN_MASK) | p;
+  }
+
+  // Limiter.consume again, in this class: see there.
+  override consume(key?: Key, permits = 1): Decision {
+    const a = this.tryAcquire(key, permits);
+    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
+    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).

@@ -1,8 +1,8 @@
 import { decide } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
-import { Limiter } from '../limiter.js';
+import { granted, Limiter } from '../limiter.js';
 import type { LogPool } from '../log-pool.js';
-import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
+import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
@@ -151,6 +151,14 @@ export class SlidingLog extends Limiter {
   private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
     this.rings.f64[(byte >> 3) + 1] = t;
     Atomics.compareExchange(this.rings.i32, byte >> 2, seq, pos);
+  }
+
+  // Limiter.consume again, in this class: see there.
+  override consume(key?: Key, permits = 1): Decision {
+    const a = this.tryAcquire(key, permits);
+    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
+    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).

@@ -1,8 +1,8 @@
 import { decide, decideWide } from '../decision.js';
 import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } from '../layout.js';
-import { Limiter } from '../limiter.js';
-import { Attached, type CommonOptions, type Fresh, readCommon } from '../options.js';
-import type { Key } from '../table.js';
+import { granted, Limiter } from '../limiter.js';
+import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
+import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
@@ -191,6 +191,14 @@ export class SlidingWindow extends Limiter {
       (this.prev << this.countBits) |
       this.curr
     );
+  }
+
+  // Limiter.consume again, in this class: see there.
+  override consume(key?: Key, permits = 1): Decision {
+    const a = this.tryAcquire(key, permits);
+    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
+    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
   // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
