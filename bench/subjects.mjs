@@ -58,6 +58,8 @@ const ALGORITHMS = [
     name: 'TokenBucket',
     allow: (L, keys) => new L.TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys }),
     refuse: (L, keys) => new L.TokenBucket({ capacity: 1, refillPerSecond: 1e-6, keys }),
+    // consume() too: what the HTTP middleware and chain() call (a Decision per call).
+    consume: true,
   },
   {
     name: 'LeakyBucket',
@@ -199,6 +201,16 @@ async function oursTasks(a, { keys, order }) {
           if (!one.tryAcquire()) sink++;
           if (release) one.release();
         }
+      },
+    });
+  }
+  if (a.consume) {
+    tasks.push({
+      outcome: 'allowed by consume()',
+      keys: 1,
+      call: 'consume',
+      fn: () => {
+        for (let i = 0; i < BATCH; i++) if (!one.consume().allowed) sink++;
       },
     });
   }
