@@ -646,10 +646,14 @@ export abstract class RedisLimiter {
     this.closed = true;
     for (const w of [...this.waiters]) w.stop(new LimiterClosedError());
     if (this.sweep) clearInterval(this.sweep);
-    // Fleet mode: the limiter that made the blocks gives their unspent permits back
-    // (attach()ed ones leave them to it: other threads may still be spending them).
+    // Fleet mode: this thread's leases still out land in the blocks first; then the limiter
+    // that made the blocks gives their unspent permits back (attach()ed ones leave them to
+    // it: other threads may still be spending them).
+    const fleet = this.fleet;
     const back =
-      first && this.ownsBlocks && this.fleet ? this.fleet.giveBack(false) : Promise.resolve();
+      first && fleet
+        ? fleet.settled().then(() => (this.ownsBlocks ? fleet.giveBack(false) : undefined))
+        : Promise.resolve();
     return Promise.all([back, this.onClose()]).then(() => {});
   }
 

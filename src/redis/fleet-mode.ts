@@ -51,6 +51,12 @@ export class Fleet {
   /** This thread's last key: its tag and slot (slotFor()). */
   private lastTag: string | undefined;
   private lastSlot = -1;
+  /**
+   * This thread's leases still out (fetches and leases ahead). Redis has taken their
+   * permits already: close() waits for them to land in the blocks, or a caller that closes
+   * and then drops its client would lose them.
+   */
+  private readonly leasing = new Set<Promise<unknown>>();
 
   constructor(
     readonly blocks: Blocks,
@@ -58,6 +64,20 @@ export class Fleet {
     /** The most one lease asks for: `maxBlock` (= block when leases do not grow). */
     private readonly mostLeased: number,
   ) {}
+
+  /** Once every lease this thread has out has landed in the blocks (or failed). */
+  settled(): Promise<void> {
+    return Promise.allSettled([...this.leasing]).then(() => {});
+  }
+
+  /** A lease call, tracked until it settles (see `leasing`). */
+  private lease(tag: string, size: number, permits: string): Promise<unknown> {
+    const p = this.host.call('b', tag, size, permits);
+    this.leasing.add(p);
+    const done = () => this.leasing.delete(p);
+    p.then(done, done);
+    return p;
+  }
 
   /** Gives back the permits of blocks (only aged-out ones if `expiredOnly`). */
   giveBack(expiredOnly: boolean): Promise<void> {
@@ -185,7 +205,7 @@ export class Fleet {
           this.host.giveBack(tag, left.permits, String(left.takenUs)).catch(this.host.lost);
         }
         size = b.leaseSize(s, this.host.block);
-        r = this.host.parse(await this.host.call('b', tag, size, String(permits)));
+        r = this.host.parse(await this.lease(tag, size, String(permits)));
       } catch (error) {
         b.endFetch(s);
         return this.host.fallback(error, key, permits);
@@ -230,8 +250,7 @@ export class Fleet {
   private prefetch(b: Blocks, s: number, tag: string, which: number): void {
     if (this.host.closed() || !b.claimFetch(s, 2 * this.host.timeoutMs, which)) return;
     const size = b.leaseSize(s, this.host.block);
-    this.host
-      .call('b', tag, size, '1')
+    this.lease(tag, size, '1')
       .then(
         (reply) => {
           try {
