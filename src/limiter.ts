@@ -77,16 +77,17 @@ export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
 /** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
 const TABLE_FULL_RETRY_MS = 1000;
-/**
- * The machinery every limiter shares: the buffer, the key table, the clock, the CAS loop.
- * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
- * and the few functions that explain a state.
- */
+
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
   return { allowed: true, remaining, limit, retryAfterMs: 0, resetAfterMs: untilFreshUs / 1000 };
 }
 
+/**
+ * The machinery every limiter shares: the buffer, the key table, the clock, the CAS loop.
+ * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
+ * and the few functions that explain a state.
+ */
 export abstract class Limiter implements SlotPolicy {
   /** The limiter's clock. */
   readonly clock: Clock;
