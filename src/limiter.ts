@@ -5,7 +5,6 @@ import { CoarseClock } from './coarse-clock.js';
 import {
   type AttemptMode,
   Core,
-  decide,
   decideWide,
   ENQUEUE,
   enter,
@@ -328,24 +327,23 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * Takes `permits` for `key` if the limit allows, at once; never waits, never allocates.
    * With `queueOrder: 'oldest-first'` it never takes permits ahead of waiting callers.
+   *
+   * Every class writes this as the same call, in a method of its own (e.g. Gcra's:
+   * `core.wide ? this.tryAcquireWide(…) : decide(core, this, this.step, …)`), so that V8
+   * specialises the decision for that class: see decide().
    */
-  tryAcquire(key?: Key, permits = 1): boolean {
-    // Every class overrides this with the same call, in a method of its own: see decide().
-    const core = this.core;
-    if (core.wide) return this.tryAcquireWide(key, permits);
-    return decide(core, this, this.step, key, permits, core.clock.nowUs());
-  }
+  abstract tryAcquire(key?: Key, permits?: number): boolean;
 
-  /** Like `tryAcquire`, and explains the outcome. */
-  consume(key?: Key, permits = 1): Decision {
-    // Every class overrides this with these lines, in a method of its own: one method shared
-    // by the classes would call their tryAcquire(), available() and untilFreshUs() through
-    // the same sites, which V8 turns megamorphic once a program uses more than four classes.
-    const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
-    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
-  }
+  /**
+   * Like `tryAcquire`, and explains the outcome.
+   *
+   * Every class writes this as the same four lines, in a method of its own: tryAcquire(),
+   * then `granted(available(…), limit, untilFreshUs(…))` for a grant or explain() for the
+   * rest. One method shared by the classes would call their tryAcquire(), available() and
+   * untilFreshUs() through the same sites, which V8 turns megamorphic once a program uses
+   * more than four classes.
+   */
+  abstract consume(key?: Key, permits?: number): Decision;
 
   /** consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
   protected explain(allowed: boolean, key: Key | undefined, permits: number): Decision {

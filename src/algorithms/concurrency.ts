@@ -168,7 +168,7 @@ export class Concurrency extends Limiter {
     }
   }
 
-  // Limiter.consume again, in this class: see there.
+  // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
     const { lastWord: w, lastState: s } = this.core; // time plays no part
@@ -177,9 +177,9 @@ export class Concurrency extends Limiter {
   }
 
   /**
-   * Limiter.tryAcquire again, in this class (see decide()). A refusal
-   * looks for permits of dead threads now and then, and decides again if it found some;
-   * consume() calls this too, so it explains the second decision.
+   * As in every class (see Limiter.tryAcquire), through take(). A refusal looks for
+   * permits of dead threads now and then, and decides again if it found some; consume()
+   * calls this too, so it explains the second decision.
    */
   override tryAcquire(key?: Key, permits = 1): boolean {
     return this.take(key, permits) || (this.holders.refused() && this.take(key, permits));

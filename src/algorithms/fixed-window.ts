@@ -103,7 +103,7 @@ export class FixedWindow extends Limiter {
     return (window & this.wMask) * this.countSpan + count + permits;
   }
 
-  // Limiter.consume again, in this class: see there.
+  // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
     const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
@@ -111,7 +111,7 @@ export class FixedWindow extends Limiter {
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
-  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
+  // The same call in every class, so that V8 specialises it: see Limiter.tryAcquire.
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
     if (core.wide) return this.tryAcquireWide(key, permits);

@@ -153,7 +153,7 @@ export class SlidingLog extends Limiter {
     Atomics.compareExchange(this.rings.i32, byte >> 2, seq, pos);
   }
 
-  // Limiter.consume again, in this class: see there.
+  // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
     const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
@@ -161,7 +161,7 @@ export class SlidingLog extends Limiter {
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
-  // Limiter.tryAcquire again: a copy in every class lets V8 specialise it (see decide()).
+  // The same call in every class, so that V8 specialises it: see Limiter.tryAcquire.
   override tryAcquire(key?: Key, permits = 1): boolean {
     const core = this.core;
     if (!decide(core, this, this.step, key, permits, core.clock.nowUs())) return false;
