@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
@@ -50,12 +51,14 @@ describe('fleet mode: blocks', () => {
     expect(decisions.every((d) => d.allowed)).toBe(true);
     // remaining is what this process may still spend without asking Redis.
     expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
-    // Ten blocks of 10, and at most two more asks (the leases taken ahead, at a quarter and
-    // an eighth left) that Redis refused: that refusal is now cached. Asks of one tick go
-    // in one command, so there may be fewer commands than asks, never more.
+    // Ten asks granted a block of 10 each; past the limit, at most three more that Redis
+    // refused (the second of the last two leases taken ahead together, then the two ahead
+    // of the last block, at a quarter and an eighth left): that refusal is now cached. A
+    // lease taken ahead goes out as its own command, at once; one more call is the first
+    // EVALSHA, which met NOSCRIPT before the script was loaded.
     const calls = await evalCalls();
-    expect(calls).toBeGreaterThanOrEqual(5);
-    expect(calls).toBeLessThanOrEqual(12);
+    expect(calls).toBeGreaterThanOrEqual(10);
+    expect(calls).toBeLessThanOrEqual(14);
     const refused = await fw.consume('k');
     expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
     expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
@@ -105,6 +108,47 @@ describe('fleet mode: blocks', () => {
     for (let i = 0; i < 6; i++) expect(await tb.tryAcquire('k')).toBe(true);
     await tb.close(); // called while that lease is out
     const check = new TokenBucket(options);
+    expect((await check.stats('k')).available).toBe(100 - 6);
+  });
+
+  it('a lease taken ahead reaches Redis while the thread goes on spending, before it yields', async () => {
+    const clock = new ManualClock(0);
+    const tb = new TokenBucket({
+      redis,
+      capacity: 100,
+      refillPerSecond: 1e-6,
+      block: 8,
+      clock,
+      prefix: 'f3c',
+    });
+    expect(await tb.tryAcquire('k')).toBe(true); // the first block: a round trip
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    // Spent from the block: promises already settled, so this thread never reaches its
+    // event loop from here on. The sixth permit leaves a quarter: the next block is leased.
+    for (let i = 0; i < 5; i++) expect(await tb.tryAcquire('k')).toBe(true);
+    // Asked from another process, this thread still not yielding: the lease is at Redis
+    // (sent when taken, not when the thread next turns its event loop or runs dry).
+    let calls = 0;
+    for (let tries = 0; tries < 100 && calls === 0; tries++) {
+      const info = execFileSync('redis-cli', [
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(server.port),
+        'INFO',
+        'commandstats',
+      ]);
+      calls = Number(/cmdstat_evalsha:calls=(\d+)/.exec(String(info))?.[1] ?? 0);
+    }
+    expect(calls).toBe(1);
+    await tb.close();
+    const check = new TokenBucket({
+      redis,
+      capacity: 100,
+      refillPerSecond: 1e-6,
+      clock,
+      prefix: 'f3c',
+    });
     expect((await check.stats('k')).available).toBe(100 - 6);
   });
 
@@ -214,6 +258,43 @@ describe('fleet mode: lease sizes', () => {
       /"maxBlock" must be from "block" to the limit \(1000\)/,
     );
     expect(() => new TokenBucket({ ...opts, block: 64, maxBlock: 1.5 })).toThrow(/"maxBlock"/);
+  });
+
+  it('two leases out at most, on an eighth of one in hand, whichever thread reads its reply late', async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9b' };
+    const x = new TokenBucket({ ...opts, block: 8 });
+    // A second thread's limiter over the same blocks, whose client reads nothing: its
+    // lease's reply waits unread, as a thread busy spending leaves it.
+    const slow = new Redis(server.port, '127.0.0.1');
+    const y = attach(x.handle, { redis: slow });
+    const check = new TokenBucket(opts);
+    let admitted = 0;
+    const held = async () => opts.capacity - admitted - (await check.stats('k')).available;
+    const spend = async (limiter: { tryAcquire(key: string): Promise<boolean> }, n: number) => {
+      for (let i = 0; i < n; i++) {
+        expect(await limiter.tryAcquire('k')).toBe(true);
+        admitted++;
+      }
+    };
+    const slowId = String(await slow.client('ID'));
+    slow.stream.pause();
+    // From here until held() asks Redis, no event-loop turn: x's replies wait too.
+    await spend(x, 6); // a block of 8; 2 left: x leases the next ahead
+    await spend(y, 1); // 1 left with a lease out: y leases a second
+    // y's lease came on another connection: counted once Redis has run it.
+    while (!(await cli(server.port, 'CLIENT', 'LIST', 'ID', slowId)).includes('cmd=evalsha')) {}
+    expect(await held()).toBe(1 + 2 * 8);
+    // x's lease lands (stats() is answered after it, on x's connection): 9 in hand.
+    await spend(x, 7); // 2 left, y's lease still out: not a third lease yet
+    expect(await held()).toBe(2 + 8);
+    await spend(x, 1); // an eighth left with one out: the second
+    expect(await held()).toBe(1 + 2 * 8);
+    slow.stream.resume();
+    await y.close();
+    await x.close();
+    slow.disconnect();
+    expect(await check.stats('k')).toMatchObject({ available: opts.capacity - admitted });
   });
 
   it("without maxBlock, a hot key's leases stay one block (the unspent bound holds)", async () => {

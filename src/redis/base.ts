@@ -310,6 +310,7 @@ export abstract class RedisLimiter {
       localMs: () => this.localMs(),
       call: (op: string, tag: string, permits: number, extra: string) =>
         this.call(op, tag, permits, extra),
+      sendNow: () => this.runner.flushNow(),
       parse: (reply: unknown) => this.parse(reply),
       badReply: (reply: unknown) => this.badReply(reply),
       fallback: (error: unknown, key: Key | undefined, permits: number) =>

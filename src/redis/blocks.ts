@@ -16,11 +16,12 @@ const I_STATE = 0; // 0 empty, 1 claiming, 2 ready
 const I_FP0 = 1;
 const I_FP1 = 2;
 const I_PERMITS = 3; // permits in hand
-// Fetch leases: real-time deadline in ms (low 31 bits), 0 = free. The first is the key's
-// fetch (a thread that found the block empty, or a prefetch); the second is a prefetch of
-// its own, for a key spending its block faster than a round trip brings the next.
-export const I_FETCH = 4;
-export const I_FETCH2 = 7;
+// Fetch leases: real-time deadline in ms (low 31 bits), 0 = free. Two leases of a key may
+// be out at once: the fetch of a thread that found the block empty or a lease taken ahead,
+// and a second lease taken ahead, for a key spending its block faster than a round trip
+// brings the next (claimAhead()).
+const I_FETCH = 4;
+const I_FETCH2 = 7;
 const I_GEN = 5; // bumped when a fetch ends: wakes threads waiting for it
 // Permits a lease asks for (0: the block); grown for a key spent fast (grow()).
 const I_LEASE = 8;
@@ -212,6 +213,31 @@ export class Blocks {
     const held = Atomics.load(this.ints, i);
     if (held !== 0 && ((held - (now & 0x7fffffff)) | 0) > 0) return false;
     return Atomics.compareExchange(this.ints, i, held, deadline) === held;
+  }
+
+  /**
+   * Claims a fetch lease of slot `s` for a lease taken ahead (leases of `size`): the first
+   * while no lease is out and a quarter of one or less is in hand, a second while one is out
+   * and an eighth or less is left. So a process never has more than two leases out on an
+   * eighth of one in hand. Checked again once claimed: of two threads claiming at once, one
+   * sees the other's claim and holds itself to the eighth. Returns the claimed field
+   * (I_FETCH or I_FETCH2), or 0.
+   */
+  claimAhead(s: number, size: number, leaseMs: number): number {
+    const b = s * INTS;
+    const first = Atomics.load(this.ints, b + I_FETCH) === 0;
+    const which = first ? I_FETCH : I_FETCH2;
+    const other = first ? I_FETCH2 : I_FETCH;
+    if (!first && Atomics.load(this.ints, b + I_FETCH2) !== 0) return 0; // two out
+    if (!this.claimFetch(s, leaseMs, which)) return 0;
+    const ahead = Atomics.load(this.ints, b + other) === 0;
+    if (
+      ahead ? size >= 4 && this.permits(s) <= size >> 2 : size >= 8 && this.permits(s) <= size >> 3
+    ) {
+      return which;
+    }
+    Atomics.store(this.ints, b + which, 0); // not due: nobody waits on a claim this short
+    return 0;
   }
 
   endFetch(s: number, which = I_FETCH): void {

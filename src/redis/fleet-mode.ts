@@ -1,7 +1,7 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
-import { type Blocks, I_FETCH, I_FETCH2 } from './blocks.js';
+import type { Blocks } from './blocks.js';
 
 /**
  * Fleet mode's decisions (`block: n`): permits leased from Redis into this process's shared
@@ -36,6 +36,8 @@ export interface FleetHost {
   /** Local time in ms (the ManualClock's when given). */
   localMs(): number;
   call(op: string, tag: string, permits: number, extra: string): Promise<unknown>;
+  /** Sends the calls made so far at once (not at the end of the tick). */
+  sendNow(): void;
   parse(reply: unknown): LeaseReply;
   badReply(reply: unknown): Error;
   /** The failure policy's decision, for a call Redis could not answer. */
@@ -117,10 +119,8 @@ export class Fleet {
     // A quarter of a lease left: the next one is leased in the background, so that the
     // threads spending this one need not wait for a round trip; an eighth left with that
     // lease still out, a second one (a key spending faster than a round trip).
-    const left = b.permits(s);
     const size = b.leaseSize(s, this.host.block);
-    if (left <= size >> 2 && size >= 4) this.prefetch(b, s, tag, I_FETCH);
-    if (left <= size >> 3 && size >= 8) this.prefetch(b, s, tag, I_FETCH2);
+    if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size);
     return true;
   }
 
@@ -247,10 +247,13 @@ export class Fleet {
     }
   }
 
-  private prefetch(b: Blocks, s: number, tag: string, which: number): void {
-    if (this.host.closed() || !b.claimFetch(s, 2 * this.host.timeoutMs, which)) return;
-    const size = b.leaseSize(s, this.host.block);
-    this.lease(tag, size, '1')
+  private leaseAhead(b: Blocks, s: number, tag: string, size: number): void {
+    if (this.host.closed()) return;
+    const which = b.claimAhead(s, size, 2 * this.host.timeoutMs);
+    if (which === 0) return;
+    const leased = this.lease(tag, size, '1');
+    this.host.sendNow();
+    leased
       .then(
         (reply) => {
           try {
