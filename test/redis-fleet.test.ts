@@ -113,14 +113,8 @@ describe('fleet mode: blocks', () => {
 
   it('a lease taken ahead reaches Redis while the thread goes on spending, before it yields', async () => {
     const clock = new ManualClock(0);
-    const tb = new TokenBucket({
-      redis,
-      capacity: 100,
-      refillPerSecond: 1e-6,
-      block: 8,
-      clock,
-      prefix: 'f3c',
-    });
+    const options = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f3c' };
+    const tb = new TokenBucket({ ...options, block: 8 });
     expect(await tb.tryAcquire('k')).toBe(true); // the first block: a round trip
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     // Spent from the block: promises already settled, so this thread never reaches its
@@ -128,27 +122,15 @@ describe('fleet mode: blocks', () => {
     for (let i = 0; i < 5; i++) expect(await tb.tryAcquire('k')).toBe(true);
     // Asked from another process, this thread still not yielding: the lease is at Redis
     // (sent when taken, not when the thread next turns its event loop or runs dry).
+    const ask = ['-h', '127.0.0.1', '-p', String(server.port), 'INFO', 'commandstats'];
     let calls = 0;
     for (let tries = 0; tries < 100 && calls === 0; tries++) {
-      const info = execFileSync('redis-cli', [
-        '-h',
-        '127.0.0.1',
-        '-p',
-        String(server.port),
-        'INFO',
-        'commandstats',
-      ]);
+      const info = execFileSync('redis-cli', ask);
       calls = Number(/cmdstat_evalsha:calls=(\d+)/.exec(String(info))?.[1] ?? 0);
     }
     expect(calls).toBe(1);
     await tb.close();
-    const check = new TokenBucket({
-      redis,
-      capacity: 100,
-      refillPerSecond: 1e-6,
-      clock,
-      prefix: 'f3c',
-    });
+    const check = new TokenBucket(options);
     expect((await check.stats('k')).available).toBe(100 - 6);
   });
 
