@@ -43,17 +43,32 @@ const SPECS: [string, Record<string, unknown>][] = [
 ];
 
 describe('wide limits', () => {
+  const classes = (name: string) => ({
+    M: (mem as unknown as Record<string, new (o: unknown) => mem.Concurrency>)[name]!,
+    R: (red as unknown as Record<string, new (o: unknown) => red.Concurrency>)[name]!,
+  });
+
   it.each([
-    ['TokenBucket', { capacity: 2 ** 24 + 1, refillPerSecond: 1 }, /"capacity"/],
-    ['TokenBucket', { capacity: 5, refillPerSecond: 1e6 + 1 }, /"refillPerSecond"/],
-    ['LeakyBucket', { capacity: 2 ** 24 + 1, ratePerSecond: 1 }, /"capacity"/],
-    ['FixedWindow', { limit: 5, windowMs: 2 ** 30 + 1 }, /"windowMs"/],
-    ['SlidingWindow', { limit: 10_000, windowMs: 3_600_000 }, /"limit"/],
-    ['Concurrency', { limit: 2 ** 27 + 1 }, /"limit"/],
-  ])('%s on Redis refuses what only a wide in-memory table holds: %o', (name, opts, message) => {
+    ['TokenBucket', { capacity: 2 ** 31 - 1, refillPerSecond: 1e6 }],
+    ['LeakyBucket', { capacity: 2 ** 24 + 1, ratePerSecond: 1 }],
+    ['FixedWindow', { limit: 2 ** 31 - 1, windowMs: 2 ** 31 }],
+    ['FixedWindow', { limit: 100_000_000, windowMs: 86_400_000 }],
+    ['Concurrency', { limit: 2 ** 31 - 1 }],
+  ])('%s on Redis takes what a wide in-memory table holds: %o', (name, opts) => {
     const redis = lazy();
-    const M = (mem as unknown as Record<string, new (o: unknown) => mem.Concurrency>)[name]!;
-    const R = (red as unknown as Record<string, new (o: unknown) => red.Concurrency>)[name]!;
+    const { M, R } = classes(name);
+    expect(() => new M(opts)).not.toThrow();
+    expect(new R({ ...opts, redis }).limit).toBe(new M(opts).limit);
+    expect(redis.status).toBe('wait');
+  });
+
+  it.each([
+    ['TokenBucket', { capacity: 5, refillPerSecond: 1e6 + 1 }, /"refillPerSecond"/],
+    ['LeakyBucket', { capacity: 5, ratePerSecond: 1e9 }, /"ratePerSecond"/],
+    ['SlidingWindow', { limit: 10_000, windowMs: 3_600_000 }, /"limit"/],
+  ])('%s on Redis refuses what only memory holds: %o', (name, opts, message) => {
+    const redis = lazy();
+    const { M, R } = classes(name);
     expect(() => new M(opts)).not.toThrow();
     expect(() => new R({ ...opts, redis })).toThrow(RangeError);
     expect(() => new R({ ...opts, redis })).toThrow(message);

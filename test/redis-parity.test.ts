@@ -92,6 +92,60 @@ const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair
       windowMs: 1000,
     }),
   ],
+  // Past the narrow table's ranges: the in-memory class takes its wide table (64-bit
+  // states), Redis the same units and counts.
+  [
+    'TokenBucket, wide (capacity past 2^24)',
+    (redis, clock, prefix) => ({
+      m: new mem.TokenBucket({ capacity: 40_000_000, refillPerSecond: 777_777.7, clock }),
+      r: new red.TokenBucket({
+        redis,
+        capacity: 40_000_000,
+        refillPerSecond: 777_777.7,
+        clock,
+        prefix,
+      }),
+      windowMs: 60_000,
+    }),
+  ],
+  [
+    'LeakyBucket, wide (capacity past 2^24)',
+    (redis, clock, prefix) => ({
+      m: new mem.LeakyBucket({ capacity: 2 ** 31 - 1, ratePerSecond: 1e6, clock }),
+      r: new red.LeakyBucket({
+        redis,
+        capacity: 2 ** 31 - 1,
+        ratePerSecond: 1e6,
+        clock,
+        prefix,
+      }) as never,
+      windowMs: 2_000_000,
+    }),
+  ],
+  [
+    'FixedWindow, wide (100 million a day)',
+    (redis, clock, prefix) => ({
+      m: new mem.FixedWindow({ limit: 100_000_000, windowMs: 86_400_000, clock }),
+      r: new red.FixedWindow({ redis, limit: 100_000_000, windowMs: 86_400_000, clock, prefix }),
+      windowMs: 86_400_000,
+    }),
+  ],
+  [
+    'FixedWindow, wide (2^31 − 1 per 2^31 ms)',
+    (redis, clock, prefix) => ({
+      m: new mem.FixedWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock }),
+      r: new red.FixedWindow({ redis, limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock, prefix }),
+      windowMs: 2 ** 31,
+    }),
+  ],
+  [
+    'Concurrency, wide (2^31 − 1)',
+    (redis, clock, prefix) => ({
+      m: new mem.Concurrency({ limit: 2 ** 31 - 1, clock }),
+      r: new red.Concurrency({ redis, limit: 2 ** 31 - 1, clock, prefix, leaseMs: 2 ** 31 - 1 }),
+      windowMs: 1000,
+    }),
+  ],
 ];
 
 // Refunds of windows and the log follow the in-memory rules (a refund lands in the window

@@ -36,17 +36,31 @@ export function readBucketOptions(
   opts: Record<string, unknown>,
   rateName: 'refillPerSecond' | 'ratePerSecond',
   wideAllowed = false,
+  maxRate = wideAllowed ? MAX_WIDE_RATE_PER_SECOND : MAX_RATE_PER_SECOND,
 ): { capacity: number; rate: number; wide: boolean } {
   const maxCapacity = wideAllowed ? MAX_WIDE_CAPACITY : MAX_GCRA_CAPACITY;
   const capacity = integerOption(owner, 'capacity', opts.capacity, 1, maxCapacity);
-  const rate = positiveNumberOption(
-    owner,
-    rateName,
-    opts[rateName],
-    MIN_RATE_PER_SECOND,
-    wideAllowed ? MAX_WIDE_RATE_PER_SECOND : MAX_RATE_PER_SECOND,
-  );
+  const rate = positiveNumberOption(owner, rateName, opts[rateName], MIN_RATE_PER_SECOND, maxRate);
   return { capacity, rate, wide: capacity > MAX_GCRA_CAPACITY || rate > MAX_RATE_PER_SECOND };
+}
+
+/**
+ * A bucket's time units (see Gcra): `k` units per emission interval, `scale` units per µs
+ * and the burst `tau` in units. Every backend computes them here, so that all decide alike.
+ * The finest unit such that the burst fits in 2^24 units (2^40 in a wide table) and a unit
+ * is at least 1 µs, so that time in units (µs since the epoch × scale) stays an exact
+ * integer for 285 years; past 10^6 per second (wide only) a unit is the emission interval
+ * itself, under 1 µs: time in units is then kept modulo 2^52 (see Gcra's stepWide).
+ */
+export function gcraUnits(
+  capacity: number,
+  ratePerSecond: number,
+  wide: boolean,
+): { k: number; scale: number; tau: number } {
+  const intervalUs = 1e6 / ratePerSecond;
+  const maxTau = wide ? MAX_WIDE_TAU : MAX_GCRA_CAPACITY;
+  const k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
+  return { k, scale: k / intervalUs, tau: capacity * k };
 }
 
 /** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
@@ -87,17 +101,11 @@ export abstract class Gcra extends Limiter {
   ) {
     super(owner, algo, source);
     const capacity = this.param(0);
-    const rate = this.param(1);
-    const intervalUs = 1e6 / rate;
     this.limit = capacity;
-    // Finest unit such that the burst fits in 2^24 units and a unit is ≥ 1 µs, so that
-    // time in units (µs since the epoch × scale) stays an exact integer for 285 years.
-    // Wide: the burst fits in 2^40 units, and past 10^6 per second a unit is the emission
-    // interval itself (< 1 µs): time in units is then kept modulo 2^52 (see stepWide).
-    const maxTau = this.core.wide ? MAX_WIDE_TAU : MAX_GCRA_CAPACITY;
-    this.k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
-    this.scale = this.k / intervalUs;
-    this.tau = capacity * this.k;
+    const { k, scale, tau } = gcraUnits(capacity, this.param(1), this.core.wide);
+    this.k = k;
+    this.scale = scale;
+    this.tau = tau;
     this.unitsPerStamp = STAMP_US * this.scale;
     // The last grant was before the end of its stamp period; its TAT at most tau later.
     this.staleUs = STAMP_US + this.tau / this.scale;

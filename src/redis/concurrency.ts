@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { MAX_CONCURRENCY } from '../algorithms/concurrency.js';
+import { MAX_WIDE_CONCURRENCY } from '../algorithms/concurrency.js';
 import type { Key } from '../limiter.js';
 import { integerOption, permitsError, rangeError, typeError } from '../validate.js';
 import {
@@ -18,7 +18,7 @@ import { sleepUs, type Waiter } from './wait.js';
 const SCRIPT = new Script('atomic-limiter:concurrency', CONCURRENCY_SCRIPT, true);
 
 export interface ConcurrencyOptions extends RedisOptions {
-  /** Permits that may be held at once per key. Integer, 1 to 2^27. */
+  /** Permits that may be held at once per key. Integer, 1 to 2^31 − 1. */
   limit: number;
   /**
    * A grant's lifetime in ms (default 60 000): a process that dies holding permits gives
@@ -57,7 +57,7 @@ export class Concurrency extends RedisLimiter {
         );
       }
     }
-    const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_CONCURRENCY);
+    const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_WIDE_CONCURRENCY);
     const leaseMs = integerOption('Concurrency', 'leaseMs', opts.leaseMs, 1, 2 ** 31 - 1, 60_000);
     super('Concurrency', common, SCRIPT);
     this.limit = limit;

@@ -7,9 +7,9 @@ import { Script } from './runner.js';
 const SCRIPT = new Script('atomic-limiter:fixed-window', FIXED_WINDOW_SCRIPT, true);
 
 export interface FixedWindowOptions extends RedisOptions {
-  /** Permits per window; the same range as the in-memory FixedWindow. */
+  /** Permits per window; the same ranges as the in-memory FixedWindow, wide ones included. */
   limit: number;
-  /** Window length in milliseconds (0.001 to 2^30), aligned to time 0 of Redis TIME. */
+  /** Window length in milliseconds (0.001 to 2^31), aligned to time 0 of Redis TIME. */
   windowMs: number;
 }
 
@@ -22,7 +22,7 @@ export class FixedWindow extends RedisLimiter {
 
   constructor(options: FixedWindowOptions) {
     const { opts, common } = readRedisCommon('FixedWindow', options, ['limit', 'windowMs']);
-    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1);
+    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1, true);
     super('FixedWindow', common, SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;

@@ -1,4 +1,4 @@
-import { MAX_GCRA_CAPACITY } from '../algorithms/gcra.js';
+import { gcraUnits, MAX_RATE_PER_SECOND, readBucketOptions } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
   NO_OP_LEASE,
@@ -15,6 +15,20 @@ import { sleepUs, type Waiter } from './wait.js';
 const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
 
 /**
+ * A Redis bucket's capacity and rate: the in-memory ranges, capacity to 2^31 − 1, but rates
+ * to 10^6 per second. Past that a bucket's unit of time is under 1 µs, and time in such
+ * units since Redis TIME's epoch is past what a double holds exactly (in memory it counts
+ * from the limiter's own epoch, modulo 2^52).
+ */
+export function readRedisBucket(
+  owner: string,
+  opts: Record<string, unknown>,
+  rateName: 'refillPerSecond' | 'ratePerSecond',
+): { capacity: number; rate: number; wide: boolean } {
+  return readBucketOptions(owner, opts, rateName, true, MAX_RATE_PER_SECOND);
+}
+
+/**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
  * (src/algorithms/gcra.ts), so that both give the same figures. acquire() reserves the
  * permits' future time in the script, then sleeps here until it comes.
@@ -28,23 +42,20 @@ export abstract class RedisGcra extends RedisLimiter {
     common: RedisCommon,
     capacity: number,
     ratePerSecond: number,
+    wide: boolean,
     leaky: boolean,
   ) {
     super(owner, common, SCRIPT);
-    // As in Gcra's constructor: K units per emission interval, so that the burst fits in
-    // 2^24 units and a unit is at least 1 µs.
-    const intervalUs = 1e6 / ratePerSecond;
-    const k = Math.max(
-      1,
-      Math.min(Math.floor(MAX_GCRA_CAPACITY / capacity), Math.floor(intervalUs)),
-    );
-    const scale = k / intervalUs;
-    const stepMs = gcraStepMs(capacity, intervalUs);
+    // The in-memory class's units (a wide table's past a capacity of 2^24); rates stay at or
+    // under 10^6 per second here (readRedisBucket()), so a unit is at least 1 µs and time
+    // in units (Redis TIME in µs × scale) an exact integer.
+    const { k, scale, tau } = gcraUnits(capacity, ratePerSecond, wide);
+    const stepMs = gcraStepMs(capacity, 1e6 / ratePerSecond);
     this.limit = capacity;
     this.args = [
       String(k),
       String(scale),
-      String(capacity * k),
+      String(tau),
       String(capacity),
       leaky ? '1' : '0',
       String(common.queueLimit),
@@ -53,7 +64,7 @@ export abstract class RedisGcra extends RedisLimiter {
     const single = {
       k,
       scale,
-      tau: capacity * k,
+      tau,
       limit: capacity,
       leaky,
       slackMs: this.ttlSlackMs,

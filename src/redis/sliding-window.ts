@@ -13,7 +13,7 @@ const SEGMENTS_SCRIPT = new Script(
 );
 
 export interface SlidingWindowOptions extends RedisOptions {
-  /** Permits per window; the same range as the in-memory SlidingWindow. */
+  /** Permits per window; the in-memory SlidingWindow's 32-bit ranges (README, *Options*). */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^30). */
   windowMs: number;

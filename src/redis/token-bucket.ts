@@ -1,11 +1,10 @@
-import { readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
-import { RedisGcra } from './gcra.js';
+import { RedisGcra, readRedisBucket } from './gcra.js';
 
 export interface TokenBucketOptions extends RedisOptions {
-  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^24. */
+  /** Burst size: tokens a full bucket holds. Integer, 1 to 2^31 − 1. */
   capacity: number;
-  /** Tokens added per second, continuously. From 1e-6 to 1e6, fractions allowed. */
+  /** Tokens added per second, continuously. From 1e-6 to 1e6 (in memory: 1e9), fractions allowed. */
   refillPerSecond: number;
 }
 
@@ -20,8 +19,12 @@ export class TokenBucket extends RedisGcra {
       'capacity',
       'refillPerSecond',
     ]);
-    const { capacity, rate: refill } = readBucketOptions('TokenBucket', opts, 'refillPerSecond');
-    super('TokenBucket', common, capacity, refill, false);
+    const {
+      capacity,
+      rate: refill,
+      wide,
+    } = readRedisBucket('TokenBucket', opts, 'refillPerSecond');
+    super('TokenBucket', common, capacity, refill, wide, false);
     this.capacity = capacity;
     this.refillPerSecond = refill;
   }
