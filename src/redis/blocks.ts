@@ -229,15 +229,19 @@ export class Blocks {
     const which = first ? I_FETCH : I_FETCH2;
     const other = first ? I_FETCH2 : I_FETCH;
     if (!first && Atomics.load(this.ints, b + I_FETCH2) !== 0) return 0; // two out
+    if (!this.dueAhead(s, size, other)) return 0;
     if (!this.claimFetch(s, leaseMs, which)) return 0;
-    const ahead = Atomics.load(this.ints, b + other) === 0;
-    if (
-      ahead ? size >= 4 && this.permits(s) <= size >> 2 : size >= 8 && this.permits(s) <= size >> 3
-    ) {
-      return which;
-    }
-    Atomics.store(this.ints, b + which, 0); // not due: nobody waits on a claim this short
+    if (this.dueAhead(s, size, other)) return which;
+    // Lost a race to the other lease: let go, waking any thread that saw this claim.
+    this.endFetch(s, which);
     return 0;
+  }
+
+  /** Whether a lease ahead is due for slot `s`, the lease `other` out or not. */
+  private dueAhead(s: number, size: number, other: number): boolean {
+    return Atomics.load(this.ints, s * INTS + other) === 0
+      ? size >= 4 && this.permits(s) <= size >> 2
+      : size >= 8 && this.permits(s) <= size >> 3;
   }
 
   endFetch(s: number, which = I_FETCH): void {
