@@ -56,6 +56,21 @@ const CASES: [string, Make, number][] = [
     700,
   ],
   [
+    // Wide: the weighted test in doubles, and the previous count in steps of 2^13.
+    'SlidingWindow, wide (2^31 − 1 per 2^31 ms)',
+    (redis, clock, prefix) => [
+      new mem.SlidingWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock }) as never,
+      new red.SlidingWindow({
+        redis,
+        limit: 2 ** 31 - 1,
+        windowMs: 2 ** 31,
+        clock,
+        prefix,
+      }) as never,
+    ],
+    2 ** 31,
+  ],
+  [
     'SlidingWindow with segments',
     (redis, clock, prefix) => [
       new mem.SlidingWindow({ limit: 11, windowMs: 700, segments: 7, clock }) as never,

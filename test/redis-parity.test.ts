@@ -24,7 +24,7 @@ function prng(seed: number): () => number {
 
 type Pair = {
   m: mem.AnyLimiter;
-  r: red.TokenBucket | red.FixedWindow | red.Concurrency;
+  r: red.TokenBucket | red.FixedWindow | red.SlidingWindow | red.Concurrency;
   windowMs: number;
 };
 
@@ -135,6 +135,32 @@ const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair
     (redis, clock, prefix) => ({
       m: new mem.FixedWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock }),
       r: new red.FixedWindow({ redis, limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock, prefix }),
+      windowMs: 2 ** 31,
+    }),
+  ],
+  [
+    'SlidingWindow, wide (10 000 per hour)',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingWindow({ limit: 10_000, windowMs: 3_600_000, clock }),
+      r: new red.SlidingWindow({ redis, limit: 10_000, windowMs: 3_600_000, clock, prefix }),
+      windowMs: 3_600_000,
+    }),
+  ],
+  [
+    // limit × window past 2^53: the weighted test in doubles, a hair stricter.
+    'SlidingWindow, wide (a million per 2^31 ms)',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingWindow({ limit: 1_000_000, windowMs: 2 ** 31, clock }),
+      r: new red.SlidingWindow({ redis, limit: 1_000_000, windowMs: 2 ** 31, clock, prefix }),
+      windowMs: 2 ** 31,
+    }),
+  ],
+  [
+    // The previous window's count in steps of 2^13, rounded up, in both.
+    'SlidingWindow, wide (2^31 − 1 per 2^31 ms)',
+    (redis, clock, prefix) => ({
+      m: new mem.SlidingWindow({ limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock }),
+      r: new red.SlidingWindow({ redis, limit: 2 ** 31 - 1, windowMs: 2 ** 31, clock, prefix }),
       windowMs: 2 ** 31,
     }),
   ],

@@ -6,7 +6,7 @@ import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
-import { wideWindowBits, windowBits } from './window-bits.js';
+import { wideSlidingBits, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
   /**
@@ -91,19 +91,16 @@ export class SlidingWindow extends Limiter {
     this.segments = undefined;
     this.ring = null;
     const bits = this.core.wide
-      ? wideWindowBits(this.limit, this.windowUs)
-      : windowBits(this.limit, this.windowUs, 2)!;
+      ? wideSlidingBits(this.limit, this.windowUs)
+      : { ...windowBits(this.limit, this.windowUs, 2)!, prevBits: 0, prevQuantum: 1 };
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.wBits = bits.windowBits;
     this.wMask = 2 ** bits.windowBits - 1;
-    // Wide: window number, previous count and current count share 53 bits. The current
-    // count is exact; the previous one gets what is left, rounded up to a power of two
-    // when the limit needs more (only ever counting more than was granted: stricter).
-    // (Rounded up, a count of `limit` must still fit: hence the extra bit of quantum.)
-    const room = 53 - bits.countBits - bits.windowBits;
-    this.prevBits = Math.min(bits.countBits, room);
-    this.prevQuantum = room >= bits.countBits ? 1 : 2 ** (bits.countBits - room + 1);
+    // Wide: window number, previous count and current count share 53 bits; the current
+    // count is exact, the previous one may be kept in steps (wideSlidingBits()).
+    this.prevBits = bits.prevBits;
+    this.prevQuantum = bits.prevQuantum;
     this.exactWeights = this.limit * this.windowUs < WIDE_SPAN;
     this.countSpan = 2 ** bits.countBits;
     this.prevSpan = 2 ** this.prevBits;

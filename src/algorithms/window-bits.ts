@@ -26,6 +26,27 @@ export function wideWindowBits(
 }
 
 /**
+ * A wide SlidingWindow's payload (below 2^53): the window number and the current count as
+ * wideWindowBits() gives them, and the previous window's count in what is left — exact
+ * when it fits, else in units of `prevQuantum` (a power of two), rounded up (only ever
+ * counting more than was granted: stricter). Rounded up, a count of `limit` must still
+ * fit: hence the extra bit of quantum. The Redis class rounds the same way, so that both
+ * decide alike.
+ */
+export function wideSlidingBits(
+  limit: number,
+  windowUs: number,
+): { countBits: number; windowBits: number; prevBits: number; prevQuantum: number } {
+  const bits = wideWindowBits(limit, windowUs);
+  const room = 53 - bits.countBits - bits.windowBits;
+  return {
+    ...bits,
+    prevBits: Math.min(bits.countBits, room),
+    prevQuantum: room >= bits.countBits ? 1 : 2 ** (bits.countBits - room + 1),
+  };
+}
+
+/**
  * Bit budget of a window payload: `counters` count fields of `countBits` bits each, and
  * the rest of the 28-bit payload for the window number modulo 2^windowBits. Count fields
  * are one bit wider than `limit + 2` needs, so the two reserved payload values (all ones

@@ -7,6 +7,7 @@ import {
   ttlTo,
   type WindowParams,
 } from './single.lua.js';
+import { fitsLua } from './sliding-window.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
@@ -16,8 +17,19 @@ import { decodeState, encodeState } from './state.lua.js';
  * driver's retryAfter(), step for step. The key holds window, prev, curr, admitted,
  * rejected (state.lua.ts), as sliding-window.lua.ts reads and writes it.
  */
-export function slidingWindowSingleScript(op: 't' | 'c', p: WindowParams): string {
+export function slidingWindowSingleScript(
+  op: 't' | 'c',
+  p: WindowParams & { readonly prevQuantum: number },
+): string {
   const limit = luaNumber(p.limit);
+  // The stored previous count as read (sliding-window.lua.ts read()): a wide window's in
+  // steps of its quantum.
+  const q = luaNumber(p.prevQuantum);
+  const stored = (x: string) =>
+    p.prevQuantum === 1 ? x : `math.min(${limit}, math.ceil(${x} / ${q}) * ${q})`;
+  // The window test (fitsLua()), with its exactness known here.
+  const exact = p.limit * p.windowUs < 2 ** 53;
+  const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);
   const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : 'consume'}
 local W = ${luaNumber(p.windowUs)}
 ${SINGLE_ARGS}
@@ -39,13 +51,13 @@ local win = math.floor(NOW / W)
 local prev, curr = 0, 0
 if sw then
   if sw >= win then
-    win, prev, curr = sw, sp, sc
+    win, prev, curr = sw, ${stored('sp')}, sc
   elseif sw == win - 1 then
     prev = sc
   end
 end
 local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))
-local ok = weighted + (curr + P) * W <= ${limit} * W
+local ok = ${fits('weighted', 'curr + P')}
 if ok then
   curr = curr + P
   adm = adm + P
@@ -78,7 +90,12 @@ return 0
 `;
   }
   return `${head}
-local avail = math.max(0, math.floor(${limit} - (weighted / W + curr)))
+${
+  // A grant saved the previous count as it is read back (in steps, for a wide window).
+  p.prevQuantum === 1
+    ? ''
+    : `if ok then weighted = ${stored('prev')} * math.max(0, W - math.max(0, NOW - win * W)) end\n`
+}local avail = math.max(0, math.floor(${limit} - (weighted / W + curr)))
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
@@ -91,12 +108,12 @@ local function grants(r)
   local pv, cu = 0, 0
   if sw then
     if sw >= w then
-      w, pv, cu = sw, sp, sc
+      w, pv, cu = sw, ${stored('sp')}, sc
     elseif sw == w - 1 then
       pv = sc
     end
   end
-  return pv * math.max(0, W - math.max(0, t - w * W)) + (cu + P) * W <= ${limit} * W
+  return ${fits('pv * math.max(0, W - math.max(0, t - w * W))', 'cu + P')}
 end
 local guess
 if curr + P <= ${limit} then

@@ -2,16 +2,53 @@ import { DRIVER, PRELUDE } from './driver.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
+ * Lua: whether a previous window weighing `wp` (its count times the part of the window
+ * still ahead, in µs) and `used` permits of the current window fit in `limit` permits per
+ * `w` µs — the in-memory class's test, narrow and wide (src/algorithms/sliding-window.ts
+ * step() and stepWide()), operation for operation so that doubles round alike. While
+ * limit × w < 2^53 (`exact`) the products are exact; past it the weighted count is
+ * compared in doubles, held a hair stricter than its rounding error (relative 2^-52).
+ * `exact` is known (a single-call script) or a Lua boolean read at run time.
+ */
+export function fitsLua(
+  wp: string,
+  used: string,
+  limit: string,
+  w: string,
+  exact: boolean | string,
+): string {
+  const exactTest = `${wp} + (${used}) * ${w} <= ${limit} * ${w}`;
+  const wideTest = `(${used}) <= ${limit} and ${wp} / ${w} <= (${limit} - (${used})) * (1 - 2^-40)`;
+  if (exact === true) return exactTest;
+  if (exact === false) return wideTest;
+  return `(${exact} and ${exactTest}) or (not ${exact} and ${wideTest})`;
+}
+
+/**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, computed multiplied by windowUs
- * as in memory so that every figure is exact in doubles. Stored as window, prev, curr,
- * admitted, rejected (state.lua.ts) with a TTL until both windows are empty.
+ * as in memory so that every figure is exact in doubles — while limit × windowUs is below
+ * 2^53. Past that (a wide window: millions per day) the weighted count is compared in
+ * doubles, held a hair stricter than its rounding error, exactly as the in-memory wide
+ * table does (fitsLua()). Stored as window, prev, curr, admitted, rejected (state.lua.ts)
+ * with a TTL until both windows are empty.
  *
- * ARGV[6…]: limit, windowUs.
+ * A wide window's previous count is rounded up to a multiple of its quantum when read, as
+ * the in-memory wide table keeps it (wideSlidingBits()): 1 — exact — below 2^24 permits per
+ * window of a second or more.
+ *
+ * ARGV[6…]: limit, windowUs, the previous count's quantum.
  */
 export const SLIDING_WINDOW_SCRIPT = `${PRELUDE}
 local LIMIT = tonumber(ARGV[6])
 local W = tonumber(ARGV[7])
+local EXACT = LIMIT * W < 2^53
+local Q = tonumber(ARGV[8])
+
+-- Whether a previous window weighing wp (times W) and \`used\` permits in this one fit.
+local function fits(wp, used)
+  return ${fitsLua('wp', 'used', 'LIMIT', 'W', 'EXACT')}
+end
 
 local function decode(v)
   local win, prev, curr, adm, rej
@@ -25,7 +62,10 @@ local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
 local function read(st, t)
   local now = math.floor(t / W)
   if not st.win then return now, 0, 0 end
-  if st.win >= now then return st.win, st.prev, st.curr end
+  if st.win >= now then
+    if Q > 1 then return st.win, math.min(LIMIT, math.ceil(st.prev / Q) * Q), st.curr end
+    return st.win, st.prev, st.curr
+  end
   if st.win == now - 1 then return now, st.curr, 0 end
   return now, 0, 0
 end
@@ -59,7 +99,7 @@ local function drop() delKey(KEYS[1]) end
 
 local function step(st, t, p)
   local win, prev, curr = read(st, t)
-  if weighted(win, prev, t) + (curr + p) * W > LIMIT * W then return nil end
+  if not fits(weighted(win, prev, t), curr + p) then return nil end
   return {win = win, prev = prev, curr = curr + p}
 end
 

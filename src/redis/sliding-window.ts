@@ -1,4 +1,5 @@
 import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
+import { wideSlidingBits } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
@@ -13,9 +14,9 @@ const SEGMENTS_SCRIPT = new Script(
 );
 
 export interface SlidingWindowOptions extends RedisOptions {
-  /** Permits per window; the in-memory SlidingWindow's 32-bit ranges (README, *Options*). */
+  /** Permits per window; the in-memory SlidingWindow's ranges, wide ones too (README, *Options*). */
   limit: number;
-  /** Window length in milliseconds (0.001 to 2^30). */
+  /** Window length in milliseconds (0.001 to 2^31). */
   windowMs: number;
   /**
    * Segments per window (2 to 1000, each a whole number of microseconds): exact to a
@@ -42,20 +43,27 @@ export class SlidingWindow extends RedisLimiter {
       'windowMs',
       'segments',
     ]);
-    const { limit, windowMs, segments } = readSlidingWindowOptions('SlidingWindow', opts);
+    const { limit, windowMs, segments, wide } = readSlidingWindowOptions(
+      'SlidingWindow',
+      opts,
+      true,
+    );
     super('SlidingWindow', common, segments === undefined ? SCRIPT : SEGMENTS_SCRIPT);
     this.limit = limit;
     this.windowMs = windowMs;
     this.segments = segments;
+    // A wide window keeps its previous count as the in-memory wide table does.
+    const prevQuantum = wide ? wideSlidingBits(limit, windowMs * 1000).prevQuantum : 1;
     this.args =
       segments === undefined
-        ? [String(limit), String(windowMs * 1000)]
+        ? [String(limit), String(windowMs * 1000), String(prevQuantum)]
         : [String(limit), String(Math.round(windowMs * 1000) / segments), String(segments)];
     if (segments === undefined) {
       const single = {
         limit,
         windowUs: windowMs * 1000,
         slackMs: this.ttlSlackMs,
+        prevQuantum,
       };
       this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
     }
