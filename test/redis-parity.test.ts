@@ -123,6 +123,29 @@ const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair
     }),
   ],
   [
+    // A unit of 1 ns: the Redis key counts from an origin of its own (0 here, as memory).
+    'TokenBucket, wide (10^9 per second)',
+    (redis, clock, prefix) => ({
+      m: new mem.TokenBucket({ capacity: 1_000_000, refillPerSecond: 1e9, clock }),
+      r: new red.TokenBucket({ redis, capacity: 1_000_000, refillPerSecond: 1e9, clock, prefix }),
+      windowMs: 2,
+    }),
+  ],
+  [
+    'LeakyBucket, wide (1.5 × 10^8 per second)',
+    (redis, clock, prefix) => ({
+      m: new mem.LeakyBucket({ capacity: 3000, ratePerSecond: 1.5e8, clock }),
+      r: new red.LeakyBucket({
+        redis,
+        capacity: 3000,
+        ratePerSecond: 1.5e8,
+        clock,
+        prefix,
+      }) as never,
+      windowMs: 0.05,
+    }),
+  ],
+  [
     'FixedWindow, wide (100 million a day)',
     (redis, clock, prefix) => ({
       m: new mem.FixedWindow({ limit: 100_000_000, windowMs: 86_400_000, clock }),

@@ -36,8 +36,8 @@ export function readBucketOptions(
   opts: Record<string, unknown>,
   rateName: 'refillPerSecond' | 'ratePerSecond',
   wideAllowed = false,
-  maxRate = wideAllowed ? MAX_WIDE_RATE_PER_SECOND : MAX_RATE_PER_SECOND,
 ): { capacity: number; rate: number; wide: boolean } {
+  const maxRate = wideAllowed ? MAX_WIDE_RATE_PER_SECOND : MAX_RATE_PER_SECOND;
   const maxCapacity = wideAllowed ? MAX_WIDE_CAPACITY : MAX_GCRA_CAPACITY;
   const capacity = integerOption(owner, 'capacity', opts.capacity, 1, maxCapacity);
   const rate = positiveNumberOption(owner, rateName, opts[rateName], MIN_RATE_PER_SECOND, maxRate);

@@ -1,3 +1,4 @@
+import { GCRA_ORIGIN } from './gcra.lua.js';
 import { luaNumber, SINGLE_ARGS, saveState, searchRetry, toReply, ttlTo } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
@@ -36,20 +37,36 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
   const cost = `P * ${luaNumber(p.k)}`;
   const allowance = p.leaky ? 'cost' : luaNumber(p.tau);
+  // A fast bucket (a unit under 1 µs) counts from its key's origin E, stored as a fourth
+  // field (gcra.lua.ts); a slow one from 0, as before.
+  const fast = p.scale > 1;
+  const fields = fast ? ['tat', 'adm', 'rej', 'E'] : ['tat', 'adm', 'rej'];
+  const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
+  // The µs on Redis's clock at which a TAT ends.
+  const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
   const head = `-- atomic-limiter:gcra-${op === 't' ? 'try' : 'consume'}
 local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}
 ${SINGLE_ARGS}
-local u = math.floor(NOW * SCALE)
-local tat, adm, rej
+local tat, adm, rej${fast ? ', E' : ''}
 local v = redis.call('GET', KEYS[1])
-if v then
-  ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket')}
+-- A state of the other kind (gcra.lua.ts decode()) is no state.
+if v and #v ~= ${fast ? 25 : 33} then
+  ${decodeState('v', fields, 'TokenBucket/LeakyBucket')}
 else
   adm, rej = 0, 0
 end
+${
+  fast
+    ? `${GCRA_ORIGIN}
+local oldEnds
+if tat then oldEnds = math.ceil(${endUs('tat')} / STEP_US) end
+if E then E, tat = rebase(E, tat) else E = origin(NOW) end
+`
+    : ''
+}local u = math.floor(${since('NOW')} * SCALE)
 local base = u
 if tat and tat > u then base = tat end
 local cost = ${cost}
@@ -64,10 +81,10 @@ end
 -- save(): the key lives until the end of the step in which the bucket is fresh again, or
 -- goes; a state ending in the stored one's step keeps its TTL.
 if tat and tat > u then
-  local ends = math.ceil(tat / SCALE / STEP_US)
+  local ends = math.ceil(${endUs('tat')} / STEP_US)
   ${saveState(
-    encodeState(['tat', 'adm', 'rej']),
-    'old and ends <= math.ceil(old / SCALE / STEP_US)',
+    encodeState(fast ? ['tat', 'adm', 'rej', 'E'] : ['tat', 'adm', 'rej']),
+    fast ? 'oldEnds and ends <= oldEnds' : 'old and ends <= math.ceil(old / SCALE / STEP_US)',
     ttlTo('ends * STEP_US', p.slackMs),
   )}
 else
@@ -96,7 +113,7 @@ ${toReply('now')}
 if ok then return {1, avail, 0, fresh, now} end
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
-  local n = math.floor((NOW + r) * SCALE)
+  local n = math.floor(${since('NOW + r')} * SCALE)
   local b = n
   if old and old > n then b = old end
   return b - n + cost <= ${allowance}

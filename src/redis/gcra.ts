@@ -1,4 +1,4 @@
-import { gcraUnits, MAX_RATE_PER_SECOND, readBucketOptions } from '../algorithms/gcra.js';
+import { gcraUnits } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
   NO_OP_LEASE,
@@ -13,20 +13,6 @@ import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
 
 const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
-
-/**
- * A Redis bucket's capacity and rate: the in-memory ranges, capacity to 2^31 − 1, but rates
- * to 10^6 per second. Past that a bucket's unit of time is under 1 µs, and time in such
- * units since Redis TIME's epoch is past what a double holds exactly (in memory it counts
- * from the limiter's own epoch, modulo 2^52).
- */
-export function readRedisBucket(
-  owner: string,
-  opts: Record<string, unknown>,
-  rateName: 'refillPerSecond' | 'ratePerSecond',
-): { capacity: number; rate: number; wide: boolean } {
-  return readBucketOptions(owner, opts, rateName, true, MAX_RATE_PER_SECOND);
-}
 
 /**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
@@ -46,9 +32,9 @@ export abstract class RedisGcra extends RedisLimiter {
     leaky: boolean,
   ) {
     super(owner, common, SCRIPT);
-    // The in-memory class's units (a wide table's past a capacity of 2^24); rates stay at or
-    // under 10^6 per second here (readRedisBucket()), so a unit is at least 1 µs and time
-    // in units (Redis TIME in µs × scale) an exact integer.
+    // The in-memory class's units (a wide table's past a capacity of 2^24 or a rate of 10^6
+    // per second; past that rate a unit is under 1 µs, and a key counts from an origin of its
+    // own: gcra.lua.ts).
     const { k, scale, tau } = gcraUnits(capacity, ratePerSecond, wide);
     const stepMs = gcraStepMs(capacity, 1e6 / ratePerSecond);
     this.limit = capacity;

@@ -1,11 +1,11 @@
-import { leakyQueueLimit } from '../algorithms/gcra.js';
+import { leakyQueueLimit, readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
-import { RedisGcra, readRedisBucket } from './gcra.js';
+import { RedisGcra } from './gcra.js';
 
 export interface LeakyBucketOptions extends RedisOptions {
   /** Permits that may wait in the bucket (the default queueLimit); the largest request. Integer, 1 to 2^31 − 1. */
   capacity: number;
-  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e6 (in memory: 1e9). */
+  /** Permits leaving the bucket per second, at a constant pace. From 1e-6 to 1e9. */
   ratePerSecond: number;
 }
 
@@ -17,7 +17,7 @@ export class LeakyBucket extends RedisGcra {
 
   constructor(options: LeakyBucketOptions) {
     const { opts, common } = readRedisCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
-    const { capacity, rate, wide } = readRedisBucket('LeakyBucket', opts, 'ratePerSecond');
+    const { capacity, rate, wide } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond', true);
     const queueLimit = leakyQueueLimit(opts, capacity);
     super('LeakyBucket', { ...common, queueLimit }, capacity, rate, wide, true);
     this.capacity = capacity;

@@ -1,10 +1,11 @@
+import { readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
-import { RedisGcra, readRedisBucket } from './gcra.js';
+import { RedisGcra } from './gcra.js';
 
 export interface TokenBucketOptions extends RedisOptions {
   /** Burst size: tokens a full bucket holds. Integer, 1 to 2^31 − 1. */
   capacity: number;
-  /** Tokens added per second, continuously. From 1e-6 to 1e6 (in memory: 1e9), fractions allowed. */
+  /** Tokens added per second, continuously. From 1e-6 to 1e9, fractions allowed. */
   refillPerSecond: number;
 }
 
@@ -23,7 +24,7 @@ export class TokenBucket extends RedisGcra {
       capacity,
       rate: refill,
       wide,
-    } = readRedisBucket('TokenBucket', opts, 'refillPerSecond');
+    } = readBucketOptions('TokenBucket', opts, 'refillPerSecond', true);
     super('TokenBucket', common, capacity, refill, wide, false);
     this.capacity = capacity;
     this.refillPerSecond = refill;
