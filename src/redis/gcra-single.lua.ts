@@ -32,7 +32,8 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
  * 'c') of one TokenBucket / LeakyBucket call, with the limiter's parameters inline: the
  * arithmetic of gcra.lua.ts's step(), save(), avail(), fresh() and the driver's
  * retryAfter(), step for step, without building them as functions on the grant path.
- * The key holds tat, admitted, rejected (state.lua.ts), as gcra.lua.ts reads and writes it.
+ * The key holds tat, admitted, rejected (state.lua.ts) — and, past 10^6 per second, the
+ * key's origin — as gcra.lua.ts reads and writes it.
  */
 export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
   const cost = `P * ${luaNumber(p.k)}`;

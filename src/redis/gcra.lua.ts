@@ -25,7 +25,7 @@ end`;
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
  * arrival time in units of 1/K of the emission interval, counted from time 0 (the
  * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill, rounded up to the
+ * tat, admitted, rejected (state.lua.ts; and the origin, below) with a TTL of the time to refill, rounded up to the
  * bucket's step (gcraStepMs(): every script that writes the key rounds the same way, so a
  * single-call script may keep the TTL of a key whose state ends in the same step).
  *
@@ -92,7 +92,7 @@ local function save(st)
   if f <= 0 then
     delKey(KEYS[1])
   else
-    -- All three are integers (the TAT counts whole units). The key lives until the end of
+    -- Every field is an integer (the TAT counts whole units). The key lives until the end of
     -- the step in which the bucket is full again (tat > units(NOW), so at least 1 ms).
     putState(KEYS[1], st, encode, ttlTo(math.ceil(((st.e or 0) + st.tat / SCALE) / STEP_US) * STEP_US))
   end
