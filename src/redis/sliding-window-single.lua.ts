@@ -1,3 +1,4 @@
+import { WIDE_SPAN } from '../layout.js';
 import {
   luaNumber,
   SINGLE_ARGS,
@@ -28,7 +29,7 @@ export function slidingWindowSingleScript(
   const stored = (x: string) =>
     p.prevQuantum === 1 ? x : `math.min(${limit}, math.ceil(${x} / ${q}) * ${q})`;
   // The window test (fitsLua()), with its exactness known here.
-  const exact = p.limit * p.windowUs < 2 ** 53;
+  const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);
   const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : 'consume'}
 local W = ${luaNumber(p.windowUs)}
