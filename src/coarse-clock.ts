@@ -21,10 +21,13 @@ export type CoarseClockHandle = Extract<ClockHandle, { kind: 'coarse' }>;
 //   Int32 [2]  magic, [3] layout version
 //   Float64 [2] resolutionMs, [3] unitUs, [4..8) the base of each era, in µs on the
 //              monotonic clock's time line.
-// A reader decodes `base[era] + ticks × unitUs` from ONE Atomics.load of TIME and a plain
-// read of the base: the ticker writes an era's base before it publishes the first word of
-// that era (seq-cst store → load orders the plain write before the read), and rewrites it
-// only when that era number comes round again, three eras later.
+// A reader decodes `base[era] + ticks × unitUs` from one read of TIME and a plain read of
+// the base. The ticker writes an era's base before it publishes the first word of that era,
+// and rewrites it only when that era number comes round again, three eras later. A reader
+// reads TIME with a plain read while its era is the one this reader last saw through an
+// Atomics.load (seq-cst store → load orders the ticker's write of that base before the
+// reader's read of it); a word of any other era, or a stop, sends it to the Atomics.load.
+// (Atomics.load is a call into a builtin in Node 20, ~15 ns: most of a coarse read.)
 const W_TIME = 0;
 const W_CONTROL = 1;
 const W_MAGIC = 2;
@@ -109,7 +112,8 @@ function hrtimeUs(): number {
 
 /**
  * A clock whose time is a word in shared memory that a ticker thread keeps fresh: a read is
- * one `Atomics.load` (about 8 ns, against ~45 ns for the precise clock). Pass it as the
+ * a load of that word, a plain read and a multiply-add (5–9 ns measured here, against
+ * 50–60 ns for the precise clock). Pass it as the
  * `clock` option of any limiter; it travels in the limiter's `handle`, so every thread that
  * attaches reads the same word.
  *
@@ -143,6 +147,8 @@ export class CoarseClock implements Clock {
   private readonly unitUs: number;
   private readonly staleLimitUs: number;
   private countdown = CHECK_EVERY;
+  /** The era of the last word this reader read with Atomics.load (-1: none yet, or stopped). */
+  private era = -1;
   /** While the time seems stuck: this reader's time, held still; NaN otherwise. */
   private heldUs = Number.NaN;
   private ticker: Worker | undefined;
@@ -213,8 +219,10 @@ export class CoarseClock implements Clock {
 
   /** Microseconds on the monotonic clock's time line, up to about a resolution late. */
   nowUs(): number {
-    const w = Atomics.load(this.words, W_TIME);
-    if (w < 0 || --this.countdown < 0) return this.checkedNowUs(w);
+    // A plain read (see the buffer's layout above); a stopped or starting clock's word is
+    // negative, whose era (7) is never this.era.
+    const w = this.words[W_TIME]!;
+    if (w >>> TICK_BITS !== this.era || --this.countdown < 0) return this.checkedNowUs();
     return this.bases[w >>> TICK_BITS]! + (w & TICK_MASK) * this.unitUs;
   }
 
@@ -253,8 +261,11 @@ export class CoarseClock implements Clock {
     return { words: this.words, index: W_TIME };
   }
 
-  // Every CHECK_EVERY reads, and on every read while the time seems stuck or after a stop.
-  private checkedNowUs(w: number): number {
+  // Every CHECK_EVERY reads, on a word of another era than this reader's, and on every
+  // read while the time seems stuck or after a stop.
+  private checkedNowUs(): number {
+    const w = Atomics.load(this.words, W_TIME);
+    this.era = w < 0 ? -1 : w >>> TICK_BITS;
     if (w < 0) {
       const preciseUs = monotonicClock.nowUs();
       if (w === STARTING) {

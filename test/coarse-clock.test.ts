@@ -329,6 +329,35 @@ describe('CoarseClock', () => {
     expect(publishTime(words, f64, origin + 2 ** 41 * unitUs)).toBe(-1);
   });
 
+  it('reads the right time when its era number comes round again between two reads', () => {
+    const clock = coarse(0.1);
+    const buffer = new SharedArrayBuffer(clock.handle.buffer.byteLength);
+    new Uint8Array(buffer).set(new Uint8Array(clock.handle.buffer));
+    const words = new Int32Array(buffer);
+    const f64 = new Float64Array(buffer);
+    Atomics.store(words, 0, -2);
+    const reader = new CoarseClock({ kind: 'coarse', buffer });
+    const unitUs = (0.1 * 1000) / 16;
+    const origin = precise.nowUs();
+    let atUs = origin + 5 * unitUs;
+    publishTime(words, f64, atUs);
+    expect(atUs - reader.nowUs()).toBeLessThan(unitUs + 10 + 1e-6);
+    const era = Atomics.load(words, 0) >>> 29;
+    // Four publications of an era each (2^29 units): the word is in the same era number
+    // again, with another base. The reader, which last read in that era number, must not
+    // decode it with the base it saw then.
+    for (let k = 0; k < 4; k++) {
+      atUs += 2 ** 29 * unitUs + 3.7;
+      publishTime(words, f64, atUs);
+    }
+    expect(Atomics.load(words, 0) >>> 29).toBe(era);
+    for (let i = 0; i < 3; i++) {
+      const t = reader.nowUs();
+      expect(t).toBeLessThanOrEqual(atUs);
+      expect(atUs - t).toBeLessThan(unitUs + 10 + 1e-6);
+    }
+  });
+
   it('rejects bad options, naming the option and the value', () => {
     for (const resolutionMs of [0.1, 1000]) coarse(resolutionMs);
     expect(coarse().resolutionMs).toBe(1);
