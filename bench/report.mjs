@@ -614,7 +614,12 @@ function fleetSection(r) {
       ],
     ),
     '',
-    `fleet ÷ plain: ${fmtRatio(r.ratios.fleetOverPlain)}× (goal ${g.throughput.text}: ${met(g.throughput)}); fleet ÷ rlf: ${fmtRatio(r.ratios.fleetOverRlf)}×${r.ratios.fleetGrownOverPlain ? `; with maxBlock ${8 * r.block}: ${fmtRatio(r.ratios.fleetGrownOverPlain)}× plain` : ''}`,
+    ...(r.rounds
+      ? [
+          `block ${r.block} and no block: medians of ${r.rounds} rounds each, taking turns (decisions/s, p50, p99); Redis calls over all rounds`,
+        ]
+      : []),
+    `fleet ÷ plain: ${fmtRatio(r.ratios.fleetOverPlain)}×${r.ratios.fleetOverPlainRounds ? ` (median of the rounds' ${r.ratios.fleetOverPlainRounds.map((x) => fmtRatio(x)).join(', ')})` : ''} (goal ${g.throughput.text}: ${met(g.throughput)}); fleet ÷ rlf: ${fmtRatio(r.ratios.fleetOverRlf)}×${r.ratios.fleetGrownOverPlain ? `; with maxBlock ${8 * r.block}: ${fmtRatio(r.ratios.fleetGrownOverPlain)}× plain` : ''}`,
     `${g.p50.text}: ${met(g.p50)}; ${g.calls.text}: ${met(g.calls)}`,
     `refused hot key: ${s.refused.redisCalls} Redis calls in ${Math.round(s.refused.wallMs)} ms for ${s.refused.decisions} decisions (${g.refused.callsPerRetryAfter.toFixed(2)} refusals asked per retryAfterMs) — ${g.refused.text}: ${met(g.refused)}`,
   ].join('\n');
