@@ -411,7 +411,8 @@ function clusterSection(c, nativeFigures = {}) {
     `== Cluster: a worker process asking the primary's limiter over IPC (node:cluster, 1 worker, every call allowed)`,
     `one at a time: each call awaited before the next, p50 / p99 per call. ${c.inFlight} in flight: ${c.inFlight} loops each`,
     'awaiting its own calls; per call = wall ÷ calls, and the CPU time the worker and the primary',
-    `spent per call meanwhile. Each subject in cluster runs of its own (${c.runsPerSubject} per subject, samples pooled).`,
+    `spent per call meanwhile. Both libraries in one cluster, every subject measured in turn, ${c.rounds} rounds per run, ${c.runs} run(s), samples pooled;`,
+    `rlf ÷ ours with ${c.inFlight} in flight: the median of the rounds' own ratios.`,
     '',
     table(
       [
@@ -442,8 +443,7 @@ function clusterSection(c, nativeFigures = {}) {
             ]
           : []),
         row('rate-limiter-flexible RateLimiterCluster consume', c.rlf.consume),
-        row('floor: process.send echo, our runs', f.echoInOursRuns),
-        row('floor: process.send echo, rlf runs', f.echoInRlfRuns),
+        row('floor: process.send echo', f.echo),
         row('floor: batched echo (one message per tick)', f.batchedEcho),
       ],
     ),

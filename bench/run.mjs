@@ -122,7 +122,7 @@ if (opts.parts.has('growth')) {
 
 // ---- 4. cluster ----------------------------------------------------------------------------
 if (opts.parts.has('cluster')) {
-  progress(`[${elapsed()}] cluster: ours and rate-limiter-flexible, each in a cluster of its own`);
+  progress(`[${elapsed()}] cluster: ours and rate-limiter-flexible in one cluster, in turns`);
   result.cluster = await runCluster({ quick: opts.quick });
 }
 

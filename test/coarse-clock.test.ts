@@ -294,15 +294,22 @@ describe('CoarseClock', () => {
     }
   });
 
-  it('decodes the right time across eras, whatever the uptime (up to 2^40 units on)', () => {
+  /**
+   * A reader of a copy of a 0.1 ms clock's buffer that no ticker touches, as new (nothing
+   * published yet): the test publishes times itself.
+   */
+  function unticked() {
     const clock = coarse(0.1);
-    // A copy of its buffer that no ticker touches: this test publishes times itself.
     const buffer = new SharedArrayBuffer(clock.handle.buffer.byteLength);
     new Uint8Array(buffer).set(new Uint8Array(clock.handle.buffer));
     const words = new Int32Array(buffer);
     const f64 = new Float64Array(buffer);
-    Atomics.store(words, 0, -2); // as new: nothing published yet
-    const reader = new CoarseClock({ kind: 'coarse', buffer });
+    Atomics.store(words, 0, -2);
+    return { words, f64, reader: new CoarseClock({ kind: 'coarse', buffer }) };
+  }
+
+  it('decodes the right time across eras, whatever the uptime (up to 2^40 units on)', () => {
+    const { words, f64, reader } = unticked();
     const unitUs = (0.1 * 1000) / 16;
     const origin = precise.nowUs();
     let last = Number.NEGATIVE_INFINITY;
@@ -330,13 +337,7 @@ describe('CoarseClock', () => {
   });
 
   it('reads the right time when its era number comes round again between two reads', () => {
-    const clock = coarse(0.1);
-    const buffer = new SharedArrayBuffer(clock.handle.buffer.byteLength);
-    new Uint8Array(buffer).set(new Uint8Array(clock.handle.buffer));
-    const words = new Int32Array(buffer);
-    const f64 = new Float64Array(buffer);
-    Atomics.store(words, 0, -2);
-    const reader = new CoarseClock({ kind: 'coarse', buffer });
+    const { words, f64, reader } = unticked();
     const unitUs = (0.1 * 1000) / 16;
     const origin = precise.nowUs();
     let atUs = origin + 5 * unitUs;
