@@ -252,11 +252,9 @@ async function primaryMain(quick) {
 /** One cluster run in a process of its own; its JSON line. */
 function runOne(quick) {
   return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      [SELF, '--one-run', ...(quick ? ['--quick'] : [])],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
+    const child = spawn(process.execPath, [SELF, '--one-run', ...(quick ? ['--quick'] : [])], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (c) => (out += c));
     // Killing the primary disconnects its worker, which then exits too (node:cluster).
