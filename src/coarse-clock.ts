@@ -24,10 +24,14 @@ export type CoarseClockHandle = Extract<ClockHandle, { kind: 'coarse' }>;
 // A reader decodes `base[era] + ticks × unitUs` from one read of TIME and a plain read of
 // the base. The ticker writes an era's base before it publishes the first word of that era,
 // and rewrites it only when that era number comes round again, three eras later. A reader
-// reads TIME with a plain read while its era is the one this reader last saw through an
-// Atomics.load (seq-cst store → load orders the ticker's write of that base before the
-// reader's read of it); a word of any other era, or a stop, sends it to the Atomics.load.
-// (Atomics.load is a call into a builtin in Node 20, ~15 ns: most of a coarse read.)
+// reads TIME with a plain read while the word is in the era of, and not below, the word
+// this reader last read with Atomics.load (seq-cst store → load orders the ticker's write of
+// that era's base before the reader's reads of it); any other word, or a stop, sends it to
+// Atomics.load. (Atomics.load is a call into a builtin in Node 20, ~15 ns: most of a coarse
+// read.) "Not below" covers a reader that read nothing while the era number came round
+// again (28 h at 1 ms): that era's new words start from 0 ticks, below the one it saw.
+// Without it, on a CPU that may reorder two plain loads (Arm), a read at the very moment of
+// that switch could pair the new word with the base of four eras before.
 const W_TIME = 0;
 const W_CONTROL = 1;
 const W_MAGIC = 2;
@@ -147,8 +151,12 @@ export class CoarseClock implements Clock {
   private readonly unitUs: number;
   private readonly staleLimitUs: number;
   private countdown = CHECK_EVERY;
-  /** The era of the last word this reader read with Atomics.load (-1: none yet, or stopped). */
-  private era = -1;
+  /**
+   * The words this reader may decode after a plain read: from the last word it read with
+   * Atomics.load to the end of that word's era (none while that was a stop or a start).
+   */
+  private lowWord = 0;
+  private endWord = 0;
   /** While the time seems stuck: this reader's time, held still; NaN otherwise. */
   private heldUs = Number.NaN;
   private ticker: Worker | undefined;
@@ -220,9 +228,9 @@ export class CoarseClock implements Clock {
   /** Microseconds on the monotonic clock's time line, up to about a resolution late. */
   nowUs(): number {
     // A plain read (see the buffer's layout above); a stopped or starting clock's word is
-    // negative, whose era (7) is never this.era.
+    // negative, below lowWord.
     const w = this.words[W_TIME]!;
-    if (w >>> TICK_BITS !== this.era || --this.countdown < 0) return this.checkedNowUs();
+    if (w < this.lowWord || w >= this.endWord || --this.countdown < 0) return this.checkedNowUs();
     return this.bases[w >>> TICK_BITS]! + (w & TICK_MASK) * this.unitUs;
   }
 
@@ -261,11 +269,12 @@ export class CoarseClock implements Clock {
     return { words: this.words, index: W_TIME };
   }
 
-  // Every CHECK_EVERY reads, on a word of another era than this reader's, and on every
-  // read while the time seems stuck or after a stop.
+  // Every CHECK_EVERY reads, on a word outside [lowWord, endWord), and on every read while
+  // the time seems stuck or after a stop.
   private checkedNowUs(): number {
     const w = Atomics.load(this.words, W_TIME);
-    this.era = w < 0 ? -1 : w >>> TICK_BITS;
+    this.lowWord = w;
+    this.endWord = w < 0 ? w : ((w >>> TICK_BITS) + 1) * 2 ** TICK_BITS;
     if (w < 0) {
       const preciseUs = monotonicClock.nowUs();
       if (w === STARTING) {
