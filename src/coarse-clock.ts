@@ -153,10 +153,11 @@ export class CoarseClock implements Clock {
   private countdown = CHECK_EVERY;
   /**
    * The words this reader may decode after a plain read: from the last word it read with
-   * Atomics.load to the end of that word's era (none while that was a stop or a start).
+   * Atomics.load to the last word of that word's era (none while that was a stop or a
+   * start, or before any).
    */
   private lowWord = 0;
-  private endWord = 0;
+  private lastWord = -1;
   /** While the time seems stuck: this reader's time, held still; NaN otherwise. */
   private heldUs = Number.NaN;
   private ticker: Worker | undefined;
@@ -228,9 +229,9 @@ export class CoarseClock implements Clock {
   /** Microseconds on the monotonic clock's time line, up to about a resolution late. */
   nowUs(): number {
     // A plain read (see the buffer's layout above); a stopped or starting clock's word is
-    // negative, below lowWord.
+    // negative, never in [lowWord, lastWord].
     const w = this.words[W_TIME]!;
-    if (w < this.lowWord || w >= this.endWord || --this.countdown < 0) return this.checkedNowUs();
+    if (w < this.lowWord || w > this.lastWord || --this.countdown < 0) return this.checkedNowUs();
     return this.bases[w >>> TICK_BITS]! + (w & TICK_MASK) * this.unitUs;
   }
 
@@ -269,12 +270,12 @@ export class CoarseClock implements Clock {
     return { words: this.words, index: W_TIME };
   }
 
-  // Every CHECK_EVERY reads, on a word outside [lowWord, endWord), and on every read while
+  // Every CHECK_EVERY reads, on a word outside [lowWord, lastWord], and on every read while
   // the time seems stuck or after a stop.
   private checkedNowUs(): number {
     const w = Atomics.load(this.words, W_TIME);
     this.lowWord = w;
-    this.endWord = w < 0 ? w : ((w >>> TICK_BITS) + 1) * 2 ** TICK_BITS;
+    this.lastWord = w < 0 ? w - 1 : w | TICK_MASK;
     if (w < 0) {
       const preciseUs = monotonicClock.nowUs();
       if (w === STARTING) {
