@@ -431,7 +431,10 @@ function stands<A extends Algorithm>(
   return false;
 }
 
-/** A wide grant: raises the stamp, then the 64-bit CAS from (`s`, `x`) to `next`. */
+/**
+ * A wide grant: raises the stamp, then the 64-bit CAS from (`s`, `x`) to `next` — or, while
+ * no other thread can reach the buffer (Core.shared), two plain stores, as decide() does.
+ */
 function grantWide(
   core: Core,
   w: number,
@@ -444,7 +447,13 @@ function grantWide(
   if (core.stampNow > stamp) raiseStamp(core, w, raw);
   // wideExt() and wideState() in one: a step never returns W_FRESH.
   const nx = Math.floor(next / WIDE_LOW); // exact: a power of two
-  if (!cas64(core.b64, w, s, x, (s & GEN_MASK) | (next - nx * WIDE_LOW), nx)) return false;
+  const ns = (s & GEN_MASK) | (next - nx * WIDE_LOW);
+  if (!core.shared) {
+    core.i32[w - 1] = nx;
+    core.i32[w + S_STATE] = ns;
+  } else if (!cas64(core.b64, w, s, x, ns, nx)) {
+    return false;
+  }
   core.lastState = next;
   return true;
 }
