@@ -62,8 +62,9 @@ export class Core {
   /**
    * False while this thread alone can reach the buffer (the limiter was built here and its
    * `handle` never read): the per-key counters are then written with plain adds, exact
-   * because there is no other writer, instead of a locked `Atomics.add`, and decide()'s
-   * grant with a plain store instead of the CAS (the slower paths keep their CAS).
+   * because there is no other writer, instead of a locked `Atomics.add`; and a grant by
+   * decide() or a wide one (grantWide()) with plain stores instead of the CAS (run()'s
+   * loop, give-backs and the stamp keep theirs).
    */
   shared: boolean;
   /** A wide table (64-bit states): decisions go through runWide(). */
