@@ -1,6 +1,6 @@
 import { GCRA_ORIGIN } from './gcra.lua.js';
 import { luaNumber, SINGLE_ARGS, saveState, searchRetry, toReply, ttlTo } from './single.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, stateBytes } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
 export interface GcraParams {
@@ -54,7 +54,7 @@ ${SINGLE_ARGS}
 local tat, adm, rej${fast ? ', E' : ''}
 local v = redis.call('GET', KEYS[1])
 -- A state of the other kind (gcra.lua.ts decode()) is no state.
-if v and #v ~= ${fast ? 25 : 33} then
+if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
   ${decodeState('v', fields, 'TokenBucket/LeakyBucket')}
 else
   adm, rej = 0, 0
@@ -84,7 +84,7 @@ end
 if tat and tat > u then
   local ends = math.ceil(${endUs('tat')} / STEP_US)
   ${saveState(
-    encodeState(fast ? ['tat', 'adm', 'rej', 'E'] : ['tat', 'adm', 'rej']),
+    encodeState(fields),
     fast ? 'oldEnds and ends <= oldEnds' : 'old and ends <= math.ceil(old / SCALE / STEP_US)',
     ttlTo('ends * STEP_US', p.slackMs),
   )}

@@ -1,5 +1,5 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, stateBytes } from './state.lua.js';
 
 /**
  * Lua: a fast bucket's origin (gcra.lua.ts): origin(t), the origin of a key first written
@@ -59,7 +59,7 @@ ${GCRA_ORIGIN}
 -- state has four fields, a slow one three) is no state: the key starts afresh.
 local function decode(v)
   local tat, adm, rej, e
-  if #v == (FAST and 25 or 33) then return nil end
+  if #v == (FAST and ${stateBytes(3)} or ${stateBytes(4)}) then return nil end
   if FAST then
     ${decodeState('v', ['tat', 'adm', 'rej', 'e'], 'TokenBucket/LeakyBucket')}
   else

@@ -16,9 +16,14 @@ function format(fields: number): string {
   return `<B${'d'.repeat(fields)}`;
 }
 
+/** The length of a stored state of `fields` doubles, in bytes. */
+export function stateBytes(fields: number): number {
+  return 1 + 8 * fields;
+}
+
 /** Lua: reads the string `v` into the local names given (declared by the caller). */
 export function decodeState(v: string, names: readonly string[], what: string): string {
-  const bytes = 1 + 8 * names.length;
+  const bytes = stateBytes(names.length);
   const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of this version'`;
   // The length first: unpack() of a shorter string fails with a message of its own.
   return `if #${v} ~= ${bytes} then error(redis.error_reply(${error})) end
