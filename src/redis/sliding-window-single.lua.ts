@@ -8,7 +8,7 @@ import {
   ttlTo,
   type WindowParams,
 } from './single.lua.js';
-import { fitsLua } from './sliding-window.lua.js';
+import { fitsLua, storedPrevLua } from './sliding-window.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
@@ -26,8 +26,7 @@ export function slidingWindowSingleScript(
   // The stored previous count as read (sliding-window.lua.ts read()): a wide window's in
   // steps of its quantum.
   const q = luaNumber(p.prevQuantum);
-  const stored = (x: string) =>
-    p.prevQuantum === 1 ? x : `math.min(${limit}, math.ceil(${x} / ${q}) * ${q})`;
+  const stored = (x: string) => (p.prevQuantum === 1 ? x : storedPrevLua(x, limit, q));
   // The window test (fitsLua()), with its exactness known here.
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);

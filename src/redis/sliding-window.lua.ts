@@ -25,6 +25,14 @@ export function fitsLua(
 }
 
 /**
+ * Lua: a wide window's stored previous count `x` as it is read, rounded up to a multiple of
+ * the quantum `q`, never past `limit` (wideSlidingBits()).
+ */
+export function storedPrevLua(x: string, limit: string, q: string): string {
+  return `math.min(${limit}, math.ceil(${x} / ${q}) * ${q})`;
+}
+
+/**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, computed multiplied by windowUs
  * as in memory so that every figure is exact in doubles — while limit × windowUs is below
@@ -63,7 +71,7 @@ local function read(st, t)
   local now = math.floor(t / W)
   if not st.win then return now, 0, 0 end
   if st.win >= now then
-    if Q > 1 then return st.win, math.min(LIMIT, math.ceil(st.prev / Q) * Q), st.curr end
+    if Q > 1 then return st.win, ${storedPrevLua('st.prev', 'LIMIT', 'Q')}, st.curr end
     return st.win, st.prev, st.curr
   end
   if st.win == now - 1 then return now, st.curr, 0 end
