@@ -64,7 +64,8 @@ export class Core {
    * `handle` never read): the per-key counters are then written with plain adds, exact
    * because there is no other writer, instead of a locked `Atomics.add`; and a grant by
    * decide() or a wide one (grantWide()) with plain stores instead of the CAS (run()'s
-   * loop, give-backs and the stamp keep theirs).
+   * loop, give-backs and the stamp keep theirs); Concurrency's release() stores too, and
+   * its holder records wait until the limiter becomes shared (holders.ts).
    */
   shared: boolean;
   /** A wide table (64-bit states): decisions go through runWide(). */

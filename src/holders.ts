@@ -29,6 +29,11 @@ function nowMs(): number {
  * (add) or by the release that returns them (sub), so the sum over records never exceeds
  * what the slots hold. When the pool is full a grant is not recorded (counted in the
  * header): those permits come back only by release.
+ *
+ * While the limiter is not shared (its `handle` never read: see Core.shared) no other
+ * thread can reach the buffer, so none could outlive this one to reap its records: this
+ * thread only counts what it holds per slot, in plain fields, and writes its records when
+ * the limiter becomes shared (share()), before any other thread can see the buffer.
  */
 export class Holders {
   /** This thread's record per slot reference, with what this thread holds through it. */
@@ -43,6 +48,8 @@ export class Holders {
     private readonly queues: WaitQueues,
     /** Gives `permits` back to the slot `ref` (if it still has that generation). */
     private readonly giveBack: (ref: number, permits: number) => void,
+    /** Whether another thread may reach the buffer already (an attached limiter). */
+    private shared: boolean,
   ) {}
 
   // The last slot looked up: a key taken and released in a loop costs no Map lookup.
@@ -53,10 +60,46 @@ export class Holders {
     if (ref === this.lastRef) return this.lastMine;
     const m = this.mine.get(ref);
     if (m !== undefined) {
+      if (!this.shared) this.forgetLast();
       this.lastRef = ref;
       this.lastMine = m;
     }
     return m;
+  }
+
+  /**
+   * Not shared: drops the last slot's entry if it holds nothing. Such entries are dropped
+   * here rather than when their count reaches 0, so that a key taken and released in a
+   * loop keeps its entry; every other entry holds permits (no heartbeat sweeps them).
+   */
+  private forgetLast(): void {
+    if (this.lastMine !== undefined && this.lastMine.held === 0) this.mine.delete(this.lastRef);
+  }
+
+  /**
+   * The limiter became shared: writes a record of what this thread holds on each slot,
+   * as granted() would have, and starts the heartbeat that keeps them this thread's.
+   */
+  share(): void {
+    if (this.shared) return;
+    this.shared = true;
+    this.lastRef = -1;
+    this.lastMine = undefined;
+    for (const [ref, m] of this.mine) {
+      if (m.held === 0) {
+        this.mine.delete(ref);
+        continue;
+      }
+      this.queues.heartbeat();
+      m.r = this.claim(ref);
+      if (m.r < 0) {
+        Atomics.add(this.i32, H_HOLDERS_LOST, m.held); // pool full: not recoverable
+        m.held = 0;
+      } else {
+        Atomics.store(this.i32, this.rec(m.r) + H_PERMITS, m.held);
+        this.startHeartbeat();
+      }
+    }
   }
 
   private rec(r: number): number {
@@ -84,6 +127,13 @@ export class Holders {
     if (m === undefined) {
       m = { r: -1, held: 0, ghost: 0 };
       this.mine.set(ref, m);
+      if (!this.shared) this.forgetLast();
+      this.lastRef = ref;
+      this.lastMine = m;
+    }
+    if (!this.shared) {
+      m.held += permits;
+      return;
     }
     if (m.r < 0 || !this.intact(m.r, ref)) {
       // A reaper voided the record while this thread looked dead and gave its permits back:
@@ -124,6 +174,7 @@ export class Holders {
    * already gave back (this thread's ghosts). The caller releases only the rest.
    */
   ghosts(ref: number, permits: number): number {
+    if (!this.shared) return 0; // no other thread, no reaper
     const m = this.mineOf(ref);
     if (m === undefined) return 0;
     if (m.r >= 0 && !this.intact(m.r, ref)) {
@@ -143,6 +194,11 @@ export class Holders {
   released(ref: number, permits: number): void {
     let left = permits;
     const m = this.mineOf(ref);
+    if (!this.shared) {
+      // Every permit of the buffer is this thread's: no record anywhere to take them off.
+      if (m !== undefined) m.held -= Math.min(m.held, permits);
+      return;
+    }
     if (m !== undefined && m.r >= 0 && m.held > 0) {
       // An empty record stays this thread's until its heartbeat frees it: a key taken and
       // released over and over does not claim a record (or start a timer) every time.
@@ -195,6 +251,7 @@ export class Holders {
 
   /** After a refused decision: look for dead holders, at most every REAP_EVERY_MS. */
   refused(): boolean {
+    if (!this.shared) return false; // no other thread: nobody else's permits to find
     const now = nowMs();
     if (((now - this.lastReapMs) & 0x7fffffff) < REAP_EVERY_MS) return false;
     this.lastReapMs = now;

@@ -177,6 +177,12 @@ export abstract class Limiter implements SlotPolicy {
   /** Hook after remap() (views an algorithm keeps of its own). */
   protected remapped(): void {}
 
+  /**
+   * Hook when the `handle` is first read (see Core.shared), before any other thread can
+   * reach the buffer: what this thread kept in plain fields goes where others see it.
+   */
+  protected becameShared(): void {}
+
   /** The algorithm's stored options, in the order the subclass wrote them. */
   protected param(k: number): number {
     return this.f64[F64_PARAMS + k]!;
@@ -185,7 +191,10 @@ export abstract class Limiter implements SlotPolicy {
   /** Pass to another thread and `attach()` it there: same limiter, same state. */
   get handle(): LimiterHandle {
     // From now on another thread may write this buffer: counters need atomic adds.
-    this.core.shared = true;
+    if (!this.core.shared) {
+      this.core.shared = true;
+      this.becameShared();
+    }
     const handle = {
       kind: 'atomic-limiter',
       version: LAYOUT_VERSION,
@@ -800,7 +809,8 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   protected checkOpen(): void {
-    if ((Atomics.load(this.i32, H_CONTROL) & 1) !== 0) throw new LimiterClosedError();
+    // A plain read, as enter()'s: a close() racing with the call may land either side.
+    if ((this.i32[H_CONTROL]! & 1) !== 0) throw new LimiterClosedError();
   }
 
   protected limitWhenFresh(): number {

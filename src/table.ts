@@ -186,11 +186,13 @@ export class SlotTable {
     if (key === undefined) return this.defaultSlot;
     // The same epoch rule as slotOf(): without it, a slot reused 16 times would match a
     // stale cache entry's generation and this thread would act on another key's state.
-    const control = Atomics.load(this.i32, H_CONTROL);
+    // Plain reads, as enter() reads the control word: every caller checks the slot's
+    // generation again where it acts on the slot (a CAS, or under the slot's lock).
+    const control = this.i32[H_CONTROL]!;
     if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
-    const hit = this.cache.get(key);
+    const hit = key === this.lastKey ? this.lastRef : this.cache.get(key);
     if (hit !== undefined) {
-      const st = Atomics.load(this.i32, hit >>> 4);
+      const st = this.i32[hit >>> 4]!;
       if (st >>> GEN_SHIFT === (hit & 15) && (st & PAYLOAD_MASK) !== RESERVED) return hit;
     }
     return this.lookup(key, 0, null, false);

@@ -80,4 +80,34 @@ describe('Concurrency counters', () => {
     expect(stats.admitted + stats.rejected).toBe(2 + THREADS * 20_000);
     expect(stats.available).toBe(1);
   });
+
+  // Until its handle is read a limiter is this thread's alone, and release() writes with
+  // plain stores; what it holds then must stay held once other threads share it.
+  it.each([
+    ['narrow', 3],
+    ['wide', 2 ** 31 - 1],
+  ] as const)(
+    '%s: permits taken before the handle was read stay held while threads contend, and come back on release',
+    async (_, limit) => {
+      const limiter = new Concurrency({ limit });
+      expect(limiter.tryAcquire('k', limit - 1)).toBe(true);
+      limiter.release('k', 1);
+      expect(limiter.tryAcquire('k', 1)).toBe(true);
+      const inUse = new SharedArrayBuffer(8);
+      const group = startWorkers<{ granted: number }>(workerScript('concurrency.mjs'), THREADS, {
+        limiter: limiter.handle,
+        key: 'k',
+        iterations: 20_000,
+        inUse,
+      });
+      const granted = (await group.results).reduce((n, r) => n + r.granted, 0);
+      expect(granted).toBeGreaterThan(0);
+      // The threads had the one permit left among them, never more.
+      expect(new Int32Array(inUse)[1]).toBe(1);
+      expect(limiter.stats('k').available).toBe(1);
+      limiter.release('k', limit - 1);
+      expect(limiter.stats('k').available).toBe(limit);
+      expect(() => limiter.release('k')).toThrow(RangeError);
+    },
+  );
 });

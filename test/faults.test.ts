@@ -8,6 +8,7 @@ import {
   chain,
   FixedWindow,
   LeakyBucket,
+  type LimiterHandle,
   ManualClock,
   SlidingLog,
   SlidingWindow,
@@ -490,8 +491,11 @@ describe('acquire() keeps the set rate when wake-ups are late (issue #9, item 10
   );
 });
 
-describe('a terminated worker thread gives back its Concurrency permits (issue #9, item 8)', () => {
-  it('the dead thread’s permits come back within HOLDER_DEAD_MS; a live holder keeps its own', async () => {
+// Concurrent: each test waits HOLDER_DEAD_MS of real time (heartbeats are real time).
+describe.concurrent('a terminated worker thread gives back its Concurrency permits (issue #9, item 8)', () => {
+  it('the dead thread’s permits come back within HOLDER_DEAD_MS; a live holder keeps its own', async ({
+    expect,
+  }) => {
     const limiter = new Concurrency({ limit: 3, queueLimit: 3 });
     const start = (permits: number) => {
       const worker = new Worker(new URL('./workers/holder.mjs', import.meta.url), {
@@ -519,5 +523,26 @@ describe('a terminated worker thread gives back its Concurrency permits (issue #
     lease.release();
     expect(limiter.stats('k').available).toBe(3);
     await living.worker.terminate();
+  }, 60_000);
+
+  it('so do permits it took while the limiter was its own, before its handle was read', async ({
+    expect,
+  }) => {
+    // Until then the thread keeps no holder records (no other thread could reap them);
+    // reading the handle writes them.
+    const worker = new Worker(new URL('./workers/maker.mjs', import.meta.url), {
+      workerData: { key: 'k', limit: 3, permits: 2 },
+    });
+    const handle = await new Promise<LimiterHandle>((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    const limiter = attach(handle) as Concurrency;
+    expect(limiter.stats('k').available).toBe(1);
+    await worker.terminate();
+    const lease = await limiter.acquire('k', 3, { timeoutMs: 30_000 });
+    expect(limiter.stats('k').available).toBe(0);
+    lease.release();
+    expect(limiter.stats('k').available).toBe(3);
   }, 60_000);
 });

@@ -44,9 +44,17 @@ export class Concurrency extends Limiter {
   constructor(options: ConcurrencyOptions) {
     super('Concurrency', ALGO_CONCURRENCY, Concurrency.prepare(options));
     this.limit = this.param(0);
-    this.holders = new Holders(this.i32, this.layout, this.queues, (ref, n) =>
-      this.giveBackRef(ref, n),
+    this.holders = new Holders(
+      this.i32,
+      this.layout,
+      this.queues,
+      (ref, n) => this.giveBackRef(ref, n),
+      this.core.shared,
     );
+  }
+
+  protected override becameShared(): void {
+    this.holders.share();
   }
 
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
@@ -69,10 +77,23 @@ export class Concurrency extends Limiter {
     return p === FRESH ? 0 : p;
   }
 
-  /** Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
+  /**
+   * Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took.
+   * Plain stores while no other thread can reach the buffer (see Core.shared).
+   */
   private swapHeld(w: number, s: number, x: number, next: number): boolean {
-    if (this.core.wide) return cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next));
-    return Atomics.compareExchange(this.i32, w + S_STATE, s, (s & GEN_MASK) | next) === s;
+    const core = this.core;
+    if (core.wide) {
+      if (core.shared) return cas64(core.b64, w, s, x, wideState(s, next), wideExt(next));
+      this.i32[w - 1] = wideExt(next);
+      this.i32[w + S_STATE] = wideState(s, next);
+      return true;
+    }
+    if (core.shared) {
+      return Atomics.compareExchange(this.i32, w + S_STATE, s, (s & GEN_MASK) | next) === s;
+    }
+    this.i32[w + S_STATE] = (s & GEN_MASK) | next;
+    return true;
   }
 
   /**
@@ -91,21 +112,29 @@ export class Concurrency extends Limiter {
     const rest = ref === NO_SLOT ? permits : permits - this.holders.ghosts(ref, permits);
     if (rest === 0) return;
     const i32 = this.i32;
+    const wide = this.core.wide;
     for (;;) {
       if (ref === NO_SLOT) throw this.overRelease(permits, 0);
       const w = ref >>> 4;
-      const s = Atomics.load(i32, w + S_STATE);
+      // Plain reads, as in run(): the CAS in swapHeld() validates them (and while the
+      // limiter is not shared, nothing else writes these words).
+      const s = i32[w + S_STATE]!;
       if (
         s >>> GEN_SHIFT !== (ref & 15) ||
         (s & PAYLOAD_MASK) === RESERVED ||
-        (key !== undefined && Atomics.load(i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN)
+        (key !== undefined && i32[H_CONTROL]! - this.table.epoch >= GEN_SAFE_SPAN)
       ) {
         ref = this.table.find(key);
         continue;
       }
-      const x = this.core.wide ? Atomics.load(i32, w - 1) : 0;
-      const held = this.held(this.core.wide ? widePayload(s, x) : s);
-      if (held < rest) throw this.overRelease(permits, held);
+      const x = wide ? i32[w - 1]! : 0;
+      const held = this.held(wide ? widePayload(s, x) : s);
+      if (held < rest) {
+        // A wide pair read between the two words' writes by another thread's CAS: read it
+        // again rather than refuse on a count nobody stored.
+        if (wide && (i32[w + S_STATE] !== s || i32[w - 1] !== x)) continue;
+        throw this.overRelease(permits, held);
+      }
       if (this.swapHeld(w, s, x, held - rest)) {
         this.wakeWaiters(w);
         this.holders.released(ref, rest);
