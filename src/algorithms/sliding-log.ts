@@ -122,12 +122,15 @@ export class SlidingLog extends Limiter {
     const byte = this.entry(s, pos);
     const seqIndex = byte >> 2;
     const timeIndex = (byte >> 3) + 1;
+    const i32 = this.rings.i32;
+    // Not shared (see Core.shared): no other writer, so plain reads, and `t` is pos's.
+    const shared = this.core.shared;
     for (let tries = 0; tries < 3; tries++) {
-      const seq = Atomics.load(this.rings.i32, seqIndex);
+      const seq = shared ? Atomics.load(i32, seqIndex) : i32[seqIndex]!;
       if (seq === pos) {
         const t = this.rings.f64[timeIndex]!;
         // The sequence is stored after the time: reading it again proves `t` is pos's.
-        if (Atomics.load(this.rings.i32, seqIndex) === pos) return t;
+        if (!shared || Atomics.load(i32, seqIndex) === pos) return t;
         continue;
       }
       // A later position already took this entry over: `pos` was granted before an
@@ -150,7 +153,9 @@ export class SlidingLog extends Limiter {
   /** Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
   private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
     this.rings.f64[(byte >> 3) + 1] = t;
-    Atomics.compareExchange(this.rings.i32, byte >> 2, seq, pos);
+    const i32 = this.rings.i32;
+    if (this.core.shared) Atomics.compareExchange(i32, byte >> 2, seq, pos);
+    else if (i32[byte >> 2] === seq) i32[byte >> 2] = pos;
   }
 
   // The same four lines in every class: see Limiter.consume.
@@ -191,12 +196,16 @@ export class SlidingLog extends Limiter {
     const s = this.slotOfRef(w * 16);
     const h = this.head(before);
     const relNow = nowUs - this.epochUs;
+    // Not shared (see Core.shared): plain reads and writes, nobody else reads the ring.
+    // (The ring's view is read after entry(), which maps the pool again when it grew.)
+    const shared = this.core.shared;
     for (let k = 0; k < permits; k++) {
       const pos = (h + k) & POS_MASK;
       const byte = this.entry(s, pos);
       const timeIndex = (byte >> 3) + 1;
       // After a stall of a whole ring a later position owns the entry: leave it be.
-      const seq = Atomics.load(this.rings.i32, byte >> 2);
+      const i32 = this.rings.i32;
+      const seq = shared ? Atomics.load(i32, byte >> 2) : i32[byte >> 2]!;
       if (isLater(seq, pos)) continue;
       // A time already recorded for this position is a reader's (it found the entry
       // unwritten and put its own, later, time) or that of an admission at this position
@@ -204,7 +213,8 @@ export class SlidingLog extends Limiter {
       // time than the admission's would let the entry expire too soon.
       if (seq === pos && this.rings.f64[timeIndex]! >= relNow) continue;
       this.rings.f64[timeIndex] = relNow;
-      Atomics.store(this.rings.i32, byte >> 2, pos);
+      if (shared) Atomics.store(i32, byte >> 2, pos);
+      else i32[byte >> 2] = pos;
     }
     // The entries just before ours should be written by now: one still unwritten is
     // being written this instant, or its writer died (a thread terminated between its CAS
@@ -216,7 +226,8 @@ export class SlidingLog extends Limiter {
     for (let j = 1; j <= this.limit; j++) {
       const pos = (h - j) & POS_MASK;
       const byte = this.entry(s, pos);
-      const seq = Atomics.load(this.rings.i32, byte >> 2);
+      const i32 = this.rings.i32;
+      const seq = shared ? Atomics.load(i32, byte >> 2) : i32[byte >> 2]!;
       if (seq === pos || isLater(seq, pos)) break;
       this.recordUnwritten(byte, pos, seq, t);
     }
