@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { mod } from '../src/algorithms/segmented-window.js';
 import { attach, ManualClock, SlidingWindow } from '../src/index.js';
 import { admitted } from './helpers/limiters.js';
 import { runWorkers, workerScript } from './helpers/threads.js';
@@ -195,6 +196,22 @@ describe('SlidingWindow with segments, acquire() and attach()', () => {
     clock.set(1000);
     expect(sw.stats('k').available).toBe(7);
     expect(other.stats('k').available).toBe(7);
+  });
+});
+
+describe('segment numbers modulo the ring, tag and segment sizes', () => {
+  // Segment numbers are µs on the clock ÷ the segment length: past 2^31 on any real clock,
+  // up to 2^53 in principle, and below 0 for a clock behind its epoch.
+  it('is the true remainder, in 0..m−1, from −2^53 to 2^53 (checked against BigInt)', () => {
+    const xs = [0, 1, -1, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1, 2 ** 53 - 1, -(2 ** 53) + 1];
+    for (let k = 0; k < 2000; k++) xs.push(Math.floor((Math.sin(k) * 2 ** 53) / (1 + (k % 7))));
+    for (let k = 1; k < 500; k++) xs.push(2 ** 53 - k, -(2 ** 53) + k, k * 1_000_003 - 1);
+    for (const m of [1, 2, 3, 7, 10, 60, 1000, 4096, 2 ** 20 - 1, 2 ** 31 - 1]) {
+      for (const x of xs) {
+        const r = ((BigInt(x) % BigInt(m)) + BigInt(m)) % BigInt(m);
+        expect(mod(x, m)).toBe(Number(r));
+      }
+    }
   });
 });
 
