@@ -846,17 +846,20 @@ export abstract class Limiter implements SlotPolicy {
     key: Key | undefined,
   ): number {
     const wide = this.core.wide;
+    // Not shared (see Core.shared): plain reads, and swap() stores.
+    const shared = this.core.shared;
     for (;;) {
-      const s = Atomics.load(this.i32, w + S_STATE);
+      const i32 = this.i32;
+      const s = shared ? Atomics.load(i32, w + S_STATE) : i32[w + S_STATE]!;
       if (
         s >>> GEN_SHIFT !== gen ||
         (s & PAYLOAD_MASK) === RESERVED ||
-        (key !== undefined && Atomics.load(this.i32, H_CONTROL) - this.table.epoch >= GEN_SAFE_SPAN)
+        (key !== undefined && i32[H_CONTROL]! - this.table.epoch >= GEN_SAFE_SPAN)
       ) {
         return SLOT_GONE;
       }
       this.core.lastWord = w;
-      const x = wide ? Atomics.load(this.i32, w - 1) : 0;
+      const x = wide ? (shared ? Atomics.load(i32, w - 1) : i32[w - 1]!) : 0;
       const p = wide ? widePayload(s, x) : s;
       const next = f(p, this.stampOf(w, nowUs));
       if (next === p) return next;
@@ -878,16 +881,35 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next`. */
+  /**
+   * One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next`; plain
+   * stores while no other thread can reach the buffer (see Core.shared).
+   */
   private swap(w: number, s: number, x: number, next: number): boolean {
-    if (this.core.wide) return cas64(this.core.b64, w, s, x, wideState(s, next), wideExt(next));
+    const core = this.core;
+    if (!core.shared) return this.store(w, core.wide ? wideState(s, next) : next, next);
+    if (core.wide) return cas64(core.b64, w, s, x, wideState(s, next), wideExt(next));
     return Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s;
   }
 
   /** Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
   private unswap(w: number, s: number, x: number, next: number): boolean {
-    if (this.core.wide) return cas64(this.core.b64, w, wideState(s, next), wideExt(next), s, x);
+    const core = this.core;
+    if (!core.shared) {
+      // Nothing else writes the words: they hold what swap() stored.
+      if (core.wide) this.i32[w - 1] = x;
+      this.i32[w + S_STATE] = s;
+      return true;
+    }
+    if (core.wide) return cas64(core.b64, w, wideState(s, next), wideExt(next), s, x);
     return Atomics.compareExchange(this.i32, w + S_STATE, next, s) === next;
+  }
+
+  /** swap() while not shared: the state word `state` (and a wide ext for `next`). */
+  private store(w: number, state: number, next: number): boolean {
+    if (this.core.wide) this.i32[w - 1] = wideExt(next);
+    this.i32[w + S_STATE] = state;
+    return true;
   }
 
   /** @internal See Algorithm.takeBack() in decision.ts. */
