@@ -882,14 +882,23 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /**
-   * One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next`; plain
-   * stores while no other thread can reach the buffer (see Core.shared).
+   * One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next` (a wide
+   * table's payload); plain stores while no other thread can reach the buffer (see
+   * Core.shared). True when it took.
    */
-  private swap(w: number, s: number, x: number, next: number): boolean {
+  protected swap(w: number, s: number, x: number, next: number): boolean {
     const core = this.core;
-    if (!core.shared) return this.store(w, core.wide ? wideState(s, next) : next, next);
-    if (core.wide) return cas64(core.b64, w, s, x, wideState(s, next), wideExt(next));
-    return Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s;
+    if (core.wide) {
+      const ns = wideState(s, next);
+      const nx = wideExt(next);
+      if (core.shared) return cas64(core.b64, w, s, x, ns, nx);
+      this.i32[w - 1] = nx;
+      this.i32[w + S_STATE] = ns;
+      return true;
+    }
+    if (core.shared) return Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s;
+    this.i32[w + S_STATE] = next;
+    return true;
   }
 
   /** Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
@@ -903,13 +912,6 @@ export abstract class Limiter implements SlotPolicy {
     }
     if (core.wide) return cas64(core.b64, w, wideState(s, next), wideExt(next), s, x);
     return Atomics.compareExchange(this.i32, w + S_STATE, next, s) === next;
-  }
-
-  /** swap() while not shared: the state word `state` (and a wide ext for `next`). */
-  private store(w: number, state: number, next: number): boolean {
-    if (this.core.wide) this.i32[w - 1] = wideExt(next);
-    this.i32[w + S_STATE] = state;
-    return true;
   }
 
   /** @internal See Algorithm.takeBack() in decision.ts. */

@@ -15,7 +15,7 @@ import { granted, type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
-import { cas64, wideExt, widePayload, wideState } from '../wide.js';
+import { widePayload } from '../wide.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
@@ -77,23 +77,9 @@ export class Concurrency extends Limiter {
     return p === FRESH ? 0 : p;
   }
 
-  /**
-   * Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took.
-   * Plain stores while no other thread can reach the buffer (see Core.shared).
-   */
+  /** Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
   private swapHeld(w: number, s: number, x: number, next: number): boolean {
-    const core = this.core;
-    if (core.wide) {
-      if (core.shared) return cas64(core.b64, w, s, x, wideState(s, next), wideExt(next));
-      this.i32[w - 1] = wideExt(next);
-      this.i32[w + S_STATE] = wideState(s, next);
-      return true;
-    }
-    if (core.shared) {
-      return Atomics.compareExchange(this.i32, w + S_STATE, s, (s & GEN_MASK) | next) === s;
-    }
-    this.i32[w + S_STATE] = (s & GEN_MASK) | next;
-    return true;
+    return this.swap(w, s, x, this.core.wide ? next : (s & GEN_MASK) | next);
   }
 
   /**
