@@ -19,7 +19,7 @@ import {
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
 import { permitsError } from './validate.js';
-import { cas64, wideExt, widePayload } from './wide.js';
+import { cas64, storeWide, wideExt, widePayload } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -451,8 +451,7 @@ function grantWide(
   const nx = Math.floor(next / WIDE_LOW); // exact: a power of two
   const ns = (s & GEN_MASK) | (next - nx * WIDE_LOW);
   if (!core.shared) {
-    core.i32[w - 1] = nx;
-    core.i32[w + S_STATE] = ns;
+    storeWide(core.i32, w, ns, nx);
   } else if (!cas64(core.b64, w, s, x, ns, nx)) {
     return false;
   }

@@ -85,20 +85,16 @@ export class Holders {
     this.shared = true;
     this.lastRef = -1;
     this.lastMine = undefined;
-    for (const [ref, m] of this.mine) {
-      if (m.held === 0) {
+    // A snapshot: granted() may touch the map.
+    for (const [ref, m] of [...this.mine]) {
+      const held = m.held;
+      if (held === 0) {
         this.mine.delete(ref);
         continue;
       }
-      this.queues.heartbeat();
-      m.r = this.claim(ref);
-      if (m.r < 0) {
-        Atomics.add(this.i32, H_HOLDERS_LOST, m.held); // pool full: not recoverable
-        m.held = 0;
-      } else {
-        Atomics.store(this.i32, this.rec(m.r) + H_PERMITS, m.held);
-        this.startHeartbeat();
-      }
+      // The entry has no record yet (m.r < 0): granted() claims one and records them.
+      m.held = 0;
+      this.granted(ref, held);
     }
   }
 

@@ -61,7 +61,7 @@ import {
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
 import { acquireOptions, permitsError } from './validate.js';
-import { cas64, fixedView64, wideExt, widePayload, wideState } from './wide.js';
+import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
 /** updateSlot(): the slot is not the key's (no int32 state or wide payload equals it). */
 const SLOT_GONE = -(2 ** 32);
@@ -892,8 +892,7 @@ export abstract class Limiter implements SlotPolicy {
       const ns = wideState(s, next);
       const nx = wideExt(next);
       if (core.shared) return cas64(core.b64, w, s, x, ns, nx);
-      this.i32[w - 1] = nx;
-      this.i32[w + S_STATE] = ns;
+      storeWide(this.i32, w, ns, nx);
       return true;
     }
     if (core.shared) return Atomics.compareExchange(this.i32, w + S_STATE, s, next) === s;
@@ -906,8 +905,8 @@ export abstract class Limiter implements SlotPolicy {
     const core = this.core;
     if (!core.shared) {
       // Nothing else writes the words: they hold what swap() stored.
-      if (core.wide) this.i32[w - 1] = x;
-      this.i32[w + S_STATE] = s;
+      if (core.wide) storeWide(this.i32, w, s, x);
+      else this.i32[w + S_STATE] = s;
       return true;
     }
     if (core.wide) return cas64(core.b64, w, wideState(s, next), wideExt(next), s, x);

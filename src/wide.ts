@@ -1,4 +1,12 @@
-import { FRESH, GEN_MASK, PAYLOAD_MASK, W_FRESH, WIDE_LOW, WIDE_LOW_MASK } from './layout.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  S_STATE,
+  W_FRESH,
+  WIDE_LOW,
+  WIDE_LOW_MASK,
+} from './layout.js';
 
 // The state of a wide table's slot: a payload below 2^53 split over the state word and the
 // ext word before it (see WIDE_LOW_BITS in layout.ts), changed by one 64-bit CAS.
@@ -69,4 +77,14 @@ export function cas64(
   lastExt = nx;
   lastWritten = replacement;
   return true;
+}
+
+/**
+ * Sets the 64-bit word [ext, state] whose state word is `w` to (`ns`, `nx`) with two plain
+ * stores: what a limiter no other thread can reach (Core.shared false) does instead of
+ * cas64(), whose check would guard against nothing.
+ */
+export function storeWide(i32: Int32Array, w: number, ns: number, nx: number): void {
+  i32[w - 1] = nx;
+  i32[w + S_STATE] = ns;
 }
