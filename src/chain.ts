@@ -23,7 +23,8 @@ export interface ChainMember {
 export interface ChainDecision extends Decision {
   /**
    * Member i's Decision, for each member asked in order: all of them when allowed; on a
-   * refusal, up to and including the member that refused.
+   * refusal, up to and including the member that refused, the earlier ones' `remaining`
+   * as after their permits were given back.
    */
   readonly decisions: readonly Decision[];
 }
@@ -82,11 +83,14 @@ export class Chain<M extends ChainMember = ChainMember> {
     key: Key | undefined,
     permits: number,
     times: Float64Array,
+    leased = false,
   ): Maybe<void> {
     // Latest first; in-memory members give back to the window their permits came from.
-    return this.each(upTo - 1, -1, (l, j) =>
-      l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits),
-    );
+    // `leased`: acquire() released the Concurrency members' leases, which gave theirs back.
+    return this.each(upTo - 1, -1, (l, j) => {
+      if (leased && holdsLease(l)) return undefined;
+      return l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits);
+    });
   }
 
   /** Takes `permits` from every limiter, or from none. */
@@ -158,6 +162,8 @@ export class Chain<M extends ChainMember = ChainMember> {
     d: Decision,
     times: Float64Array,
   ): Maybe<ChainDecision> {
+    // The earlier members' grants are given back: their figures are as after that.
+    for (let j = 0; j < i; j++) decisions[j] = givenBack(decisions[j]!, permits);
     const result: ChainDecision = { ...d, decisions };
     const undone = this.undo(i, key, permits, times);
     return isThenable(undone) ? undone.then(() => result) : result;
@@ -265,9 +271,14 @@ export class Chain<M extends ChainMember = ChainMember> {
         if (l instanceof Limiter) times[i] = l.lastDecisionUs;
         leases.push(lease);
       } catch (error) {
-        for (const lease of leases) lease.release();
+        // Each earlier member gives its permits back once: a Concurrency member by its
+        // lease (a refund as well would free permits that others hold), the others by a
+        // refund (their leases hold nothing; a nested chain's refund reaches all of it).
+        for (let j = 0; j < leases.length; j++) {
+          if (holdsLease(this.limiters[j])) leases[j]!.release();
+        }
         try {
-          await this.undo(i, key, permits, times);
+          await this.undo(i, key, permits, times, true);
         } catch {
           // The acquire failure is what the caller needs to see; the undo was attempted.
         }
@@ -289,6 +300,19 @@ class ChainLease implements Lease {
   [Symbol.dispose](): void {
     this.release();
   }
+}
+
+/** A granted Decision as after its permits were given back (a nested chain's members too). */
+function givenBack(d: Decision, permits: number): Decision {
+  const inner = (d as Partial<ChainDecision>).decisions;
+  const remaining = Math.min(d.limit, d.remaining + permits);
+  if (inner === undefined) return { ...d, remaining };
+  return { ...d, remaining, decisions: inner.map((x) => givenBack(x, permits)) } as Decision;
+}
+
+/** Whether a member's lease gives its permits back (Concurrency, here or elsewhere). */
+function holdsLease(l: unknown): boolean {
+  return (l as { algorithm?: unknown }).algorithm === 'Concurrency';
 }
 
 function isMember(value: unknown): value is ChainMember {

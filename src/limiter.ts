@@ -76,6 +76,11 @@ export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
 /** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
 const TABLE_FULL_RETRY_MS = 1000;
+/**
+ * The longest wait retryAfterUs() computes, 2^52 µs (~143 years; a bucket refilled at
+ * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
+ */
+const MAX_RETRY_US = 2 ** 52;
 
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
@@ -428,10 +433,13 @@ export abstract class Limiter implements SlotPolicy {
     return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
   }
 
-  /** Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. */
+  /**
+   * Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. Infinity past
+   * MAX_RETRY_US, where whole µs stop being exact doubles (a search there would not end).
+   */
   protected retryAfterUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
-    if (!Number.isFinite(guess)) return Number.POSITIVE_INFINITY;
+    if (!(guess <= MAX_RETRY_US)) return Number.POSITIVE_INFINITY;
     const step = this.core.wide ? this.stepWide : this.step;
     const ok = (r: number) => step.call(this, state, stamp, nowUs + r, permits) !== REJECT;
     this.core.probing = true;
@@ -447,7 +455,7 @@ export abstract class Limiter implements SlotPolicy {
           lo = hi + 1;
           hi += step;
           step *= 2;
-          if (hi > 2 ** 52) return Number.POSITIVE_INFINITY;
+          if (hi > MAX_RETRY_US) return Number.POSITIVE_INFINITY;
         } while (!ok(hi));
       }
       while (lo < hi) {

@@ -180,6 +180,43 @@ describe('window refunds land in the window the permits came from (issue #9, ite
   });
 });
 
+describe('chain().acquire() that fails gives each member its permits back once', () => {
+  it('a Concurrency member, directly or in a nested chain, frees only what the chain took', async () => {
+    for (const nested of [false, true]) {
+      const clock = new ManualClock();
+      const conc = new Concurrency({ limit: 5, clock });
+      const bucket = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
+      // queueLimit 0: an acquire() the window cannot serve at once fails with QueueFullError.
+      const window = new FixedWindow({ limit: 2, windowMs: 1000, clock });
+      expect(conc.tryAcquire('k', 3)).toBe(true); // another caller holds 3
+      expect(window.tryAcquire('k', 2)).toBe(true); // the window is spent
+      const both = nested ? chain(chain(conc, bucket), window) : chain(conc, bucket, window);
+      await expect(both.acquire('k', 2)).rejects.toThrow(/queue/i);
+      expect(conc.stats('k').available).toBe(2); // the other caller still holds its 3
+      expect(conc.tryAcquire('k', 3)).toBe(false);
+      expect(bucket.stats('k').available).toBe(10); // the bucket's 2 came back
+    }
+  });
+});
+
+describe('a refused chain reports its earlier members as after their give-back', () => {
+  it('remaining counts the permits given back, in nested chains too', () => {
+    const clock = new ManualClock();
+    const bucket = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
+    const log = new SlidingLog({ limit: 20, windowMs: 1000, clock });
+    const window = new FixedWindow({ limit: 3, windowMs: 1000, clock });
+    expect(window.tryAcquire('k', 3)).toBe(true);
+    const d = chain(chain(bucket, log), window).consume('k', 2);
+    expect(d.allowed).toBe(false);
+    const [inner] = d.decisions as unknown as [
+      { remaining: number; decisions: { remaining: number }[] },
+    ];
+    expect(inner.remaining).toBe(10);
+    expect(inner.decisions.map((x) => x.remaining)).toEqual([10, 20]);
+    expect([bucket.stats('k').available, log.stats('k').available]).toEqual([10, 20]);
+  });
+});
+
 describe('cached lookups never reach another key (issue #9, item 4)', () => {
   it('stats, reset and refund of a key whose slot was reused 16+ times act on nobody else', () => {
     const clock = new ManualClock();

@@ -79,6 +79,47 @@ describe('TokenBucket', () => {
   });
 });
 
+describe('waits longer than 2^52 µs', () => {
+  // At 10^-6 per second, 30 000 tokens take 3 × 10^16 µs to come back (a leaky bucket's
+  // 2^24 queued requests, 1.7 × 10^19 µs to leave): past 2^52, whole µs are not all exact
+  // doubles, and the exact search for the wait would never end. Key 'near' waits less.
+  const cases = [
+    [
+      'TokenBucket',
+      (clock: ManualClock) => new TokenBucket({ capacity: 100_000, refillPerSecond: 1e-6, clock }),
+      [100_000, 30_000, 100_000],
+    ],
+    [
+      'TokenBucket, wide',
+      (clock: ManualClock) =>
+        new TokenBucket({ capacity: 2 ** 31 - 1, refillPerSecond: 1e-6, clock }),
+      [2 ** 31 - 1, 30_000, 2 ** 31 - 1],
+    ],
+    [
+      'LeakyBucket',
+      (clock: ManualClock) => new LeakyBucket({ capacity: 2 ** 24, ratePerSecond: 1e-6, clock }),
+      [2 ** 24, 1, 4000],
+    ],
+  ] as const;
+  for (const [name, make, [farFirst, farAsk, nearFirst]] of cases) {
+    it(`${name}: a refusal says Infinity, and a wait under the bound stays exact`, () => {
+      const clock = new ManualClock();
+      const bucket = make(clock);
+      expect(bucket.tryAcquire('far', farFirst)).toBe(true);
+      const far = bucket.consume('far', farAsk);
+      expect(far).toMatchObject({ allowed: false, retryAfterMs: Number.POSITIVE_INFINITY });
+      expect(bucket.tryAcquire('near', nearFirst)).toBe(true);
+      const near = bucket.consume('near', 1);
+      expect(near.allowed).toBe(false);
+      expect(near.retryAfterMs).toBeLessThan(2 ** 52 / 1000);
+      clock.advance(near.retryAfterMs - 0.001);
+      expect(bucket.tryAcquire('near', 1)).toBe(false);
+      clock.advance(0.001);
+      expect(bucket.tryAcquire('near', 1)).toBe(true);
+    });
+  }
+});
+
 describe('LeakyBucket', () => {
   it('lets requests leave at a constant rate, never in bursts', () => {
     const clock = new ManualClock();

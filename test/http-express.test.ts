@@ -317,6 +317,86 @@ describe('rateLimit with Express 5', () => {
     expect(limiter.stats().rejected).toBe(0);
   });
 
+  it('a function that throws or rejects with a value that is not an Error still goes to the error handler', async () => {
+    const limiter = new FixedWindow({ limit: 5, windowMs: 1000, clock: new ManualClock() });
+    // next(undefined), next(null), next(0) and next('') mean "go on" to Express, and
+    // next('route') "skip to the next route": each would let the request through unlimited.
+    const cases: [string, Parameters<typeof rateLimit>[0], unknown][] = [
+      [
+        'key throws undefined',
+        {
+          limiter,
+          key: () => {
+            throw undefined;
+          },
+        },
+        undefined,
+      ],
+      ['async key rejects with null', { limiter, key: () => Promise.reject(null) }, null],
+      [
+        'key throws 0',
+        {
+          limiter,
+          key: () => {
+            throw 0;
+          },
+        },
+        0,
+      ],
+      [
+        "key throws ''",
+        {
+          limiter,
+          key: () => {
+            throw '';
+          },
+        },
+        '',
+      ],
+      [
+        "key throws 'route'",
+        {
+          limiter,
+          key: () => {
+            throw 'route';
+          },
+        },
+        'route',
+      ],
+      [
+        'permits throws undefined',
+        {
+          limiter,
+          permits: () => {
+            throw undefined;
+          },
+        },
+        undefined,
+      ],
+    ];
+    for (const [name, options, thrown] of cases) {
+      let reached = 0;
+      const { port, errors } = await serve(rateLimit(options), (app) =>
+        app.use((_req, _res, next) => {
+          reached++;
+          next();
+        }),
+      );
+      const r = await request(port);
+      expect(r.status, name).toBe(500);
+      expect(reached, name).toBe(0);
+      expect(errors, name).toHaveLength(1);
+      const error = errors[0] as Error;
+      expect(error, name).toBeInstanceOf(Error);
+      expect(error.message, name).toBe(
+        `rateLimit: an option's function threw or rejected with ${typeof thrown === 'string' ? JSON.stringify(thrown) : String(thrown)}, not an Error`,
+      );
+      expect(error.cause, name).toBe(thrown);
+      expect('cause' in error, name).toBe(true);
+    }
+    expect(limiter.stats().admitted).toBe(0);
+  });
+
   it('an async key function and an async limiter are awaited', async () => {
     const inner = new FixedWindow({ limit: 2, windowMs: 1000, clock: new ManualClock() });
     // An asynchronous limiter, as a cluster client or a Redis limiter is.
@@ -495,7 +575,8 @@ describe('rateLimit with a chain holding a Concurrency member', () => {
       const second = await request(port);
       expect(second.status).toBe(429);
       expect(second.headers['retry-after']).toBeUndefined(); // only a release can help
-      expect(second.headers.ratelimit).toBe('"100-in-60s";r=98;t=60, "1-concurrent";r=0');
+      // Its minute permit was given back when the Concurrency member refused: 99 left.
+      expect(second.headers.ratelimit).toBe('"100-in-60s";r=99;t=60, "1-concurrent";r=0');
       gates.shift()!();
       expect((await first).headers.ratelimit).toBe('"100-in-60s";r=99;t=60, "1-concurrent";r=0');
       await until(() => inFlight.stats('u').available === 1, 'released after the response');

@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fastifyRateLimit } from '../src/http/index.js';
+import { type FastifyRateLimitOptions, fastifyRateLimit } from '../src/http/index.js';
 import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
 import { rateFields, request, sequence, until } from './http/helpers.js';
 
@@ -93,6 +93,44 @@ describe('fastifyRateLimit with Fastify 5', () => {
     });
     expect(perApp.stats('127.0.0.1').admitted).toBe(4);
     expect(perArea.stats('127.0.0.1').admitted).toBe(2);
+  });
+
+  it("two plugins stacked: a route's own limiter counts each of its requests once", async () => {
+    const clock = new ManualClock();
+    const perMinute = new FixedWindow({ limit: 100, windowMs: 60_000, clock });
+    const perDay = new FixedWindow({ limit: 1000, windowMs: 86_400_000, clock });
+    const uploads = new FixedWindow({ limit: 4, windowMs: 60_000, clock });
+    const reports = new FixedWindow({ limit: 1, windowMs: 60_000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limiter: perMinute });
+    await app.register(fastifyRateLimit, { limiter: perDay });
+    // Merged over each plugin's options, the route's own limiter: one hook, not two.
+    app.post('/upload', { config: { rateLimit: { limiter: uploads } } }, async () => 'ok');
+    // A GET route's HEAD twin is a route of its own: limited once too, not left out.
+    app.get('/report', { config: { rateLimit: { limiter: reports } } }, async () => 'report');
+    app.get('/', async () => 'ok');
+    const port = await start(app);
+
+    const replies = await sequence(port, 5, { path: '/upload', method: 'POST' });
+    expect(replies.map((r) => [r.status, r.headers.ratelimit])).toEqual([
+      [200, '"4-in-60s";r=3;t=60'],
+      [200, '"4-in-60s";r=2;t=60'],
+      [200, '"4-in-60s";r=1;t=60'],
+      [200, '"4-in-60s";r=0;t=60'],
+      [429, '"4-in-60s";r=0;t=60'],
+    ]);
+    expect(uploads.stats('127.0.0.1')).toMatchObject({ admitted: 4, rejected: 1 });
+    const head = await sequence(port, 2, { path: '/report', method: 'HEAD' });
+    expect(head.map((r) => [r.status, r.headers.ratelimit])).toEqual([
+      [200, '"1-in-60s";r=0;t=60'],
+      [429, '"1-in-60s";r=0;t=60'],
+    ]);
+    expect(reports.stats('127.0.0.1')).toMatchObject({ admitted: 1, rejected: 1 });
+    // A route without its own limiter still has both plugins' limiters.
+    expect((await request(port)).headers.ratelimit).toBe(
+      '"100-in-60s";r=99;t=60, "1000-in-86400s";r=999;t=86400',
+    );
+    expect(perMinute.stats('127.0.0.1').admitted).toBe(1);
   });
 
   it("its fields are the reply's own: later hooks read and remove them, members set earlier are kept", async () => {
@@ -189,6 +227,60 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect((await request(port)).body).toBe('handled');
     expect((await request(port, { path: '/key' })).body).toBe('handled');
     expect(seen).toEqual(['backend down', 'no key']);
+  });
+
+  it("a function that throws or rejects with a value that is not an Error still goes to Fastify's error handler", async () => {
+    const limiter = new FixedWindow({ limit: 5, windowMs: 1000, clock: new ManualClock() });
+    const app = Fastify();
+    const seen: Error[] = [];
+    app.setErrorHandler((error, _request, reply) => {
+      seen.push(error as Error);
+      reply.code(500).send('handled');
+    });
+    await app.register(fastifyRateLimit, { limiter });
+    // done(undefined) and done(null) mean "go on" to Fastify: the request would run unlimited.
+    const routes: [string, Partial<FastifyRateLimitOptions>][] = [
+      [
+        '/throws',
+        {
+          key: () => {
+            throw undefined;
+          },
+        },
+      ],
+      ['/rejects', { key: () => Promise.reject(null) }],
+      [
+        '/permits',
+        {
+          permits: () => {
+            throw undefined;
+          },
+        },
+      ],
+    ];
+    let ran = 0;
+    for (const [path, rateLimit] of routes) {
+      app.get(path, { config: { rateLimit } }, async () => {
+        ran++;
+        return 'ran';
+      });
+    }
+    const port = await start(app);
+    for (const [path] of routes) expect((await request(port, { path })).body, path).toBe('handled');
+    expect(ran).toBe(0);
+    expect(seen.map((e) => [e instanceof Error, e.message, 'cause' in e, e.cause])).toEqual(
+      [
+        ['/throws', undefined],
+        ['/rejects', null],
+        ['/permits', undefined],
+      ].map(([path, cause]) => [
+        true,
+        `fastifyRateLimit (route "GET" ${path}): an option's function threw or rejected with ${String(cause)}, not an Error`,
+        true,
+        cause,
+      ]),
+    );
+    expect(limiter.stats().admitted).toBe(0);
   });
 
   it('bad options fail at registration, naming the option', async () => {

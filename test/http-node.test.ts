@@ -249,6 +249,34 @@ describe('rateLimit on plain node:http', () => {
     expect(outcomes).toEqual([true, false, true]); // b: resolved false, nothing answered
   });
 
+  it('wait: a request that times out gets no RateLimit fields and a Retry-After less the time it waited', async () => {
+    // The clock never moves: every refusal says 2 s. The wait times out in real time.
+    const clock = new ManualClock();
+    const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 0.5, queueLimit: 1, clock });
+    const { port, outcomes } = await serve({
+      limiter,
+      wait: { timeoutMs: 1200 },
+      key: () => 'k',
+    });
+    expect((await request(port)).status).toBe(200);
+    const waiting = request(port);
+    await until(() => limiter.stats('k').queued === 1, 'the second request queued');
+    // The queue is full: refused at once, with the figures of its refusal.
+    const full = await request(port);
+    expect(full.status).toBe(429);
+    expect(rateFields(full.headers)).toEqual({
+      'ratelimit-policy': '"1-in-2s";q=1;w=2',
+      ratelimit: '"1-in-2s";r=0;t=2',
+      'retry-after': '2',
+    });
+    // Refused after waiting 1.2 s of the 2 s its refusal said: 0.8 s, rounded up.
+    const timedOut = await waiting;
+    expect(timedOut.status).toBe(429);
+    expect(timedOut.body).toBe('Too Many Requests');
+    expect(rateFields(timedOut.headers)).toEqual({ 'retry-after': '1' });
+    expect(outcomes).toEqual([true, false, false]);
+  });
+
   it('wait with Concurrency: the lease is held for the response and released on close', async () => {
     const limiter = new Concurrency({ limit: 1, queueLimit: 4 });
     const gates: (() => void)[] = [];

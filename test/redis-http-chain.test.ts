@@ -6,7 +6,7 @@ import { rateLimit } from '../src/http/index.js';
 import { chain, FixedWindow, ManualClock } from '../src/index.js';
 import * as redisLimiters from '../src/redis/index.js';
 import { RedisServer } from './helpers/redis.js';
-import { listen, rateFields, sequence } from './http/helpers.js';
+import { listen, rateFields, request, sequence, until } from './http/helpers.js';
 
 // The parts together: a Redis limiter behind the HTTP middleware (issue #10), and chain()
 // mixing a Redis limiter with an in-memory one (issue #14), against a real redis-server.
@@ -55,6 +55,64 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
     } finally {
       await close();
       limiter.close();
+    }
+  });
+
+  it('wait with a Redis Concurrency: a lease that cannot be given back (Redis gone) is a warning, not a crash', async () => {
+    // A server of its own, stopped while a request that waited for its lease is in its
+    // handler; a client that does not reconnect, so the release fails at once.
+    const lone = await RedisServer.start();
+    const client = new Redis(lone.port, '127.0.0.1', { retryStrategy: () => null });
+    client.on('error', () => {});
+    const limiter = new redisLimiters.Concurrency({
+      redis: client,
+      prefix: 'http-wait-test',
+      limit: 1,
+      queueLimit: 4,
+    });
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => {
+      warnings.push(w);
+    };
+    process.on('warning', onWarning);
+    const gates: (() => void)[] = [];
+    const app = express();
+    const errors: unknown[] = [];
+    app.use(rateLimit({ limiter, key: () => 'k', wait: { timeoutMs: 30_000 } }));
+    app.get('/', (_req, res) => {
+      gates.push(() => res.send('ok'));
+    });
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+      errors.push(err);
+      res.status(500).send('error');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const first = request(port);
+      await until(() => gates.length === 1, 'the first request in its handler');
+      const waited = request(port);
+      // The second waits for the first's lease: released when the first response closes.
+      while ((await limiter.stats('k')).queued !== 1) await new Promise((r) => setImmediate(r));
+      gates.shift()!();
+      expect((await first).status).toBe(200);
+      await until(() => gates.length === 1, 'the waited request in its handler');
+      await lone.stop();
+      await until(() => client.status === 'end', 'the client gave up on Redis');
+      gates.shift()!();
+      expect((await waited).status).toBe(200);
+      const failed = () =>
+        warnings.filter((w) => (w as { code?: string }).code === 'ATOMIC_LIMITER_RELEASE_FAILED');
+      await until(() => failed().length > 0, 'the failed release reported');
+      expect(failed()).toHaveLength(1);
+      expect(failed()[0]!.message).toMatch(/giving permits back failed: .*Redis is unavailable/);
+      expect(errors).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+      for (const g of gates) g();
+      await close();
+      limiter.close();
+      client.disconnect();
+      await lone.close();
     }
   });
 

@@ -1,4 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { types } from 'node:util';
 import { QueueFullError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
@@ -6,9 +8,10 @@ import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import {
   flattenLimiters,
-  type HeaderWriter,
+  HeaderWriter,
   type LimiterFace,
   retryAfterSeconds,
+  retryAfterWaited,
 } from './headers.js';
 import type { Config } from './options.js';
 
@@ -69,13 +72,27 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   );
 }
 
+/**
+ * What goes to a framework's error path: an Error as it is; any other value thrown or
+ * rejected with, wrapped (as `cause`). Express, Connect and Fastify take `next(undefined)`
+ * (or null, 0, '') for "go on", and Express `next('route')` for "skip this route": passed
+ * as they are, such values would let the request through unlimited.
+ */
+export function asError(owner: string, thrown: unknown, by = "an option's function"): Error {
+  if (thrown instanceof Error || types.isNativeError(thrown)) return thrown as Error;
+  return new Error(`${owner}: ${by} threw or rejected with ${show(thrown)}, not an Error`, {
+    cause: thrown,
+  });
+}
+
 /** An error the limiter (its backend) raised, rather than the middleware's configuration. */
 const limiterErrors = new WeakSet<object>();
 export function isLimiterError(error: unknown): boolean {
   return typeof error === 'object' && error !== null && limiterErrors.has(error);
 }
-function markLimiterError(error: unknown): unknown {
-  if (typeof error === 'object' && error !== null) limiterErrors.add(error);
+function markLimiterError(owner: string, thrown: unknown): Error {
+  const error = asError(owner, thrown, 'the limiter');
+  limiterErrors.add(error);
   return error;
 }
 
@@ -97,10 +114,26 @@ function reportLate(error: unknown): void {
   );
 }
 
+/**
+ * Gives permits back where nobody awaits the result: a release that throws, or answers
+ * with a promise that rejects (a Redis lease while Redis is down), becomes a process
+ * warning, never an unhandled rejection.
+ */
+function releaseLate(release: () => unknown): void {
+  try {
+    const r = release();
+    if (isThenable(r)) r.then(undefined, reportLate);
+  } catch (error) {
+    reportLate(error);
+  }
+}
+
 export class Engine<Req, Res> {
   // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
   private holds: boolean | undefined;
   private warnedNoAddress = false;
+  // Writes `Retry-After` alone: made when a wait first times out.
+  private retryAfterOnly: HeaderWriter | undefined;
 
   constructor(
     private readonly host: Host<Req, Res>,
@@ -189,7 +222,7 @@ export class Engine<Req, Res> {
     try {
       d = c.limiter.consume(key, permits);
     } catch (error) {
-      throw markLimiterError(error);
+      throw markLimiterError(this.owner, error);
     }
     if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
     return this.conclude(req, res, via, key, permits, d);
@@ -207,7 +240,7 @@ export class Engine<Req, Res> {
     try {
       d = await pending;
     } catch (error) {
-      throw markLimiterError(error);
+      throw markLimiterError(this.owner, error);
     }
     if (closed(this.host.rawRes(res))) {
       // The client left while the limiter decided: nothing to answer; give held permits back.
@@ -256,18 +289,14 @@ export class Engine<Req, Res> {
   }
 
   private release(key: Key, permits: number): void {
-    try {
-      const r = this.c.limiter.release?.(key, permits);
-      if (isThenable(r)) r.then(undefined, reportLate);
-    } catch (error) {
-      reportLate(error);
-    }
+    releaseLate(() => this.c.limiter.release?.(key, permits));
   }
 
   /**
    * `wait`: the request queues in the limiter's FIFO (`acquire()`). A client that goes away
    * meanwhile leaves the queue; a full queue or a timeout gets the refusal response.
-   * Requests that waited carry no RateLimit fields: the figures seen before waiting are stale.
+   * Requests that waited carry no RateLimit fields: the figures seen before waiting are stale
+   * (a timed-out one's `Retry-After` is the refusal's less the time waited).
    */
   private async waitFor(
     req: Req,
@@ -282,6 +311,7 @@ export class Engine<Req, Res> {
     const left = new AbortController();
     const onClose = () => left.abort();
     raw.once('close', onClose);
+    const since = performance.now();
     let lease: Lease;
     try {
       lease = await this.c.limiter.acquire!(key, permits, {
@@ -291,23 +321,36 @@ export class Engine<Req, Res> {
     } catch (error) {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       raw.off('close', onClose);
-      if (error instanceof QueueFullError || (error as Error)?.name === 'TimeoutError') {
-        return this.refuse(req, res, via, refused);
+      // Full: refused at once, so the figures of the refusal still hold.
+      if (error instanceof QueueFullError) return this.refuse(req, res, via, refused);
+      if ((error as Error)?.name === 'TimeoutError') {
+        return this.refuse(req, res, via, refused, performance.now() - since);
       }
-      throw markLimiterError(error);
+      throw markLimiterError(this.owner, error);
     }
     raw.off('close', onClose);
     if (closed(raw)) {
-      lease.release();
+      releaseLate(() => lease.release());
       return ANSWERED;
     }
-    if (this.holding()) raw.once('close', () => lease.release());
+    if (this.holding()) raw.once('close', () => releaseLate(() => lease.release()));
     return GO;
   }
 
-  private refuse(req: Req, res: Res, via: unknown, d: Decision): Outcome | Promise<Outcome> {
+  /** `waitedMs`: refused after waiting that long; then only `Retry-After` is written. */
+  private refuse(
+    req: Req,
+    res: Res,
+    via: unknown,
+    d: Decision,
+    waitedMs?: number,
+  ): Outcome | Promise<Outcome> {
     const c = this.c;
-    this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
+    if (waitedMs === undefined) this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
+    else {
+      this.retryAfterOnly ??= new HeaderWriter(c.limiter, [], undefined);
+      this.host.writeFields(res, via, this.retryAfterOnly, d, retryAfterWaited(d, waitedMs));
+    }
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);
       return isThenable(r) ? Promise.resolve(r).then(() => ANSWERED) : ANSWERED;

@@ -7,9 +7,9 @@ import type {
   RouteOptions,
 } from 'fastify';
 import { show, typeError } from '../validate.js';
-import { ANSWERED, Engine, GO, type Host, type Outcome } from './core.js';
+import { ANSWERED, asError, Engine, GO, type Host, type Outcome } from './core.js';
 import type { HeaderSink } from './headers.js';
-import { OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
+import { type Config, OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
 
 /** Options of the Fastify plugin: those of `rateLimit()` but `trustProxy` (Fastify has its own). */
 export type FastifyRateLimitOptions = Omit<
@@ -99,7 +99,7 @@ function ownOptions(owner: string, options: unknown): Record<string, unknown> {
   return out;
 }
 
-function hookFor(engine: Engine<FastifyRequest, FastifyReply>) {
+function hookFor(engine: Engine<FastifyRequest, FastifyReply>, owner: string) {
   return function atomicLimiterOnRequest(
     request: FastifyRequest,
     reply: FastifyReply,
@@ -109,7 +109,7 @@ function hookFor(engine: Engine<FastifyRequest, FastifyReply>) {
     try {
       r = engine.run(request, reply);
     } catch (error) {
-      done(error as Error);
+      done(asError(owner, error));
       return;
     }
     // ANSWERED: the reply was sent from the hook, so `done` is not called (Fastify's rule).
@@ -119,13 +119,28 @@ function hookFor(engine: Engine<FastifyRequest, FastifyReply>) {
         (o) => {
           if (o === GO) done();
         },
-        (error) => done(error as Error),
+        (error) => done(asError(owner, error)),
       );
     }
   };
 }
 
-function addOnRequest(route: RouteOptions, hook: ReturnType<typeof hookFor>): void {
+/**
+ * The limiters each route has a hook for, by the route's options object: every plugin's
+ * onRoute hook is given the same object for a route (a GET route's HEAD twin is another).
+ * Two plugins stacked each merge a route's `config.rateLimit` over their own options; with
+ * a `limiter` of the route's own, both would count every request against it: twice.
+ */
+const installed = new WeakMap<RouteOptions, Set<unknown>>();
+
+function addOnRequest(
+  route: RouteOptions,
+  limiter: unknown,
+  hook: ReturnType<typeof hookFor>,
+): void {
+  const limiters = installed.get(route);
+  if (limiters === undefined) installed.set(route, new Set([limiter]));
+  else limiters.add(limiter);
   const existing = route.onRequest as unknown;
   if (Array.isArray(existing)) route.onRequest = [...existing, hook] as RouteOptions['onRequest'];
   else if (typeof existing === 'function') {
@@ -150,25 +165,29 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
 ) => {
   const owner = 'fastifyRateLimit';
   let base: Record<string, unknown>;
-  let engine: Engine<FastifyRequest, FastifyReply>;
+  let config: Config<FastifyRequest, FastifyReply>;
   try {
     base = ownOptions(owner, options);
-    engine = new Engine(fastifyHost, readOptions(owner, base, KNOWN), owner);
+    config = readOptions(owner, base, KNOWN);
   } catch (error) {
     done(error as Error);
     return;
   }
-  const shared = hookFor(engine);
+  const shared = hookFor(new Engine(fastifyHost, config, owner), owner);
   app.addHook('onRoute', (route) => {
     const own = (route.config as { rateLimit?: unknown } | undefined)?.rateLimit;
     if (own === false) return;
     if (own === undefined || own === true) {
-      addOnRequest(route, shared);
+      addOnRequest(route, config.limiter, shared);
       return;
     }
     const where = `${owner} (route ${show(route.method)} ${route.url})`;
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
-    addOnRequest(route, hookFor(new Engine(fastifyHost, readOptions(where, merged, KNOWN), where)));
+    const c = readOptions(where, merged, KNOWN);
+    // Another plugin stacked here already limits this route with the same limiter (the
+    // route's own, merged over each plugin's options): it counts a request once.
+    if (installed.get(route)?.has(c.limiter)) return;
+    addOnRequest(route, c.limiter, hookFor(new Engine(fastifyHost, c, where), where));
   });
   done();
 };

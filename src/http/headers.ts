@@ -419,3 +419,13 @@ function writeLegacy<T>(sink: HeaderSink<T>, target: T, p: Policy, d: Decision):
 export function retryAfterSeconds(d: Decision): string | undefined {
   return d.retryAfterMs === Number.POSITIVE_INFINITY ? undefined : String(seconds(d.retryAfterMs));
 }
+
+/**
+ * `Retry-After` for a refusal given after waiting `waitedMs`: what the decision said less
+ * the time since, in whole seconds rounded up, and at least 1: 0 would send the client
+ * straight back to the queue it just timed out in.
+ */
+export function retryAfterWaited(d: Decision, waitedMs: number): string | undefined {
+  if (d.retryAfterMs === Number.POSITIVE_INFINITY) return undefined;
+  return String(Math.max(1, seconds(d.retryAfterMs - waitedMs)));
+}

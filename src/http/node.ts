@@ -1,6 +1,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { show } from '../validate.js';
-import { ANSWERED, Engine, GO, type Host, isLimiterError, type Outcome, REVISIT } from './core.js';
+import {
+  ANSWERED,
+  asError,
+  Engine,
+  GO,
+  type Host,
+  isLimiterError,
+  type Outcome,
+  REVISIT,
+} from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type RateLimitOptions, readOptions } from './options.js';
 import { type HeaderTable, headerTable, headStarted, tableSink } from './out-headers.js';
@@ -150,14 +159,17 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
       try {
         r = engine.run(req, res);
       } catch (error) {
-        next(error);
+        next(asError(owner, error));
         return;
       }
       if (r === GO) next();
       else if (r !== ANSWERED) {
-        r.then((o) => {
-          if (o === GO) next();
-        }, next);
+        r.then(
+          (o) => {
+            if (o === GO) next();
+          },
+          (error) => next(asError(owner, error)),
+        );
       }
       return;
     }
