@@ -748,6 +748,16 @@ export abstract class Limiter implements SlotPolicy {
     this.giveBackUnchecked(key, permits, takenUs);
   }
 
+  /**
+   * @internal Until when (this limiter's clock, µs) permits taken at `takenUs` count where
+   * they were counted: spent later, they would count in the wrong place and the limit could
+   * be exceeded. A window's end (FixedWindow), a segment's or window's (SlidingWindow);
+   * Infinity where no such time exists. The cluster's permit blocks expire by it.
+   */
+  countsUntilUs(_takenUs: number): number {
+    return Number.POSITIVE_INFINITY;
+  }
+
   /** @internal The clock time of this thread's last decision (the chain's rollback reads it). */
   get lastDecisionUs(): number {
     return this.core.decisionUs;

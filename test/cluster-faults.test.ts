@@ -69,6 +69,8 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
       115: 'batch-error',
       116: ['TypeError'],
       117: ['TypeError', 'ClusterUnavailableError'],
+      118: ['TypeError'],
+      119: ['TypeError'], // no permit of sem freed (below)
     });
     expect(r.good.errors).toEqual([]);
     expect(r.good.allowed).toBe(r.good.calls);

@@ -53,6 +53,18 @@ describe('atomic-limiter/cluster', () => {
     expect(r.stats).toMatchObject({ available: 0, admitted: 8 + 47 });
   });
 
+  it('spends no permit of a block after the window it was taken in', async () => {
+    const r = await run('block-window');
+    expect(r).toEqual({ took: 3, direct: true, later: 0 });
+  });
+
+  it('gives back what a block took in a later window to that window, and nothing to the one that passed', async () => {
+    const r = await run('block-give');
+    // Window 1: a top-up of 6 and 94 others; the 4 left of window 0 stopped counting.
+    expect(r.others).toBe(94);
+    expect(r.available).toBe(6);
+  });
+
   it('keeps the leases of two servers in one primary apart', async () => {
     const r = await run('leases');
     expect(r.held).toEqual([0, 0]);

@@ -155,6 +155,10 @@ export class FixedWindow extends Limiter {
     return this.limit - this.read(state, stamp, nowUs).count;
   }
 
+  override countsUntilUs(takenUs: number): number {
+    return (Math.floor(takenUs / this.windowUs) + 1) * this.windowUs;
+  }
+
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? 0 : (window + 1) * this.windowUs - nowUs;

@@ -236,6 +236,12 @@ export class SlidingWindow extends Limiter {
     return this.encode(p);
   }
 
+  override countsUntilUs(takenUs: number): number {
+    // Counted in a later window (segment), they would weigh less there than a new grant.
+    const unit = this.ring !== null ? this.ring.segmentUs : this.windowUs;
+    return (Math.floor(takenUs / unit) + 1) * unit;
+  }
+
   protected giveBack(
     state: number,
     stamp: number,

@@ -14,13 +14,14 @@ import {
   type Description,
   DROP,
   fromWire,
+  GIVE,
   type Grant,
   isOurs,
   MARK,
   MAX_CALLS_PER_BATCH,
   type Message,
   NAME,
-  REFUND,
+  type REFUND,
   RELEASE,
   RESET,
   readAnswer,
@@ -48,7 +49,7 @@ export interface Pending {
   op: number;
   key: Key | undefined;
   permits: number;
-  /** Extra record value: TAKE's max, ACQUIRE's timeoutMs (−1: none). */
+  /** Extra record value: TAKE's max, GIVE's taking time, ACQUIRE's timeoutMs (−1: none). */
   extra: number;
   /** Answered, timed out, aborted or rejected: a late answer only gives permits back. */
   settled: boolean;
@@ -258,7 +259,14 @@ export class Channel {
   }
 
   /** Gives permits back on the primary (fire and forget; its answer is ignored). */
-  giveBack(caller: Caller, op: typeof REFUND | typeof RELEASE, key: Key | undefined, n: number) {
+  /** `extra`: GIVE's taking time. */
+  giveBack(
+    caller: Caller,
+    op: typeof REFUND | typeof RELEASE | typeof GIVE,
+    key: Key | undefined,
+    n: number,
+    extra = 0,
+  ) {
     if (this.closed || !process.connected) return;
     this.push({
       resolve: ignore,
@@ -267,7 +275,7 @@ export class Channel {
       op,
       key,
       permits: n,
-      extra: 0,
+      extra,
       settled: true,
       since: -1,
       id: 0,
@@ -309,7 +317,8 @@ export class Channel {
         this.out.push(p.op, key);
         break;
       case TAKE:
-        this.out.push(TAKE, key, p.permits, p.extra);
+      case GIVE:
+        this.out.push(p.op, key, p.permits, p.extra);
         break;
       case ACQUIRE:
         this.out.push(ACQUIRE, p.id, key, p.permits, p.extra);
@@ -421,8 +430,8 @@ export class Channel {
   /** An answer after its caller stopped waiting: permits it granted go back. */
   private late(p: Pending, value: unknown): void {
     if (p.op === TAKE) {
-      const granted = (value as Grant).granted;
-      if (granted > 0) this.giveBack(p.caller, REFUND, p.key, granted);
+      const { granted, takenUs } = value as Grant;
+      if (granted > 0) this.giveBack(p.caller, GIVE, p.key, granted, takenUs);
     } else if (p.caller.concurrency && (p.op === TRY || p.op === CONSUME)) {
       const allowed = p.op === TRY ? value === true : (value as Decision).allowed;
       if (allowed) this.giveBack(p.caller, RELEASE, p.key, p.permits);

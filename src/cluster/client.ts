@@ -20,6 +20,7 @@ import type { Caller, Channel, Check } from './channel.js';
 import {
   CONSUME,
   type Description,
+  GIVE,
   type Grant,
   REFUND,
   RELEASE,
@@ -41,7 +42,8 @@ export interface ConnectOptions {
    * so most calls cost no IPC. When half a block is spent, the next one is asked for in
    * the background. The trade: up to `block` permits per worker and key sit in its block,
    * unavailable to other workers until spent, or given back after `blockTtlMs` or on
-   * `close()`. Integer ≥ 2.
+   * `close()`. A FixedWindow or SlidingWindow block is spent only in the window (segment)
+   * its permits were taken in. Integer ≥ 2.
    */
   block?: number;
   /** How long a block's permits may be spent before they go back (ms, default 1000). */
@@ -96,6 +98,14 @@ interface Block {
   left: number;
   /** performance.now() after which the block is given back instead of spent. */
   expires: number;
+  /**
+   * performance.now() from which its permits no longer count where they were counted (a
+   * window's end): none is spent, and none given back, from then on. Infinity: never.
+   */
+  countsUntil: number;
+  /** When the primary took its permits, and until when they count there (its clock, µs). */
+  takenUs: number;
+  untilUs: number;
   /** When the key would be fresh again, as the primary said at the last grant (ms). */
   resetAt: number;
   /** False after a background top-up was refused: no more until a call needs one. */
@@ -113,9 +123,23 @@ interface Waiter {
 interface Fetch {
   min: number;
   waiters: Waiter[];
+  /** performance.now() when the request was made: before the primary took its permits. */
+  sentAt: number;
 }
 
 const TRUE = Promise.resolve(true);
+
+function newBlock(): Block {
+  return {
+    left: 0,
+    expires: 0,
+    countsUntil: 0,
+    takenUs: 0,
+    untilUs: Number.POSITIVE_INFINITY,
+    resetAt: 0,
+    topUp: true,
+  };
+}
 const MAX_MS = 2 ** 31 - 1;
 const NO_OP_LEASE: Lease = Object.freeze({
   release(): void {},
@@ -265,7 +289,7 @@ export class Client implements ClusterLimiter, Caller {
       return undefined;
     }
     const now = performance.now();
-    if (b.expires <= now) {
+    if (b.expires <= now || b.countsUntil <= now) {
       this.giveBack(key, b);
       return undefined;
     }
@@ -281,7 +305,7 @@ export class Client implements ClusterLimiter, Caller {
    * full block per round trip, and the block never holds more than `block`.
    */
   private topUp(key: Key | undefined): void {
-    const f: Fetch = { min: 1, waiters: [] };
+    const f: Fetch = { min: 1, waiters: [], sentAt: 0 };
     this.fetching.set(key, f);
     queueMicrotask(() => {
       const max = this.block - (this.blocks.get(key)?.left ?? 0);
@@ -328,12 +352,13 @@ export class Client implements ClusterLimiter, Caller {
    * the call that asked (it is served first), others may join while it is in flight.
    */
   private fetch(key: Key | undefined, min: number, max: number, first: Waiter): void {
-    const f: Fetch = { min, waiters: [first] };
+    const f: Fetch = { min, waiters: [first], sentAt: 0 };
     this.fetching.set(key, f);
     this.request(key, f, max);
   }
 
   private request(key: Key | undefined, f: Fetch, max: number): void {
+    f.sentAt = performance.now();
     (this.channel.call(this, TAKE, key, f.min, max, this.checkCall) as Promise<Grant>).then(
       (grant) => this.fetched(key, f, grant),
       (error) => {
@@ -348,15 +373,25 @@ export class Client implements ClusterLimiter, Caller {
     let b = this.blocks.get(key);
     if (this.closed) {
       // The waiters were rejected by close(); what came goes back.
-      if (grant.granted > 0) this.channel.giveBack(this, REFUND, key, grant.granted);
+      if (grant.granted > 0) this.channel.giveBack(this, GIVE, key, grant.granted, grant.takenUs);
       return;
     }
     if (grant.granted > 0) {
       const now = performance.now();
       if (!b) {
-        b = { left: 0, expires: 0, resetAt: 0, topUp: true };
+        b = newBlock();
         this.blocks.set(key, b);
         this.sweep();
+      }
+      // Permits the primary took in a later window than the block's: the block's own have
+      // stopped counting (its window ended), so none of them may be spent now, nor given
+      // back. Those of one window share its taking time and the earlier deadline.
+      if (b.left > 0 && b.untilUs !== grant.untilUs) b.left = 0;
+      if (b.left === 0) {
+        b.takenUs = grant.takenUs;
+        b.untilUs = grant.untilUs;
+        // From when the request left, not when the answer came: never past the window.
+        b.countsUntil = f.sentAt + (grant.untilUs - grant.takenUs) / 1000;
       }
       b.left += grant.granted;
       b.expires = now + this.blockTtlMs;
@@ -386,9 +421,12 @@ export class Client implements ClusterLimiter, Caller {
     };
   }
 
+  /** Returns the block's unspent permits to where they were taken, unless they stopped counting. */
   private giveBack(key: Key | undefined, b: Block): void {
     if (this.blocks.get(key) === b) this.blocks.delete(key);
-    if (b.left > 0) this.channel.giveBack(this, REFUND, key, b.left);
+    if (b.left > 0 && performance.now() < b.countsUntil) {
+      this.channel.giveBack(this, GIVE, key, b.left, b.takenUs);
+    }
     b.left = 0;
   }
 
@@ -398,7 +436,9 @@ export class Client implements ClusterLimiter, Caller {
     this.sweeper = setInterval(
       () => {
         const now = performance.now();
-        for (const [key, b] of this.blocks) if (b.expires <= now) this.giveBack(key, b);
+        for (const [key, b] of this.blocks) {
+          if (b.expires <= now || b.countsUntil <= now) this.giveBack(key, b);
+        }
         if (this.blocks.size === 0 && this.sweeper) {
           clearInterval(this.sweeper);
           this.sweeper = undefined;

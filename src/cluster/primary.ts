@@ -19,6 +19,7 @@ import {
   CONSUME,
   type Description,
   DROP,
+  GIVE,
   isOurs,
   MARK,
   MAX_RECORD_VALUES,
@@ -32,6 +33,7 @@ import {
   TAKE,
   TRY,
   toWire,
+  untilToWire,
   type Value,
 } from './protocol.js';
 
@@ -54,12 +56,6 @@ interface WorkerState {
   waiting: Map<number, AbortController>;
   /** Concurrency permits taken by tryAcquire/consume and not yet released. */
   held: Map<Releasable, Map<Key | undefined, number>>;
-  /**
-   * When this worker's latest permit block of a key was taken (the limiter's clock): its
-   * permits come back as refunds of what was taken then, so a window that has passed
-   * since is not credited (issue #9, item 6).
-   */
-  blockTakenUs: Map<AnyLimiter, Map<Key | undefined, number>>;
 }
 
 const ignore = () => {};
@@ -70,6 +66,7 @@ const WIDTHS: Record<number, number> = {
   [CONSUME]: 3,
   [TAKE]: 4,
   [REFUND]: 3,
+  [GIVE]: 4,
   [RELEASE]: 3,
   [STATS]: 2,
   [RESET]: 2,
@@ -175,7 +172,6 @@ export class Dispatcher {
         leases: new Map(),
         waiting: new Map(),
         held: new Map(),
-        blockTakenUs: new Map(),
       };
       this.states.set(worker.id, s);
     }
@@ -274,13 +270,27 @@ export class Dispatcher {
         return;
       }
       case TAKE:
-        this.take(s, served, key, permits, c[i + 3], v);
+        this.take(served, key, permits, c[i + 3], v);
         return;
-      case REFUND: {
-        const takenUs = s.blockTakenUs.get(limiter)?.get(key);
-        if (takenUs === undefined) limiter.refund(key, permits);
-        else limiter.refundTaken(key, permits, takenUs);
+      case REFUND:
+        limiter.refund(key, permits);
         if (served.concurrency) this.unhold(s, limiter as Releasable, key, permits);
+        v.push(0);
+        return;
+      case GIVE: {
+        // A block's unspent permits, with the time the TAKE that granted them answered:
+        // back to the window they were taken in, so a window that has passed since is not
+        // credited (issue #9, item 6). (A worker could as well refund(): nothing to trust.)
+        const takenUs = c[i + 3];
+        if (typeof takenUs !== 'number' || !Number.isFinite(takenUs)) {
+          throw typeError(
+            `cluster primary: a give-back's time must be a number, got ${show(takenUs)}`,
+          );
+        }
+        if (served.concurrency) {
+          throw typeError('Concurrency: permit blocks (option "block") are for rate limiters');
+        }
+        limiter.refundTaken(key, permits, takenUs);
         v.push(0);
         return;
       }
@@ -310,16 +320,10 @@ export class Dispatcher {
 
   /**
    * A permit block: between `min` and `max` permits, as many as are there, and the
-   * Decision of the grant (on a refusal, the Decision of asking for `min`).
+   * Decision of the grant (on a refusal, the Decision of asking for `min`), then when they
+   * were taken and until when they count there.
    */
-  private take(
-    s: WorkerState,
-    served: Served,
-    key: Key | undefined,
-    min: number,
-    max: unknown,
-    v: unknown[],
-  ) {
+  private take(served: Served, key: Key | undefined, min: number, max: unknown, v: unknown[]) {
     const limiter = served.limiter;
     if (served.concurrency) {
       throw typeError('Concurrency: permit blocks (option "block") are for rate limiters');
@@ -332,13 +336,12 @@ export class Dispatcher {
     let d = limiter.consume(key, n);
     // The estimate was high (a sliding window's weight, another thread): ask for min.
     if (!d.allowed && n > min) d = limiter.consume(key, (n = min));
-    if (d.allowed) {
-      let times = s.blockTakenUs.get(limiter);
-      if (!times) s.blockTakenUs.set(limiter, (times = new Map()));
-      times.set(key, limiter.lastDecisionUs);
-    }
     v.push(d.allowed ? n : 0);
     pushDecision(v, d);
+    // When they were taken (the worker gives them back with it), and until when they count
+    // there: the worker spends none of them later.
+    const takenUs = limiter.lastDecisionUs;
+    v.push(takenUs, untilToWire(limiter.countsUntilUs(takenUs)));
   }
 
   private acquire(

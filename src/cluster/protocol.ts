@@ -19,8 +19,11 @@
  *   NAME name                  the limiter the next records address
  *   TRY key permits            → 1 | 0
  *   CONSUME key permits        → a Decision (DECISION_SIZE values)
- *   TAKE key min max           → granted (0 or min…max), then the Decision of the grant
+ *   TAKE key min max           → granted (0 or min…max), the Decision of the grant, the
+ *                                time it was taken (the limiter's clock, µs) and until when
+ *                                its permits count where they were counted (µs; −1: always)
  *   REFUND key permits         → 0
+ *   GIVE key permits takenUs   → 0 (a block's unspent permits, back to where they were taken)
  *   RELEASE key permits        → 0
  *   STATS key                  → available, queued, admitted, rejected
  *   RESET key                  → 0
@@ -40,7 +43,7 @@ import type { AlgorithmName, Decision, Stats } from '../options.js';
 
 // Every message carries MARK, so the user's own IPC messages pass through untouched; the
 // version changes with the protocol.
-export const MARK = 'atomic-limiter/cluster@2';
+export const MARK = 'atomic-limiter/cluster@3';
 
 export const NAME = 0;
 export const TRY = 1;
@@ -53,6 +56,7 @@ export const RESET = 7;
 export const ACQUIRE = 8;
 export const ABORT = 9;
 export const DROP = 10;
+export const GIVE = 11;
 
 /** Values in one answer (allowed, remaining, limit, retryAfterMs, resetAfterMs, reason). */
 export const DECISION_SIZE = 6;
@@ -163,21 +167,34 @@ export function readDecision(v: readonly unknown[], i: number): Decision {
   return d;
 }
 
+/** Until-times travel as −1 for "always" (JSON has no Infinity). */
+export function untilToWire(us: number): number {
+  return Number.isFinite(us) ? us : -1;
+}
+function untilFromWire(v: unknown): number {
+  return typeof v === 'number' && v >= 0 ? v : Number.POSITIVE_INFINITY;
+}
+
 /** The wire form of a key: null is the default key. */
 export function keyFromWire(k: Value): Key | undefined {
   return k === null ? undefined : k;
 }
 
-/** What a TAKE answers: the permits granted (0 on a refusal) and the Decision. */
+/**
+ * What a TAKE answers: the permits granted (0 on a refusal), the Decision, when they were
+ * taken and until when they count there (the limiter's clock, µs; Infinity: always).
+ */
 export interface Grant {
   granted: number;
   decision: Decision;
+  takenUs: number;
+  untilUs: number;
 }
 
 /** Values in the answer to a call of `op` (an error is always one value). */
 export function answerWidth(op: number): number {
   if (op === CONSUME) return DECISION_SIZE;
-  if (op === TAKE) return 1 + DECISION_SIZE;
+  if (op === TAKE) return 3 + DECISION_SIZE;
   if (op === STATS) return 4;
   return 1;
 }
@@ -190,7 +207,12 @@ export function readAnswer(op: number, v: readonly unknown[], i: number): unknow
     case CONSUME:
       return readDecision(v, i);
     case TAKE:
-      return { granted: v[i] as number, decision: readDecision(v, i + 1) } satisfies Grant;
+      return {
+        granted: v[i] as number,
+        decision: readDecision(v, i + 1),
+        takenUs: v[i + 1 + DECISION_SIZE] as number,
+        untilUs: untilFromWire(v[i + 2 + DECISION_SIZE]),
+      } satisfies Grant;
     case STATS:
       return {
         available: v[i] as number,

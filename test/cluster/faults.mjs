@@ -221,7 +221,7 @@ if (cluster.isPrimary) {
     process.send({ done: true, calls, allowed, errors });
   } else {
     const OLD = 'atomic-limiter/cluster@1';
-    const MARK = 'atomic-limiter/cluster@2';
+    const MARK = 'atomic-limiter/cluster@3';
     const answered = new Map();
     process.on('message', (m) => {
       // (Batches 100 and up are the junk below; lower ones are the client's own.)
@@ -259,6 +259,9 @@ if (cluster.isPrimary) {
       { mark: MARK, t: 'c', s: 115, c: new Array(1_000_000).fill(0) },
       { mark: MARK, t: 'c', s: 116, c: [0, 'api', 1, 'x'.repeat(5_000_000), 'x'] },
       { mark: MARK, t: 'c', s: 117, c: [0, 'api', 1, [], 1, 0, 'nope', 1, 'k', 1] },
+      // A block's give-back with a time that is not a number; one to a Concurrency limiter.
+      { mark: MARK, t: 'c', s: 118, c: [0, 'api', 11, 'k', 1, 'x'] },
+      { mark: MARK, t: 'c', s: 119, c: [0, 'sem', 11, null, 1, 0] },
       { mark: MARK, t: 'r', s: 1, v: [1, 2] },
       { mark: MARK, t: 'ready', served: 5 },
     ];

@@ -2,7 +2,7 @@
 // the same file is the workers' script. Usage: node scenario.mjs <scenario>
 import cluster from 'node:cluster';
 import { connectCluster, serveCluster } from '../../dist/cluster.js';
-import { Concurrency, ManualClock, TokenBucket } from '../../dist/index.js';
+import { Concurrency, FixedWindow, ManualClock, TokenBucket } from '../../dist/index.js';
 
 const scenario = process.argv[2] ?? process.env.SCENARIO;
 
@@ -63,6 +63,36 @@ if (cluster.isPrimary) {
     console.log(JSON.stringify({ r1, afterFirst, r2, stats: api.stats('k') }));
     first.kill();
     second.kill();
+  } else if (scenario === 'block-window') {
+    // A block's permits count in the window they were taken in: none is spent in the next.
+    // (Real time: the worker cannot read the primary's clock.)
+    const api = new FixedWindow({ limit: 10, windowMs: 400 });
+    serveCluster({ api });
+    const w = cluster.fork();
+    const took = await new Promise((r) => w.on('message', (m) => m?.took !== undefined && r(m)));
+    // The block took the window's 10; the next window starts with all 10 again.
+    while (api.stats('k').available !== 10) await new Promise((r) => setTimeout(r, 5));
+    const direct = api.tryAcquire('k', 10); // this window's whole limit, here
+    const done = new Promise((r) => w.on('message', (m) => m?.done && r(m)));
+    w.send('go');
+    const r = await done;
+    console.log(JSON.stringify({ took: took.took, direct, later: r.admitted }));
+    w.kill();
+  } else if (scenario === 'block-give') {
+    // A block topped up in a later window gives back only what it took there, there.
+    const clock = new ManualClock();
+    const api = new FixedWindow({ limit: 100, windowMs: 1000, clock });
+    serveCluster({ api });
+    const w = cluster.fork();
+    w.on('message', (m) => {
+      if (m === 'advance') {
+        clock.advance(1000);
+        w.send('advanced');
+      }
+    });
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(JSON.stringify({ ...r, stats: api.stats('k') }));
+    w.kill();
   } else if (scenario === 'leases') {
     // Two servers in one primary: a lease given back to one never frees the other's.
     const a = new Concurrency({ limit: 1 });
@@ -182,6 +212,33 @@ if (cluster.isPrimary) {
     const check = connectCluster('api');
     const stats = await check.stats('k'); // after the refund, in channel order
     process.send({ done: true, admitted, available: stats.available });
+  } else if (scenario === 'block-window') {
+    const api = connectCluster('api', { block: 10, blockTtlMs: 60_000 });
+    let took = 0;
+    for (let i = 0; i < 3; i++) if (await api.tryAcquire('k')) took++;
+    const go = new Promise((r) => process.on('message', (m) => m === 'go' && r()));
+    process.send({ took });
+    await go;
+    let admitted = 0;
+    for (let i = 0; i < 7; i++) if (await api.tryAcquire('k')) admitted++;
+    process.send({ done: true, admitted });
+  } else if (scenario === 'block-give') {
+    const blk = connectCluster('api', { block: 10 });
+    const direct = connectCluster('api');
+    const step = (m) => {
+      const next = new Promise((r) => process.once('message', r));
+      process.send(m);
+      return next;
+    };
+    for (let i = 0; i < 5; i++) await blk.tryAcquire('k'); // a block of 10 in window 0
+    await step('advance'); // window 1
+    await blk.tryAcquire('k'); // 4 left: a top-up of 6 is taken in window 1
+    await direct.stats('k'); // answered after the top-up: it has landed
+    let others = 0;
+    for (let i = 0; i < 94; i++) if (await direct.tryAcquire('k')) others++;
+    blk.close(); // gives the block back
+    const after = await direct.stats('k'); // after the give-back, in channel order
+    process.send({ done: true, others, available: after.available });
   } else if (scenario === 'leases') {
     const a = connectCluster('a');
     const b = connectCluster('b');
