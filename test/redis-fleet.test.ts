@@ -231,7 +231,7 @@ describe('fleet mode: lease sizes', () => {
     await lb.close();
     expect(
       () => new LeakyBucket({ redis, capacity: 4000, ratePerSecond: 1000, block: 8, maxBlock: 16 }),
-    ).toThrow(/"maxBlock" must equal "block" \(a LeakyBucket's lease is a burst\)/);
+    ).toThrow(/"maxBlock" is not for a LeakyBucket \(its lease is a burst/);
   });
 
   it('maxBlock: checked against block and the limit', () => {

@@ -266,4 +266,17 @@ describe('Redis limiters decide exactly as the in-memory classes', () => {
       });
     }
   }
+
+  it('keys that differ only in lone surrogates are as distinct as in memory', async () => {
+    // UTF-8 cannot carry a lone surrogate: sent as they are, both would become U+FFFD.
+    const keys = ['\uD800', '\uD801', '\uDC00', 'a\uD800b', 'a\uFFFDb', '\uD83D\uDE00', '%uD800'];
+    const m = new mem.TokenBucket({ capacity: 1, refillPerSecond: 1e-6 });
+    const r = new red.TokenBucket({ redis, capacity: 1, refillPerSecond: 1e-6, prefix: 'lone' });
+    const inMemory = keys.map((k) => m.tryAcquire(k));
+    const inRedis = [];
+    for (const k of keys) inRedis.push(await r.tryAcquire(k));
+    expect(inMemory).toEqual(keys.map(() => true));
+    expect(inRedis).toEqual(inMemory);
+    await r.close();
+  });
 });

@@ -47,9 +47,12 @@ export interface RedisOptions {
    * 1 to the limit (default: none, every decision asks Redis). Not for Concurrency.
    */
   block?: number;
-  /** Fleet mode: how long a leased block may be spent before it goes back, ms (default 1000). */
+  /**
+   * Fleet mode: how long a leased block may be spent before it goes back, ms (default 1000);
+   * only with `block`.
+   */
   blockTtlMs?: number;
-  /** Fleet mode: keys with a block at once in this process (default 4096). */
+  /** Fleet mode: keys with a block at once in this process (default 4096); only with `block`. */
   blockKeys?: number;
   /**
    * Fleet mode: the largest lease, `block` to the limit (default `block`: every lease is one
@@ -164,6 +167,15 @@ export function readRedisCommon(
       `${owner}: option "maxBlock" must be an integer from "block" (${show(block)}) to the limit, got ${show(opts.maxBlock)}`,
     );
   }
+  // Fleet mode's other options mean nothing without blocks: a forgotten "block" is not
+  // passed over in silence.
+  for (const name of ['blockTtlMs', 'blockKeys'] as const) {
+    if (opts[name] !== undefined && block === undefined) {
+      throw rangeError(
+        `${owner}: option "${name}" is for fleet mode and needs "block", got ${show(opts[name])} without "block"`,
+      );
+    }
+  }
   return {
     opts,
     common: {
@@ -207,8 +219,10 @@ interface Reply {
   retryAfterUs: number;
   untilFreshUs: number;
   nowUs: number;
-  /** Concurrency: µs until the earliest lease expires (−1: none). */
+  /** Concurrency: µs until the earliest lease expires (−1: none). A lease ('b'): permits granted. */
   hintUs: number;
+  /** A lease ('b'): µs its permits keep counting where they were counted (LeaseReply). */
+  countedUs: number;
 }
 
 /** Slack added to TTLs under a ManualClock, whose time does not follow Redis's. */
@@ -292,11 +306,13 @@ export abstract class RedisLimiter {
         `${this.owner}: option "block" must be from 1 to the limit (${this.limit}), got ${show(c.block)}`,
       );
     }
-    if (c.maxBlock > this.limit || (!leasesGrow && c.maxBlock > c.block)) {
+    // A LeakyBucket's lease is a burst: its leases never grow, so maxBlock is refused there,
+    // even equal to block (README).
+    if (c.maxBlock > this.limit || (!leasesGrow && c.options.maxBlock !== undefined)) {
       throw rangeError(
         leasesGrow
           ? `${this.owner}: option "maxBlock" must be from "block" to the limit (${this.limit}), got ${show(c.maxBlock)}`
-          : `${this.owner}: option "maxBlock" must equal "block" (a LeakyBucket's lease is a burst), got ${show(c.maxBlock)}`,
+          : `${this.owner}: option "maxBlock" is not for a LeakyBucket (its lease is a burst: leases stay one block), got ${show(c.maxBlock)}`,
       );
     }
     const most = leasesGrow ? c.maxBlock : c.block;
@@ -328,8 +344,10 @@ export abstract class RedisLimiter {
     const fleet = new Fleet(new Blocks(c.blockKeys), host, most);
     this.fleet = fleet;
     this.ownsBlocks = true;
-    // Blocks nobody touches still age out: their permits go back.
-    this.sweep = setInterval(() => fleet.giveBack(true), this.blockTtlMs);
+    // Blocks nobody touches still age out: their permits go back. Nobody awaits the sweep,
+    // so a give-back that cannot reach Redis is reported as a warning, never an unhandled
+    // rejection (which would end the host process).
+    this.sweep = setInterval(() => fleet.giveBack(true).catch(reportLost), this.blockTtlMs);
     this.sweep.unref();
   }
 
@@ -472,6 +490,7 @@ export abstract class RedisLimiter {
       untilFreshUs: this.num(reply, 3),
       nowUs: this.num(reply, 4),
       hintUs: reply.length > 5 ? this.num(reply, 5) : 0,
+      countedUs: reply.length > 6 ? this.num(reply, 6) : Number.POSITIVE_INFINITY,
     };
   }
 
@@ -579,7 +598,16 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.giveBack(tag, permits, '');
+    const back = this.giveBack(tag, permits, '');
+    const fleet = this.fleet;
+    if (!fleet) return back;
+    // Fleet mode: the key may have permits again, so this process's cached refusal of it
+    // goes, for every thread: the next decision asks Redis. Cleared once Redis has answered
+    // (a refusal cached meanwhile was Redis's word before the refund), or failed to.
+    return back.finally(() => {
+      const s = fleet.blocks.slotOf(tag);
+      if (s >= 0) fleet.blocks.refuse(s, 0);
+    });
   }
 
   /** Runs a refund; `takenUs` ('' for now) is when the permits were taken. */
@@ -624,15 +652,19 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.fleet) {
-      // The key starts afresh: this process's block and cached refusal go too.
-      const blocks = this.fleet.blocks;
-      const s = blocks.slotOf(tag);
-      if (s >= 0) blocks.forget(s);
-    }
+    // Fleet mode: the key starts afresh, so this process's block and cached refusal go too,
+    // and leases still out land in nothing (Blocks.add()): now, for those sent before the
+    // reset, and again once Redis has run it, for those sent meanwhile (their permits may
+    // have been taken before it; one taken after it is dropped unspent, the safe direction).
+    const blocks = this.fleet?.blocks;
+    const s = blocks ? blocks.slotOf(tag) : -1;
+    if (s >= 0) blocks!.forget(s);
     return this.call('x', tag, 1).then(
-      () => {},
+      () => {
+        if (s >= 0) blocks!.forget(s);
+      },
       (error) => {
+        if (s >= 0) blocks!.forget(s);
         throw this.unavailableError(error);
       },
     );

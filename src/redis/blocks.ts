@@ -28,13 +28,18 @@ const I_LEASE = 8;
 // 1 when the key ran dry with a lease out since the last lease landed (spent faster than a
 // round trip brings permits).
 const I_STARVED = 9;
-const INTS = 10;
+// Bumped by forget() (reset()): a lease sent before it lands in nothing (add()).
+const I_EPOCH = 10;
+const INTS = 11;
 // Float64 fields per slot.
 const F_TAKEN_US = 0; // when the block's permits were taken (the script's time)
 const F_EXPIRES_MS = 1; // local time the block ages out
 const F_REFUSED_UNTIL_MS = 2; // local time a cached refusal ends (0: none)
 const F_FRESH_AT_MS = 3; // local time the key is fresh again, as Redis last said
-const FLOATS = 4;
+// Real time (Date.now()) a fetch of the key last failed with Redis unavailable (0: never):
+// the calls that waited for that fetch take its answer instead of asking again in turn.
+const F_FAILED_AT_MS = 4;
+const FLOATS = 5;
 
 // The key's tag, UTF-16, per slot (close() and the sweep name the key to give back to).
 const TAG_CHARS = 120;
@@ -141,28 +146,43 @@ export class Blocks {
     return this.permits(s) > 0 && nowMs >= this.floats[s * FLOATS + F_EXPIRES_MS]!;
   }
 
-  /** Fills slot `s` (drained by the fetcher first) with a new block. */
-  fill(s: number, permits: number, takenUs: number, expiresMs: number): void {
-    // The times go first: a thread that sees the permits sees their times.
-    this.floats[s * FLOATS + F_TAKEN_US] = takenUs;
-    this.floats[s * FLOATS + F_EXPIRES_MS] = expiresMs;
-    Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+  /** Slot `s`'s epoch: read before a lease goes out, handed to add() when it lands. */
+  epoch(s: number): number {
+    return Atomics.load(this.ints, s * INTS + I_EPOCH);
   }
 
   /**
-   * Adds a prefetched block to slot `s`. Permits of two leases share one taking time: the
-   * older, so that a give-back never lands in a window later than its permits' (at worst it
-   * lands nowhere: the safe direction); and the older block's age-out.
+   * Adds a lease's permits to slot `s`'s block, unless the slot was forgotten (reset())
+   * since the lease went out: `epoch` is epoch() read before it. Redis took those permits
+   * before the reset, which cleared them: nothing to keep or give back. Returns whether
+   * they were added.
+   *
+   * Permits of two leases share one taking time and one age-out, the older and the earlier:
+   * a give-back never lands in a window later than its permits' (at worst nowhere: the safe
+   * direction), and no permit is spent past the window it was counted in. The caller drains
+   * held permits that aged out first (they go back as they would have), so a block holding
+   * permits still counts the window they were taken in, and so does any lease landing then:
+   * the earlier age-out costs nothing there.
    */
-  top(s: number, permits: number, takenUs: number, expiresMs: number): void {
+  add(s: number, permits: number, takenUs: number, expiresMs: number, epoch: number): boolean {
+    const e = s * INTS + I_EPOCH;
+    if (Atomics.load(this.ints, e) !== epoch) return false;
+    // The times go first: a thread that sees the permits sees their times.
     const f = s * FLOATS;
     if (this.permits(s) > 0) {
       this.floats[f + F_TAKEN_US] = Math.min(this.floats[f + F_TAKEN_US]!, takenUs);
+      this.floats[f + F_EXPIRES_MS] = Math.min(this.floats[f + F_EXPIRES_MS]!, expiresMs);
     } else {
       this.floats[f + F_TAKEN_US] = takenUs;
       this.floats[f + F_EXPIRES_MS] = expiresMs;
     }
     Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
+    // A forget() in another thread between the check and the add may have emptied the block
+    // before they landed: empty it again (a fresh lease landing meanwhile goes with them,
+    // unspent: the safe direction).
+    if (Atomics.load(this.ints, e) === epoch) return true;
+    Atomics.store(this.ints, s * INTS + I_PERMITS, 0);
+    return false;
   }
 
   /** The permits a lease of slot `s` asks for: `block`, or more for a key spent fast. */
@@ -268,9 +288,21 @@ export class Blocks {
     this.floats[s * FLOATS + F_REFUSED_UNTIL_MS] = untilMs;
   }
 
+  /** Empties slot `s` and drops its cached refusal; leases still out land in nothing (add()). */
   forget(s: number): void {
+    Atomics.add(this.ints, s * INTS + I_EPOCH, 1);
     this.floats[s * FLOATS + F_REFUSED_UNTIL_MS] = 0;
     Atomics.store(this.ints, s * INTS + I_PERMITS, 0);
+  }
+
+  /** Notes that a fetch of slot `s` found Redis unavailable at `atMs` (Date.now()). */
+  failed(s: number, atMs: number): void {
+    this.floats[s * FLOATS + F_FAILED_AT_MS] = atMs;
+  }
+
+  /** When a fetch of slot `s` last found Redis unavailable (Date.now(); 0: never). */
+  failedAtMs(s: number): number {
+    return this.floats[s * FLOATS + F_FAILED_AT_MS]!;
   }
 
   setFreshAt(s: number, atMs: number): void {

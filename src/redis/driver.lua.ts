@@ -3,7 +3,10 @@
  * `load()`, `save(st)`, `drop()`, `step(st, t, p)`, `give(st, t, p, taken)`, `avail(st, t)`,
  * `fresh(st, t)` and `est(st, t, p)`: the same functions, with the same arithmetic, as the
  * in-memory class (src/algorithms/*.ts), on plain fields instead of a packed word. `t` is
- * microseconds; nothing here rounds except where the in-memory class rounds.
+ * microseconds; nothing here rounds except where the in-memory class rounds. One more, for
+ * fleet mode's leases ('b'): `counted(st, t)`, the µs from `t` that permits just granted
+ * keep counting in the window they were counted in (a window's end; INF where no end makes
+ * a block exact: buckets and the log, README "Fleet mode").
  *
  * ARGV: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund,
  * 'l' release, 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' = the server's TIME), 3 permits, 4 extra (a refund's taking
@@ -112,7 +115,8 @@ elseif OP == 'c' or OP == 'w' or OP == 'q' then
     out(hint(st))}
 elseif OP == 'b' then
   -- Fleet mode: lease a block, up to PERMITS and at least EXTRA (step is monotone in p, so the
-  -- largest grantable p is found by bisection). Replies as 'c' with the count granted last.
+  -- largest grantable p is found by bisection). Replies as 'c' with the count granted, then
+  -- how long the permits granted keep counting where they were counted (counted()), last.
   local least = tonumber(EXTRA)
   if not step(st, NOW, least) then
     st.rej = st.rej + least
@@ -128,7 +132,7 @@ elseif OP == 'b' then
   nx.adm = st.adm + lo
   nx.rej = st.rej
   save(nx)
-  return {1, out(avail(nx, NOW)), 0, out(fresh(nx, NOW)), out(NOW), lo}
+  return {1, out(avail(nx, NOW)), 0, out(fresh(nx, NOW)), out(NOW), lo, out(counted(nx, NOW))}
 elseif OP == 'r' then
   local taken = NOW
   if EXTRA ~= '' then taken = tonumber(EXTRA) end

@@ -73,6 +73,9 @@ local function est(st, t, p)
   return (win + 1) * W - t
 end
 
+-- Leased permits count in st.win: spent after it ends they would be spent in the next one.
+local function counted(st, t) return (st.win + 1) * W - t end
+
 local function hint(st) return 0 end
 local function release(st) return {0} end
 local function reserve(st) return {0} end

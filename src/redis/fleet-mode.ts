@@ -2,6 +2,7 @@ import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
 import type { Blocks } from './blocks.js';
+import { Unavailable } from './runner.js';
 
 /**
  * Fleet mode's decisions (`block: n`): permits leased from Redis into this process's shared
@@ -24,6 +25,11 @@ export interface LeaseReply {
   readonly nowUs: number;
   /** Permits granted. */
   readonly hintUs: number;
+  /**
+   * µs from `nowUs` that the permits granted keep counting in the window they were counted
+   * in (a window's end; Infinity: buckets and the log, whose blocks age out by blockTtlMs).
+   */
+  readonly countedUs: number;
 }
 
 /** What fleet mode needs of its limiter (the RedisLimiter, bound). */
@@ -120,7 +126,7 @@ export class Fleet {
     // threads spending this one need not wait for a round trip; an eighth left with that
     // lease still out, a second one (a key spending faster than a round trip).
     const size = b.leaseSize(s, this.host.block);
-    if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size);
+    if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size, now);
     return true;
   }
 
@@ -180,20 +186,41 @@ export class Fleet {
     const b = this.blocks;
     const s = this.slotFor(b, tag);
     if (s < 0) return this.host.direct(tag, key, permits);
+    // Real time, as the fetch leases: a call waiting for others' fetches still answers
+    // within its own timeoutMs, and takes the answer of a fetch that found Redis unavailable
+    // (were each waiter to ask again in turn, they would answer a timeoutMs after another).
+    const start = Date.now();
     for (;;) {
       const now = this.host.localMs();
       if (this.spend(b, s, tag, permits, now)) return this.spent(b, s, now);
       const refusedMs = b.refusedForMs(s, now);
       if (refusedMs > 0) return this.refusedHere(b, s, now, refusedMs);
       if (this.host.closed()) throw new LimiterClosedError();
+      if (b.failedAtMs(s) >= start) {
+        return this.host.fallback(
+          new Unavailable('a fetch of this key found Redis unavailable'),
+          key,
+          permits,
+        );
+      }
+      const leftMs = start + this.host.timeoutMs - Date.now();
+      if (leftMs <= 0) {
+        return this.host.fallback(
+          new Unavailable(`no answer from Redis within ${this.host.timeoutMs} ms`),
+          key,
+          permits,
+        );
+      }
       // Dry with a lease out: the key is spent faster than a round trip brings permits, so
       // the next leases grow (Blocks.grow()).
       if (b.fetching(s)) b.starve(s);
       if (!b.claimFetch(s, 2 * this.host.timeoutMs)) {
         // Another thread (or call) fetches this key's block: wait for it, then look again.
-        await b.waitFetch(s, this.host.timeoutMs);
+        await b.waitFetch(s, leftMs);
         continue;
       }
+      // A reset() of the key while the lease is out voids it (Blocks.add()).
+      const epoch = b.epoch(s);
       let r: LeaseReply;
       let size: number;
       try {
@@ -207,19 +234,24 @@ export class Fleet {
         size = b.leaseSize(s, this.host.block);
         r = this.host.parse(await this.lease(tag, size, String(permits)));
       } catch (error) {
+        // Noted before the waiters wake (endFetch()): they answer by it too.
+        if (error instanceof Unavailable) b.failed(s, Date.now());
         b.endFetch(s);
         return this.host.fallback(error, key, permits);
       }
       const at = this.host.localMs();
-      b.setFreshAt(s, at + r.untilFreshUs / 1000);
+      // After a reset() the reply is the caller's answer still (it was decided before the
+      // reset), but nothing of it stays in the blocks.
+      const current = b.epoch(s) === epoch;
+      if (current) b.setFreshAt(s, at + r.untilFreshUs / 1000);
       if (r.allowed) {
         const granted = r.hintUs;
         if (!(granted >= permits && granted <= size)) {
           b.endFetch(s);
           throw this.host.badReply(r);
         }
-        b.grow(s, this.host.block, this.mostLeased);
-        b.fill(s, granted - permits, r.nowUs, at + this.host.blockTtlMs);
+        if (current) b.grow(s, this.host.block, this.mostLeased);
+        this.land(b, s, tag, granted - permits, r, now, at, epoch);
         b.endFetch(s);
         return {
           allowed: true,
@@ -234,7 +266,7 @@ export class Fleet {
         : this.host.timeoutMs;
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
-      if (permits === 1) b.refuse(s, at + retryAfterMs);
+      if (permits === 1 && current) b.refuse(s, at + retryAfterMs);
       b.endFetch(s);
       return {
         allowed: false,
@@ -247,10 +279,39 @@ export class Fleet {
     }
   }
 
-  private leaseAhead(b: Blocks, s: number, tag: string, size: number): void {
+  /**
+   * Puts `permits` of lease reply `r` in slot `s`'s block (sent at local time `sentMs` or
+   * later, landed at `at`, with slot epoch `epoch`). The block ages out after `blockTtlMs`,
+   * or, for a window, when the window the permits were counted in ends (`countedUs` from the
+   * script's time, which was `sentMs` or later: so never past that end; a permit spent after
+   * it would count in a window that did not count it). Permits held whose block aged out go
+   * back first: the new ones do not share their age-out (Blocks.add()).
+   */
+  private land(
+    b: Blocks,
+    s: number,
+    tag: string,
+    permits: number,
+    r: LeaseReply,
+    sentMs: number,
+    at: number,
+    epoch: number,
+  ): void {
+    if (b.expired(s, at)) {
+      const old = b.drain(s);
+      if (old.permits > 0) {
+        this.host.giveBack(tag, old.permits, String(old.takenUs)).catch(this.host.lost);
+      }
+    }
+    const expiresMs = Math.min(at + this.host.blockTtlMs, sentMs + r.countedUs / 1000);
+    b.add(s, permits, r.nowUs, expiresMs, epoch);
+  }
+
+  private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
     if (this.host.closed()) return;
     const which = b.claimAhead(s, size, 2 * this.host.timeoutMs);
     if (which === 0) return;
+    const epoch = b.epoch(s);
     const leased = this.lease(tag, size, '1');
     this.host.sendNow();
     leased
@@ -258,10 +319,12 @@ export class Fleet {
         (reply) => {
           try {
             const r = this.host.parse(reply);
+            // After a reset() of the key, nothing of the reply stays (Blocks.add()).
+            if (b.epoch(s) !== epoch) return;
             const at = this.host.localMs();
             b.setFreshAt(s, at + r.untilFreshUs / 1000);
             if (r.allowed && r.hintUs >= 1 && r.hintUs <= size) {
-              b.top(s, r.hintUs, r.nowUs, at + this.host.blockTtlMs);
+              this.land(b, s, tag, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
               b.refuse(s, at + r.retryAfterUs / 1000);

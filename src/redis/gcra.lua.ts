@@ -136,6 +136,8 @@ local function est(st, t, p)
   return (tat + p * K - TAU - now) / SCALE
 end
 
+-- A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
+local function counted(st, t) return INF end
 local function hint(st) return 0 end
 local function release(st) return {0} end
 `;

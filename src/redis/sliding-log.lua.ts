@@ -46,6 +46,8 @@ local function save(st)
     redis.call('LTRIM', KEYS[1], 0, LIMIT - 1)
   elseif st.pop then
     redis.call('LPOP', KEYS[1], st.pop)
+  elseif st.rem then
+    redis.call('LREM', KEYS[1], -st.rem, st.stamp)
   end
   local f = fresh(st, NOW)
   if f <= 0 then
@@ -66,8 +68,18 @@ local function step(st, t, p)
 end
 
 -- Only entries still inside the window count against the limit; give those back. The next
--- grants push their own times (a refunded entry's older time is never reused).
+-- grants push their own times (a refunded entry's older time is never reused). Permits
+-- taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of that
+-- stamp (fmt() of the same double: the reply's NOW, read back): up to p of them go, from
+-- the oldest side, never other entries (the newest may be another process's, and dropping
+-- them would free room ahead of the window). Fewer found (a block's permits of two leases
+-- share the older stamp): the rest stay counted, the safe direction. Permits refunded as
+-- taken just now (no EXTRA) are the newest entries, as in memory.
 local function give(st, t, p, taken)
+  if EXTRA ~= '' then
+    if taken <= t - W then return nil end
+    return {rem = p, stamp = fmt(taken)}
+  end
   local k = 0
   while k < p and entry(k) > t - W do k = k + 1 end
   if k == 0 then return nil end
@@ -87,6 +99,10 @@ end
 local function est(st, t, p)
   return entry(LIMIT - p) + W - t
 end
+
+-- A logged permit counts for W from its grant, but spent later it would count for W from
+-- its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
+local function counted(st, t) return INF end
 
 local function hint(st) return 0 end
 local function release(st) return {0} end

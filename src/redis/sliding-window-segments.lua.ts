@@ -102,6 +102,10 @@ local function est(st, t, p)
   return (cur + N) * S - t
 end
 
+-- Leased permits count in segment st.seg: spent after it ends they would leave the window
+-- a segment late.
+local function counted(st, t) return (st.seg + 1) * S - t end
+
 local function hint(st) return 0 end
 local function release(st) return {0} end
 local function reserve(st) return {0} end

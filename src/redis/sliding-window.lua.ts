@@ -140,6 +140,10 @@ local function est(st, t, p)
   return start + W + math.max(0, e) - t
 end
 
+-- Leased permits count in st.win's current count: spent after that window ends they would
+-- weigh as the previous window's, less and less.
+local function counted(st, t) return (st.win + 1) * W - t end
+
 local function hint(st) return 0 end
 local function release(st) return {0} end
 local function reserve(st) return {0} end

@@ -1,0 +1,220 @@
+import { once } from 'node:events';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ManualClock } from '../src/index.js';
+import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
+import { RedisServer } from './helpers/redis.js';
+
+// Fleet mode when things go wrong: Redis gone or hung, a refund after a cached refusal,
+// options given without the blocks they are for.
+
+let server: RedisServer;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await RedisServer.start();
+  redis = new Redis(server.port, '127.0.0.1');
+});
+
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.close();
+});
+
+/** Counts the scripts `client` is asked to run (EVALSHA, EVAL, or a pipeline of them). */
+function countCalls(client: Redis): () => number {
+  const spies = [
+    vi.spyOn(client, 'evalsha'),
+    vi.spyOn(client, 'eval'),
+    vi.spyOn(client, 'pipeline'),
+  ];
+  return () => spies.reduce((n, spy) => n + spy.mock.calls.length, 0);
+}
+
+describe('fleet mode faults: the blockTtlMs sweep', () => {
+  it('reports a give-back it cannot make as a process warning, never an unhandled rejection', async () => {
+    const own = await RedisServer.start();
+    const client = new Redis(own.port, '127.0.0.1');
+    client.on('error', () => {});
+    // The sweep's failed give-back ends as one or the other.
+    let onWarning: ((w: Error & { code?: string }) => void) | undefined;
+    let onUnhandled: ((reason: unknown) => void) | undefined;
+    const reported = new Promise<unknown>((resolve) => {
+      onWarning = (w) => {
+        if (w.code === 'ATOMIC_LIMITER_REDIS_GIVE_BACK') resolve(w);
+      };
+      onUnhandled = (reason) => resolve({ unhandled: reason });
+      process.on('warning', onWarning);
+      process.on('unhandledRejection', onUnhandled);
+    });
+    try {
+      const clock = new ManualClock(0);
+      const tb = new TokenBucket({
+        redis: client,
+        capacity: 100,
+        refillPerSecond: 10,
+        block: 10,
+        blockTtlMs: 50,
+        timeoutMs: 200,
+        whenUnavailable: 'allow',
+        clock,
+        prefix: 'ff1',
+      });
+      expect(await tb.consume('k')).toMatchObject({ allowed: true, remaining: 9 });
+      await own.stop();
+      // The block ages out; nobody calls the limiter again: the sweep gives it back, and
+      // cannot reach Redis.
+      clock.advance(100);
+      const outcome = await reported;
+      expect(outcome).toBeInstanceOf(Error);
+      expect((outcome as Error).message).toMatch(/permits could not be given back/);
+      // The aged-out permits were the sweep's to give back: close() has none left.
+      await tb.close();
+    } finally {
+      if (onWarning) process.off('warning', onWarning);
+      if (onUnhandled) process.off('unhandledRejection', onUnhandled);
+      client.disconnect();
+      await own.close();
+    }
+  });
+});
+
+describe('fleet mode faults: Redis unavailable', () => {
+  it('calls waiting for a fetch that found Redis unavailable take its answer: one attempt for all', async () => {
+    const own = await RedisServer.start();
+    // Two ways Redis fails: no answer within timeoutMs (the offline queue), and a refusal
+    // at once (no offline queue).
+    const clients = [
+      new Redis(own.port, '127.0.0.1'),
+      new Redis(own.port, '127.0.0.1', { enableOfflineQueue: false }),
+    ];
+    try {
+      for (const client of clients) {
+        client.on('error', () => {});
+        if (client.status !== 'ready') await once(client, 'ready');
+      }
+      await own.stop();
+      for (const [i, client] of clients.entries()) {
+        const tb = new TokenBucket({
+          redis: client,
+          capacity: 100,
+          refillPerSecond: 10,
+          block: 5,
+          timeoutMs: 200,
+          whenUnavailable: 'deny',
+          prefix: `ff2-${i}`,
+        });
+        const calls = countCalls(client);
+        const decisions = await Promise.all(Array.from({ length: 5 }, () => tb.consume('k')));
+        expect(decisions).toEqual(
+          Array.from({ length: 5 }, () => expect.objectContaining({ reason: 'unavailable' })),
+        );
+        expect(decisions.every((d) => !d.allowed)).toBe(true);
+        // The first call fetched the key's block; the other four waited for that fetch and
+        // took its answer, none asking Redis again in turn.
+        expect([i, calls()]).toEqual([i, 1]);
+        await tb.close();
+      }
+    } finally {
+      for (const client of clients) client.disconnect();
+      await own.close();
+    }
+  });
+
+  it('a call waiting for a fetch still out answers within its own timeoutMs', async () => {
+    const clock = new ManualClock(0);
+    // A thread whose fetch goes to a client that reads no reply (its timeoutMs long), and
+    // one over the same blocks with a short timeoutMs and a working client.
+    const hung = new Redis(server.port, '127.0.0.1');
+    await hung.ping();
+    const slow = new TokenBucket({
+      redis: hung,
+      capacity: 100,
+      refillPerSecond: 10,
+      block: 5,
+      timeoutMs: 2000,
+      whenUnavailable: 'deny',
+      clock,
+      prefix: 'ff3',
+    });
+    const handle = slow.handle;
+    const quick = attach({ ...handle, options: { ...handle.options, timeoutMs: 100 } }, { redis });
+    const settled: string[] = [];
+    try {
+      hung.stream.pause();
+      const first = slow.consume('k').then((d) => {
+        settled.push('slow');
+        return d;
+      });
+      const second = quick.consume('k').then((d) => {
+        settled.push('quick');
+        return d;
+      });
+      // The quick one waits for the slow one's fetch until its own timeoutMs, no longer:
+      // it answers first, by its policy.
+      expect(await second).toMatchObject({ allowed: false, reason: 'unavailable' });
+      expect(await first).toMatchObject({ allowed: false, reason: 'unavailable' });
+      expect(settled).toEqual(['quick', 'slow']);
+    } finally {
+      hung.stream.resume();
+      await quick.close();
+      await slow.close();
+      hung.disconnect();
+    }
+  });
+});
+
+describe('fleet mode faults: refund()', () => {
+  it("clears the key's cached refusal, for every thread over the blocks", async () => {
+    const clock = new ManualClock(0);
+    const fw = new FixedWindow({
+      redis,
+      limit: 4,
+      windowMs: 60_000,
+      block: 2,
+      clock,
+      prefix: 'ff4',
+    });
+    const other = attach(fw.handle, { redis });
+    for (let i = 0; i < 4; i++) expect((await fw.consume('k')).allowed).toBe(true);
+    expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
+    // Cached: the other thread is refused too, without asking Redis.
+    expect(await other.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
+    await fw.refund('k', 2);
+    expect((await fw.stats('k')).available).toBe(2);
+    // As in memory: the refunded permits are there to take, from either thread.
+    expect(await other.consume('k')).toMatchObject({ allowed: true });
+    expect(await fw.consume('k')).toMatchObject({ allowed: true });
+    expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
+    await other.close();
+    await fw.close();
+  });
+});
+
+describe('fleet mode faults: options', () => {
+  it('refuses blockTtlMs and blockKeys without block, naming them', async () => {
+    const base = { redis, capacity: 10, refillPerSecond: 1 };
+    expect(() => new TokenBucket({ ...base, blockTtlMs: 5 })).toThrow(RangeError);
+    expect(() => new TokenBucket({ ...base, blockTtlMs: 5 })).toThrow(
+      /"blockTtlMs" is for fleet mode and needs "block"/,
+    );
+    expect(() => new TokenBucket({ ...base, blockKeys: 5 })).toThrow(RangeError);
+    expect(() => new FixedWindow({ redis, limit: 10, windowMs: 1000, blockKeys: 5 })).toThrow(
+      /"blockKeys" is for fleet mode and needs "block"/,
+    );
+    // With block, both are taken.
+    const tb = new TokenBucket({ ...base, block: 2, blockTtlMs: 5, blockKeys: 5 });
+    expect(tb.blockTtlMs).toBe(5);
+    await tb.close();
+  });
+
+  it('refuses maxBlock on a LeakyBucket, even equal to block', () => {
+    const base = { redis, capacity: 10, ratePerSecond: 1, block: 5 };
+    expect(() => new LeakyBucket({ ...base, maxBlock: 5 })).toThrow(RangeError);
+    expect(() => new LeakyBucket({ ...base, maxBlock: 5 })).toThrow(
+      /"maxBlock" is not for a LeakyBucket/,
+    );
+    expect(() => new LeakyBucket({ ...base, maxBlock: 6 })).toThrow(RangeError);
+    expect(new LeakyBucket(base).block).toBe(5);
+  });
+});
