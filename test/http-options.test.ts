@@ -74,6 +74,12 @@ describe('rateLimit() checks every option when it is made', () => {
       /each of the 2 limiter/,
     ],
     [
+      'policyName twice the same',
+      { limiter: chain(limiter, limiter), policyName: ['a', 'a'] },
+      RangeError,
+      /"policyName" must name each limiter differently/,
+    ],
+    [
       'statusCode 200',
       { limiter, statusCode: 200 },
       RangeError,

@@ -191,6 +191,12 @@ export function policyNamesOption(
       );
     }
   }
+  // A client tells the draft-8 list's members apart by name alone.
+  if (new Set(names).size !== names.length) {
+    throw rangeError(
+      `${owner}: option "policyName" must name each limiter differently, got ${show(names)}`,
+    );
+  }
   return names;
 }
 
