@@ -121,6 +121,44 @@ describe('fleet mode faults: Redis unavailable', () => {
     }
   });
 
+  it('calls waiting for a lease leased ahead that found Redis unavailable take its answer', async () => {
+    const own = await RedisServer.start();
+    const client = new Redis(own.port, '127.0.0.1');
+    client.on('error', () => {});
+    try {
+      await client.ping();
+      const tb = new TokenBucket({
+        redis: client,
+        capacity: 100,
+        refillPerSecond: 10,
+        block: 8,
+        timeoutMs: 200,
+        whenUnavailable: 'deny',
+        prefix: 'ff4',
+      });
+      expect((await tb.consume('k')).allowed).toBe(true); // a block of 8: 7 left
+      await own.stop();
+      const calls = countCalls(client);
+      // The block is still spent; with a quarter and an eighth left, a lease goes out
+      // ahead each time (into the client's offline queue: no answer within timeoutMs).
+      const spent = [];
+      for (let i = 0; i < 7; i++) spent.push((await tb.consume('k')).allowed);
+      expect(spent).toEqual(Array.from({ length: 7 }, () => true));
+      expect(calls()).toBe(2);
+      // Dry: these wait for the leases out, and take their answer when Redis fails them.
+      const waited = await Promise.all([tb.consume('k'), tb.consume('k')]);
+      expect(waited).toEqual([
+        expect.objectContaining({ allowed: false, reason: 'unavailable' }),
+        expect.objectContaining({ allowed: false, reason: 'unavailable' }),
+      ]);
+      expect(calls()).toBe(2); // nobody asked Redis again
+      await tb.close().catch(() => {});
+    } finally {
+      client.disconnect();
+      await own.close();
+    }
+  });
+
   it('a call waiting for a fetch still out answers within its own timeoutMs', async () => {
     const clock = new ManualClock(0);
     // A thread whose fetch goes to a client that reads no reply (its timeoutMs long), and

@@ -333,7 +333,12 @@ export class Fleet {
             b.endFetch(s, which);
           }
         },
-        () => b.endFetch(s, which), // the next empty block asks again, under the failure policy
+        (error) => {
+          // Redis unavailable: the calls waiting for this lease answer by the failure
+          // policy (as for a fetch's), rather than each asking again in turn.
+          if (error instanceof Unavailable) b.failed(s, Date.now());
+          b.endFetch(s, which);
+        },
       )
       // A reply of the wrong shape adds nothing; nobody awaits a lease taken ahead, so the
       // next fetch of the key meets the same reply and reports it to its caller.
