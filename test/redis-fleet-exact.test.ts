@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
+import { Blocks } from '../src/redis/blocks.js';
 import { FixedWindow, SlidingLog, SlidingWindow } from '../src/redis/index.js';
 import { RedisServer } from './helpers/redis.js';
 
@@ -159,4 +160,47 @@ describe('fleet mode: reset()', () => {
     expect((await admitted(b, 100)) + (await admitted(a, 10))).toBe(100);
     await a.close();
   });
+});
+
+describe('fleet mode: late answers', () => {
+  it('a refusal that lands after the clock moved into the next window is not cached there', async () => {
+    const clock = new ManualClock(1_000_000);
+    // Blocks of 2: no lease goes out ahead, so the 11th call fetches, and Redis refuses it.
+    const a = new FixedWindow({ redis, clock, limit: 10, windowMs: 1000, block: 2, prefix: 'x7' });
+    expect(await admitted(a, 10)).toBe(10);
+    const late = a.consume('k'); // refused in window 0 ...
+    clock.advance(1000); // ... and answered in window 1
+    expect(await late).toMatchObject({ allowed: false, reason: 'limited' });
+    expect((await a.consume('k')).allowed).toBe(true);
+    await a.close();
+  });
+
+  it('the permits of a lease from an older window never join a newer block', () => {
+    const b = new Blocks(8);
+    const s = b.slotOf('k');
+    const e = b.epoch(s);
+    // (permits, taken at, counting until, ages out at): µs of the script, local ms.
+    expect(b.add(s, 5, 1000, 2000, 10_000, e)).toBe(true);
+    expect(b.add(s, 3, 500, 1000, 9_000, e)).toBe(false); // a late lease of the window before
+    expect(b.permits(s)).toBe(5);
+    expect(b.take(s, 1, 9_500)).toBe(true); // its age-out did not become the block's
+    expect(b.add(s, 4, 2100, 3000, 11_000, e)).toBe(true); // a later window: the 4 left go
+    expect(b.drain(s)).toEqual({ permits: 4, takenUs: 2100 });
+    // One window's leases share the older taking time and the earlier age-out.
+    expect(b.add(s, 2, 2200, 3000, 12_000, e)).toBe(true);
+    expect(b.add(s, 3, 2150, 3000, 11_500, e)).toBe(true);
+    expect(b.take(s, 1, 11_600)).toBe(false);
+    expect(b.drain(s)).toEqual({ permits: 5, takenUs: 2150 });
+  });
+
+  it('a call waiting for a fetch whose fetcher died takes it over when its claim lapses', async () => {
+    const b = new Blocks(8);
+    const s = b.slotOf('k');
+    // A claim nobody will end: what a thread terminated mid-fetch leaves in the blocks.
+    expect(b.claimFetch(s, 200)).toBe(true);
+    expect(b.fetching(s)).toBe(true);
+    await b.waitFetch(s, 60_000); // returns at the lapse, not after a minute
+    expect(b.fetching(s)).toBe(false);
+    expect(b.claimFetch(s, 200)).toBe(true);
+  }, 10_000);
 });

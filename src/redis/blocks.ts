@@ -39,7 +39,10 @@ const F_FRESH_AT_MS = 3; // local time the key is fresh again, as Redis last sai
 // Real time (Date.now()) a fetch of the key last failed with Redis unavailable (0: never):
 // the calls that waited for that fetch take its answer instead of asking again in turn.
 const F_FAILED_AT_MS = 4;
-const FLOATS = 5;
+// Until when the block's permits count where they were counted (the script's time, µs; a
+// window's end, Infinity for buckets and the log): two leases' permits mix only if equal.
+const F_UNTIL_US = 5;
+const FLOATS = 6;
 
 // The key's tag, UTF-16, per slot (close() and the sweep name the key to give back to).
 const TAG_CHARS = 120;
@@ -157,23 +160,38 @@ export class Blocks {
    * before the reset, which cleared them: nothing to keep or give back. Returns whether
    * they were added.
    *
-   * Permits of two leases share one taking time and one age-out, the older and the earlier:
-   * a give-back never lands in a window later than its permits' (at worst nowhere: the safe
-   * direction), and no permit is spent past the window it was counted in. The caller drains
-   * held permits that aged out first (they go back as they would have), so a block holding
-   * permits still counts the window they were taken in, and so does any lease landing then:
-   * the earlier age-out costs nothing there.
+   * Permits of two leases of one window (`untilUs`: when it ends, Infinity for buckets and
+   * the log) share one taking time and one age-out, the older and the earlier: a give-back
+   * never lands in a window later than its permits' (at worst nowhere: the safe direction),
+   * and no permit is spent past the window it was counted in. The caller drains held
+   * permits that aged out first (they go back as they would have). Leases of two windows
+   * never mix: the older window's permits count nowhere once a later one decided.
    */
-  add(s: number, permits: number, takenUs: number, expiresMs: number, epoch: number): boolean {
+  add(
+    s: number,
+    permits: number,
+    takenUs: number,
+    untilUs: number,
+    expiresMs: number,
+    epoch: number,
+  ): boolean {
     const e = s * INTS + I_EPOCH;
     if (Atomics.load(this.ints, e) !== epoch) return false;
     // The times go first: a thread that sees the permits sees their times.
     const f = s * FLOATS;
-    if (this.permits(s) > 0) {
+    const held = this.permits(s) > 0 ? this.floats[f + F_UNTIL_US]! : undefined;
+    // A lease decided in an older window than the permits held (it landed late): that
+    // window has ended, as Redis answered from a later one since; its permits count nowhere.
+    if (held !== undefined && untilUs < held) return false;
+    if (held === untilUs) {
       this.floats[f + F_TAKEN_US] = Math.min(this.floats[f + F_TAKEN_US]!, takenUs);
       this.floats[f + F_EXPIRES_MS] = Math.min(this.floats[f + F_EXPIRES_MS]!, expiresMs);
     } else {
+      // Empty, or the permits held are of a window that has ended (this lease was decided
+      // in a later one): they go, uncounted anywhere now.
+      if (held !== undefined) Atomics.store(this.ints, s * INTS + I_PERMITS, 0);
       this.floats[f + F_TAKEN_US] = takenUs;
+      this.floats[f + F_UNTIL_US] = untilUs;
       this.floats[f + F_EXPIRES_MS] = expiresMs;
     }
     Atomics.add(this.ints, s * INTS + I_PERMITS, permits);
@@ -190,12 +208,16 @@ export class Blocks {
     return Atomics.load(this.ints, s * INTS + I_LEASE) || block;
   }
 
-  /** True while a lease of slot `s` is out (a lapsed one of a dead fetcher counts too). */
+  /** True while a lease of slot `s` is out (a dead fetcher's claim lapses: not then). */
   fetching(s: number): boolean {
-    return (
-      Atomics.load(this.ints, s * INTS + I_FETCH) !== 0 ||
-      Atomics.load(this.ints, s * INTS + I_FETCH2) !== 0
-    );
+    return this.claimLeftMs(s, I_FETCH) > 0 || this.claimLeftMs(s, I_FETCH2) > 0;
+  }
+
+  /** Ms until fetch claim `which` of slot `s` lapses; 0 when none is held, or it lapsed. */
+  private claimLeftMs(s: number, which: number): number {
+    const held = Atomics.load(this.ints, s * INTS + which);
+    if (held === 0) return 0;
+    return Math.max(0, (held - (Date.now() & 0x7fffffff)) | 0);
   }
 
   /** Notes that slot `s` ran dry while a lease was out. */
@@ -244,11 +266,10 @@ export class Blocks {
    * (I_FETCH or I_FETCH2), or 0.
    */
   claimAhead(s: number, size: number, leaseMs: number): number {
-    const b = s * INTS;
-    const first = Atomics.load(this.ints, b + I_FETCH) === 0;
+    const first = this.claimLeftMs(s, I_FETCH) === 0;
     const which = first ? I_FETCH : I_FETCH2;
     const other = first ? I_FETCH2 : I_FETCH;
-    if (!first && Atomics.load(this.ints, b + I_FETCH2) !== 0) return 0; // two out
+    if (!first && this.claimLeftMs(s, I_FETCH2) > 0) return 0; // two out
     if (!this.dueAhead(s, size, other)) return 0;
     if (!this.claimFetch(s, leaseMs, which)) return 0;
     if (this.dueAhead(s, size, other)) return which;
@@ -259,7 +280,7 @@ export class Blocks {
 
   /** Whether a lease ahead is due for slot `s`, the lease `other` out or not. */
   private dueAhead(s: number, size: number, other: number): boolean {
-    return Atomics.load(this.ints, s * INTS + other) === 0
+    return this.claimLeftMs(s, other) === 0
       ? size >= 4 && this.permits(s) <= size >> 2
       : size >= 8 && this.permits(s) <= size >> 3;
   }
@@ -270,17 +291,16 @@ export class Blocks {
     Atomics.notify(this.ints, s * INTS + I_GEN);
   }
 
-  /** Resolves when a fetch in flight for slot `s` ends (at once if none is), or after `maxMs`. */
+  /**
+   * Resolves when a fetch in flight for slot `s` ends (at once if none is), when its claim
+   * lapses (its fetcher died: the caller may take it over), or after `maxMs`.
+   */
   async waitFetch(s: number, maxMs: number): Promise<void> {
     const i = s * INTS + I_GEN;
     const gen = Atomics.load(this.ints, i);
-    if (
-      Atomics.load(this.ints, s * INTS + I_FETCH) === 0 &&
-      Atomics.load(this.ints, s * INTS + I_FETCH2) === 0
-    ) {
-      return;
-    }
-    const r = Atomics.waitAsync(this.ints, i, gen, maxMs);
+    const left = Math.max(this.claimLeftMs(s, I_FETCH), this.claimLeftMs(s, I_FETCH2));
+    if (left === 0) return;
+    const r = Atomics.waitAsync(this.ints, i, gen, Math.min(maxMs, left + 1));
     if (r.async) await r.value;
   }
 

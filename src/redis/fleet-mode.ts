@@ -266,7 +266,9 @@ export class Fleet {
         : this.host.timeoutMs;
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
-      if (permits === 1 && current) b.refuse(s, at + retryAfterMs);
+      // Counted from when the lease went out (the script's time was that or later; with a
+      // ManualClock moved meanwhile, from landing it would reach into the next window).
+      if (permits === 1 && current) b.refuse(s, now + retryAfterMs);
       b.endFetch(s);
       return {
         allowed: false,
@@ -304,7 +306,9 @@ export class Fleet {
       }
     }
     const expiresMs = Math.min(at + this.host.blockTtlMs, sentMs + r.countedUs / 1000);
-    b.add(s, permits, r.nowUs, expiresMs, epoch);
+    // Landed after its window ended (a slow reply, a ManualClock moved): they count nowhere.
+    if (expiresMs <= at) return;
+    b.add(s, permits, r.nowUs, r.nowUs + r.countedUs, expiresMs, epoch);
   }
 
   private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
@@ -327,7 +331,7 @@ export class Fleet {
               this.land(b, s, tag, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-              b.refuse(s, at + r.retryAfterUs / 1000);
+              b.refuse(s, now + r.retryAfterUs / 1000); // from sending: see decide()
             }
           } finally {
             b.endFetch(s, which);
