@@ -11,7 +11,9 @@ const REAP_EVERY_MS = 250;
 const H_REF = 0; // slot reference (hot word × 16 + generation) + 1; 0: free
 const H_PERMITS = 1;
 const H_THREAD = 2; // thread table entry
-const H_TOKEN = 3; // that entry's token when the record was made; 0 once reaped
+// That entry's token when the record was made; 0 once reaped; −token once reset() voided it
+// (still its owner's to free: see voidSlot()).
+const H_TOKEN = 3;
 
 function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
@@ -26,9 +28,11 @@ function nowMs(): number {
  * when a decision is refused — voids that thread's records and gives their permits back.
  *
  * Records are claimed and voided by CAS; a record's permits change only by its owner
- * (add) or by the release that returns them (sub), so the sum over records never exceeds
- * what the slots hold. When the pool is full a grant is not recorded (counted in the
- * header): those permits come back only by release.
+ * (add, after the grant's CAS) or by a release (sub, before the release's CAS), so the sum
+ * over records never exceeds what the slots hold, even when a thread dies between the two
+ * steps (a permit is lost then, never given back twice). reset() voids the records of its
+ * slot. When the pool is full a grant is not recorded (counted in the header): those
+ * permits come back only by release.
  *
  * While the limiter is not shared (its `handle` never read: see Core.shared) no other
  * thread can reach the buffer, so none could outlive this one to reap its records: this
@@ -103,10 +107,11 @@ export class Holders {
   }
 
   /**
-   * Whether record `r` is still this thread's record of `ref` (not voided by a reaper).
-   * Plain reads: only a reaper changes these words under the owner, and it does so only
-   * for a thread silent for HOLDER_DEAD_MS, which this running thread is not (a thread
-   * that was, and wakes mid-call, is the documented edge: it may give back twice).
+   * Whether record `r` is still this thread's record of `ref` (not voided by a reaper or by
+   * reset()). Plain reads: a reaper changes these words under the owner only for a thread
+   * silent for HOLDER_DEAD_MS, which this running thread is not (a thread that was, and
+   * wakes mid-call, is the documented edge: it may give back twice); a reset() voiding the
+   * record just after this read leaves the owner adding to a void record, which is harmless.
    */
   private intact(r: number, ref: number): boolean {
     const rw = this.rec(r);
@@ -132,10 +137,7 @@ export class Holders {
       return;
     }
     if (m.r < 0 || !this.intact(m.r, ref)) {
-      // A reaper voided the record while this thread looked dead and gave its permits back:
-      // what it held there are ghosts now, which releasing must not give back again.
-      m.ghost += m.held;
-      m.held = 0;
+      this.lost(m, ref);
       this.queues.heartbeat();
       m.r = this.claim(ref);
     }
@@ -146,6 +148,23 @@ export class Holders {
       m.held += permits;
       this.startHeartbeat();
     }
+  }
+
+  /**
+   * This thread's record of `ref` is no longer its own. Either reset() voided it: what this
+   * thread held there went with the key's state (a later release acts on the state as it is
+   * now, as without records), and the record is still this thread's to free. Or a reaper
+   * voided it while this thread looked dead and gave its permits back: what this thread held
+   * there are ghosts now, which releasing must not give back again.
+   */
+  private lost(m: Mine, ref: number): void {
+    if (m.r >= 0 && this.i32[this.rec(m.r) + H_TOKEN] === -this.queues.threadToken) {
+      Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
+    } else {
+      m.ghost += m.held;
+    }
+    m.held = 0;
+    m.r = -1;
   }
 
   private claim(ref: number): number {
@@ -173,36 +192,81 @@ export class Holders {
     if (!this.shared) return 0; // no other thread, no reaper
     const m = this.mineOf(ref);
     if (m === undefined) return 0;
-    if (m.r >= 0 && !this.intact(m.r, ref)) {
-      m.ghost += m.held;
-      m.held = 0;
-      m.r = -1;
-    }
+    if (m.r >= 0 && !this.intact(m.r, ref)) this.lost(m, ref);
     const n = Math.min(m.ghost, permits);
     m.ghost -= n;
     return n;
   }
 
   /**
-   * After `permits` of slot `ref` were given back: takes them off the records — this
-   * thread's first, then (permits taken by another thread) any record of that slot.
+   * Before `permits` of slot `ref` are given back (before the slot's CAS, so that a thread
+   * terminated between the two leaves the records short, never over): takes them off the
+   * records — this thread's first, then (permits taken by another thread) any record of
+   * that slot. Returns how many came off this thread's: unreleasing() puts those back if
+   * the give-back does not happen.
    */
-  released(ref: number, permits: number): void {
-    let left = permits;
+  releasing(ref: number, permits: number): number {
     const m = this.mineOf(ref);
     if (!this.shared) {
       // Every permit of the buffer is this thread's: no record anywhere to take them off.
-      if (m !== undefined) m.held -= Math.min(m.held, permits);
-      return;
+      if (m === undefined) return 0;
+      const n = Math.min(m.held, permits);
+      m.held -= n;
+      return n;
     }
+    let own = 0;
     if (m !== undefined && m.r >= 0 && m.held > 0) {
       // An empty record stays this thread's until its heartbeat frees it: a key taken and
       // released over and over does not claim a record (or start a timer) every time.
-      const n = this.take(m.r, ref, Math.min(left, m.held));
-      m.held -= n;
-      left -= n;
+      own = this.take(m.r, ref, Math.min(permits, m.held));
+      m.held -= own;
     }
+    let left = permits - own;
     for (let r = 0; left > 0 && r < this.layout.holders; r++) left -= this.take(r, ref, left);
+    return own;
+  }
+
+  /**
+   * A give-back releasing() prepared gave back fewer permits than it took off, or none:
+   * `permits` of those taken off this thread's record go back on it. (Those taken off other
+   * threads' records stay off: a permit lost if that thread dies, never one given twice.)
+   */
+  unreleasing(ref: number, permits: number): void {
+    if (permits === 0) return;
+    const m = this.mineOf(ref);
+    if (this.shared && m !== undefined && m.r >= 0 && !this.intact(m.r, ref)) {
+      if (this.i32[this.rec(m.r) + H_TOKEN] === -this.queues.threadToken) {
+        this.lost(m, ref); // reset() voided the key's permits meanwhile: these too
+        return;
+      }
+    }
+    // As if granted again (a reaper's void is handled there: it did not give these back).
+    this.granted(ref, permits);
+  }
+
+  /**
+   * reset() is rebuilding slot word `w` (its state RESERVED, under its lock, so no grant or
+   * release lands on it meanwhile): every record of the slot is voided, without giving
+   * anything back. A record's token turns negative rather than 0, so that the record stays
+   * claimed until its owner (or, once the owner is dead, a reaper) frees it: an owner
+   * adding to it in the meantime adds to a void record, never to another key's.
+   */
+  voidSlot(w: number): void {
+    if (!this.shared) {
+      for (const [ref, m] of this.mine) if (ref >>> 4 === w) m.held = 0;
+      return;
+    }
+    const i32 = this.i32;
+    for (let r = 0; r < this.layout.holders; r++) {
+      const rw = this.rec(r);
+      const ref1 = Atomics.load(i32, rw + H_REF);
+      if (ref1 === 0 || (ref1 - 1) >>> 4 !== w) continue;
+      const token = Atomics.load(i32, rw + H_TOKEN);
+      // The reference read again after the token: a record freed and claimed for another
+      // slot meanwhile is not voided under its new owner (claim() writes the token last).
+      if (token <= 0 || Atomics.load(i32, rw + H_REF) !== ref1) continue;
+      Atomics.compareExchange(i32, rw + H_TOKEN, token, -token);
+    }
   }
 
   /** Takes up to `want` permits off record `r` if it is a live record of `ref`. */
@@ -210,7 +274,7 @@ export class Holders {
     const i32 = this.i32;
     const rw = this.rec(r);
     // Plain reads find the record; the CAS on its permits is what counts.
-    if (i32[rw + H_REF] !== ref + 1 || i32[rw + H_TOKEN] === 0) return 0;
+    if (i32[rw + H_REF] !== ref + 1 || i32[rw + H_TOKEN]! <= 0) return 0;
     for (;;) {
       const have = i32[rw + H_PERMITS]!;
       if (have <= 0 || want <= 0) return 0;
@@ -234,8 +298,12 @@ export class Holders {
     this.queues.heartbeat();
     this.reap();
     for (const [ref, m] of this.mine) {
+      if (m.r >= 0 && m.held > 0 && !this.intact(m.r, ref)) this.lost(m, ref);
       if (m.held > 0 || m.ghost > 0) continue;
-      if (m.r >= 0) Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
+      // Still this thread's (or voided by reset(), which leaves it to this thread to free).
+      if (m.r >= 0 && Math.abs(this.i32[this.rec(m.r) + H_TOKEN]!) === this.queues.threadToken) {
+        Atomics.compareExchange(this.i32, this.rec(m.r) + H_REF, ref + 1, 0);
+      }
       this.mine.delete(ref);
       if (this.lastRef === ref) this.lastRef = -1;
     }
@@ -268,8 +336,13 @@ export class Holders {
       if (ref1 === 0) continue;
       const token = Atomics.load(i32, rw + H_TOKEN);
       const entry = Atomics.load(i32, rw + H_THREAD);
-      if (token === 0 || !this.queues.entryDead(entry, token, HOLDER_DEAD_MS)) continue;
+      if (token === 0 || !this.queues.entryDead(entry, Math.abs(token), HOLDER_DEAD_MS)) continue;
       if (Atomics.compareExchange(i32, rw + H_TOKEN, token, 0) !== token) continue;
+      if (token < 0) {
+        // Voided by reset(): nothing to give back; its dead owner would have freed it.
+        Atomics.compareExchange(i32, rw + H_REF, ref1, 0);
+        continue;
+      }
       const permits = Atomics.exchange(i32, rw + H_PERMITS, 0);
       Atomics.store(i32, rw + H_REF, 0);
       if (permits > 0) {

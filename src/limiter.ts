@@ -320,6 +320,8 @@ export abstract class Limiter implements SlotPolicy {
 
   initSlot(_s: number): void {}
 
+  rebuilding(_w: number): void {}
+
   /**
    * step() for the head of the wait queue. The head wakes when its permits are due, but
    * always a little late (timers, the event loop); algorithms whose schedule is a time line
@@ -767,20 +769,8 @@ export abstract class Limiter implements SlotPolicy {
   protected giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
     const at = Number.isNaN(takenUs) ? nowUs : takenUs;
-    let before = 0;
-    const next = this.update(key, nowUs, (s, stamp) => {
-      before = s;
-      return this.giveBack(s, stamp, nowUs, permits, at);
-    });
-    if (next !== NO_SLOT && next !== before) this.gaveBack(this.core.lastWord, before, next);
+    this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
   }
-
-  /**
-   * Hook after permits went back to slot word `w` (Concurrency updates its holder records):
-   * `before` and `after` are states as the algorithm sees them; `core.priorState` is the
-   * state word replaced (its generation).
-   */
-  protected gaveBack(_w: number, _before: number, _after: number): void {}
 
   /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
   protected onHeartbeat(): void {}

@@ -151,7 +151,20 @@ export class WaitQueues {
     for (let k = 0; k < n; k++) {
       const r = (this.cursor + k) % n;
       const rw = this.rec(r);
-      if (Atomics.compareExchange(i32, rw + R_STATUS, W_FREE, W_RESERVED) !== W_FREE) continue;
+      const was = Atomics.compareExchange(i32, rw + R_STATUS, W_FREE, W_RESERVED);
+      // An evicted record is out of its queue, its owner's to free once it has settled; a
+      // dead owner never will, so it is free. (A closed one is still linked, but nothing
+      // allocates after close().)
+      if (
+        was !== W_FREE &&
+        !(
+          was === W_EVICTED &&
+          this.ownerDead(r) &&
+          Atomics.compareExchange(i32, rw + R_STATUS, W_EVICTED, W_RESERVED) === W_EVICTED
+        )
+      ) {
+        continue;
+      }
       this.cursor = (r + 1) % n;
       Atomics.store(i32, rw + R_NEXT, 0);
       Atomics.store(i32, rw + R_SLOT, w);

@@ -40,6 +40,11 @@ export interface SlotPolicy {
   isIdle(state: number, w: number, nowUs: number): boolean;
   /** Prepares algorithm-specific memory of slot `s` (SlidingLog's ring) before publishing. */
   initSlot(s: number): void;
+  /**
+   * reset() rebuilds slot word `w`: called while its state is RESERVED, under its lock, so
+   * no decision lands on it meanwhile (Concurrency voids its holder records).
+   */
+  rebuilding(w: number): void;
 }
 
 /** Packed slot reference: hot word index × 16 + generation. Never negative. */
@@ -585,6 +590,7 @@ export class SlotTable {
       const token = this.lock(H_DEFAULT_LOCK);
       const st = Atomics.load(this.i32, w + S_STATE);
       if ((st & PAYLOAD_MASK) === RESERVED) {
+        policy.rebuilding(w);
         policy.initSlot(0);
         Atomics.store(this.i32, w + S_STATE, (st & GEN_MASK) | FRESH);
       }
@@ -610,6 +616,7 @@ export class SlotTable {
         if ((st & PAYLOAD_MASK) === RESERVED || st >>> GEN_SHIFT !== (ref & 15)) return false;
         const reserved = (st & GEN_MASK) | RESERVED;
         if (Atomics.compareExchange(this.i32, w + S_STATE, st, reserved) !== st) continue;
+        policy.rebuilding(w);
         policy.initSlot(s);
         Atomics.store(this.i32, w + S_STATE, (st & GEN_MASK) | FRESH);
         return true;

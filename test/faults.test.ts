@@ -583,3 +583,68 @@ describe.concurrent('a terminated worker thread gives back its Concurrency permi
     expect(limiter.stats('k').available).toBe(3);
   }, 60_000);
 });
+
+describe.concurrent('holder records never give a permit back twice (review 2)', () => {
+  /** A worker holding `permits` of `key` (test/workers/holder.mjs). */
+  const holder = async (limiter: Concurrency, key: string | undefined, permits = 1) => {
+    const worker = new Worker(new URL('./workers/holder.mjs', import.meta.url), {
+      workerData: { limiter: limiter.handle, key, permits },
+    });
+    await new Promise((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    return worker;
+  };
+
+  it('reset() voids what a dead holder held: the dead-holder sweep gives none of it back', async ({
+    expect,
+  }) => {
+    const limiter = new Concurrency({ limit: 1, queueLimit: 1 });
+    const dying = [await holder(limiter, 'k'), await holder(limiter, undefined)];
+    limiter.reset('k');
+    limiter.reset();
+    expect(limiter.tryAcquire('k')).toBe(true);
+    expect(limiter.tryAcquire()).toBe(true);
+    for (const worker of dying) await worker.terminate();
+    // A holder started after those died and dead after them: once its permit is back, every
+    // record of theirs has been swept too.
+    await (await holder(limiter, 'last')).terminate();
+    const lease = await limiter.acquire('last', 1, { timeoutMs: 30_000 });
+    expect(limiter.stats('k').available).toBe(0);
+    expect(limiter.stats().available).toBe(0);
+    expect(limiter.tryAcquire('k') || limiter.tryAcquire()).toBe(false);
+    lease.release();
+  }, 60_000);
+
+  it('a worker terminated at any point of its take/release loop: its permit never comes back twice', async ({
+    expect,
+  }) => {
+    // Limit 2, the main thread holds one permit of each key, a worker takes and releases
+    // the other until it is terminated. Its records are swept 10 s later. A permit it
+    // released must not be given back again then (the key would show 2 available while the
+    // main thread holds one); one it held is (1 available), or, when it died between a
+    // grant's CAS and its record, lost (0: the documented edge).
+    const limiter = new Concurrency({ limit: 2, keys: 256, queueLimit: 2 });
+    const trials = 64;
+    const keys = Array.from({ length: trials }, (_, t) => `k${t}`);
+    for (const key of keys) expect(limiter.tryAcquire(key)).toBe(true);
+    const run = async (t: number) => {
+      const worker = new Worker(new URL('./workers/take-release-loop.mjs', import.meta.url), {
+        workerData: { limiter: limiter.handle, key: keys[t], mode: t % 2 ? 'lease' : 'try' },
+      });
+      await new Promise((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      });
+      await new Promise((resolve) => setTimeout(resolve, 2 + ((t * 7) % 23)));
+      await worker.terminate();
+    };
+    for (let t = 0; t < trials; t += 4) await Promise.all([t, t + 1, t + 2, t + 3].map(run));
+    await (await holder(limiter, 'last')).terminate();
+    const lease = await limiter.acquire('last', 2, { timeoutMs: 30_000 });
+    const available = keys.map((key) => limiter.stats(key).available);
+    expect(available.filter((a) => a > 1)).toEqual([]);
+    lease.release();
+  }, 60_000);
+});

@@ -99,8 +99,14 @@ export class Concurrency extends Limiter {
     if (rest === 0) return;
     const i32 = this.i32;
     const wide = this.core.wide;
+    // The slot whose records the permits were taken off, and how many came off this thread's.
+    let taken = NO_SLOT;
+    let own = 0;
     for (;;) {
-      if (ref === NO_SLOT) throw this.overRelease(permits, 0);
+      if (ref === NO_SLOT) {
+        this.holders.unreleasing(taken, own);
+        throw this.overRelease(permits, 0);
+      }
       const w = ref >>> 4;
       // Plain reads, as in run(): the CAS in swapHeld() validates them (and while the
       // limiter is not shared, nothing else writes these words).
@@ -119,11 +125,19 @@ export class Concurrency extends Limiter {
         // A wide pair read between the two words' writes by another thread's CAS: read it
         // again rather than refuse on a count nobody stored.
         if (wide && (i32[w + S_STATE] !== s || i32[w - 1] !== x)) continue;
+        if (taken !== NO_SLOT) this.holders.unreleasing(taken, own);
         throw this.overRelease(permits, held);
+      }
+      if (taken !== ref) {
+        // Off the records before the CAS: a thread terminated between the two then leaves
+        // them short (a permit lost), never over (the dead-holder sweep giving back permits
+        // already released).
+        if (taken !== NO_SLOT) this.holders.unreleasing(taken, own);
+        own = this.holders.releasing(ref, rest);
+        taken = ref;
       }
       if (this.swapHeld(w, s, x, held - rest)) {
         this.wakeWaiters(w);
-        this.holders.released(ref, rest);
         return;
       }
     }
@@ -147,13 +161,43 @@ export class Concurrency extends Limiter {
     return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
   }
 
+  /**
+   * Recorded after the grant's CAS: a thread terminated between the two loses the permits
+   * (nobody gives them back), never the other way round (see README, Caveats).
+   */
   override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
   }
 
-  protected override gaveBack(w: number, before: number, after: number): void {
-    const n = this.held(before) - this.held(after);
-    if (n > 0) this.holders.released(w * 16 + (this.core.priorState >>> GEN_SHIFT), n);
+  /** refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
+  protected override giveBackUnchecked(
+    key: Key | undefined,
+    permits: number,
+    _takenUs: number,
+  ): void {
+    const ref = this.table.find(key);
+    if (ref === NO_SLOT) return;
+    const own = this.holders.releasing(ref, permits);
+    let before = 0;
+    const next = this.update(key, this.clock.nowUs(), (s, stamp) => {
+      before = s;
+      return this.giveBack(s, stamp, 0, permits);
+    });
+    const given = next === NO_SLOT ? 0 : this.held(before) - this.held(next);
+    const core = this.core;
+    const used = given === 0 ? ref : core.lastWord * 16 + (core.priorState >>> GEN_SHIFT);
+    if (used !== ref) {
+      // The key's slot changed between the lookup and the CAS (rare): its records, after.
+      this.holders.unreleasing(ref, own);
+      this.holders.releasing(used, given);
+    } else if (given < permits) {
+      this.holders.unreleasing(ref, Math.min(own, permits - given));
+    }
+  }
+
+  /** reset(): what the records say this key's threads hold is void with the key's state. */
+  override rebuilding(w: number): void {
+    this.holders.voidSlot(w);
   }
 
   protected override onHeartbeat(): void {
