@@ -327,6 +327,75 @@ describe('rateLimit edge cases on node:http', () => {
     expect((nexts[1] as { code: string }).code).toBe('ERR_HTTP_HEADERS_SENT');
   });
 
+  it('await limit() on a response its handler started: a refusal closes it, never leaves it hanging', async () => {
+    const limit = rateLimit({
+      limiter: new FixedWindow({ limit: 1, windowMs: 1000, clock: new ManualClock() }),
+      key: () => 'k',
+    });
+    const outcomes: boolean[] = [];
+    const server = http.createServer(async (req, res) => {
+      res.writeHead(200); // a streaming handler, started before it asked
+      res.write('start ');
+      const go = await limit(req, res);
+      outcomes.push(go);
+      if (go) res.end('done');
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    const first = await request(port);
+    expect([first.status, first.body]).toEqual([200, 'start done']);
+    // No 429 can be sent on a started response: the connection closes mid-body.
+    const second = await request(port).then(
+      (r) => r.body,
+      (e: { code?: string }) => e.code,
+    );
+    expect(second).toBe('ECONNRESET');
+    expect(outcomes).toEqual([true, false]);
+  });
+
+  it('a Concurrency request let through without a slot (whenFull: allow) gives nothing back when it ends', async () => {
+    const limiter = new Concurrency({ limit: 1, keys: 64, maxKeys: 64, whenFull: 'allow' });
+    const gates = new Map<string, () => void>();
+    const { port } = await serve(
+      { limiter, key: (req) => String(req.headers['x-k']) },
+      (req, res) => {
+        gates.set(String(req.headers['x-id']), () => res.end('ok'));
+      },
+    );
+    const released: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'ATOMIC_LIMITER_RELEASE_FAILED') released.push(w.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      // Other clients hold every slot the table has.
+      const others: string[] = [];
+      while (limiter.consume('x').reason !== 'table-full') {
+        limiter.release('x');
+        const other = `other${others.length}`;
+        limiter.consume(other);
+        others.push(other);
+      }
+      const as = (id: string) => ({ headers: { 'x-k': 'x', 'x-id': id } });
+      const x1 = request(port, as('x1')); // no slot: let through, holding nothing
+      await until(() => gates.has('x1'), 'x1 in its handler');
+      for (const other of others) limiter.release(other); // slots free again
+      const x2 = request(port, as('x2')); // the key's only permit
+      await until(() => gates.has('x2'), 'x2 in its handler');
+      gates.get('x1')!();
+      expect((await x1).status).toBe(200);
+      // x1's end gave nothing back: x2 still holds the only permit.
+      expect(limiter.stats('x').available).toBe(0);
+      expect((await request(port, as('x3'))).status).toBe(429);
+      gates.get('x2')!();
+      expect((await x2).status).toBe(200);
+      await until(() => limiter.stats('x').available === 1, 'x2 released');
+      expect(released).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('an async Concurrency limiter: released after the response; a failed release is a warning', async () => {
     const inner = new Concurrency({ limit: 2 });
     let failNext = false;

@@ -7,8 +7,10 @@ import type { Decision, Lease } from '../options.js';
 import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import {
+  flattenDecisions,
   flattenLimiters,
   HeaderWriter,
+  isChain,
   type LimiterFace,
   retryAfterSeconds,
   retryAfterWaited,
@@ -244,10 +246,26 @@ export class Engine<Req, Res> {
     }
     if (closed(this.host.rawRes(res))) {
       // The client left while the limiter decided: nothing to answer; give held permits back.
-      if (d.allowed && this.holding()) this.release(key, permits);
+      if (d.allowed && this.holding()) this.release(key, permits, this.tookFrom(d));
       return ANSWERED;
     }
     return this.conclude(req, res, via, key, permits, d);
+  }
+
+  /**
+   * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
+   * chain's Concurrency members, unless allowed without taking anything — with no slot
+   * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
+   * would free permits that other requests hold.
+   */
+  private tookFrom(d: Decision): readonly LimiterFace[] {
+    const limiter = this.c.limiter as LimiterFace;
+    if (!isChain(limiter)) return d.reason === undefined ? [limiter] : [];
+    const members = flattenLimiters(limiter);
+    const decisions = flattenDecisions(limiter, d);
+    return members.filter(
+      (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
+    );
   }
 
   private holding(): boolean {
@@ -268,7 +286,7 @@ export class Engine<Req, Res> {
     const c = this.c;
     if (d.allowed) {
       this.host.writeFields(res, via, c.headers, d, undefined);
-      if (this.holding()) this.holdUntilClosed(res, key, permits);
+      if (this.holding()) this.holdUntilClosed(res, key, permits, this.tookFrom(d));
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
@@ -277,19 +295,22 @@ export class Engine<Req, Res> {
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
-  private holdUntilClosed(res: Res, key: Key, permits: number): void {
+  private holdUntilClosed(res: Res, key: Key, permits: number, from: readonly LimiterFace[]): void {
+    if (from.length === 0) return;
     const raw = this.host.rawRes(res);
     if (raw.closed) {
-      this.release(key, permits);
+      this.release(key, permits, from);
       return;
     }
     // 'close' comes once, after the response finished or when the connection went away
     // first (a client abort, a handler that threw and had its socket destroyed).
-    raw.once('close', () => this.release(key, permits));
+    raw.once('close', () => this.release(key, permits, from));
   }
 
-  private release(key: Key, permits: number): void {
-    releaseLate(() => this.c.limiter.release?.(key, permits));
+  private release(key: Key, permits: number, from: readonly LimiterFace[]): void {
+    for (const l of from) {
+      releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
+    }
   }
 
   /**

@@ -132,20 +132,27 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
   );
   const warned = new Set<string>();
 
-  /** node:http: answers 503 (the limiter failed) or 500 (an option's function did). */
+  /**
+   * node:http: answers 503 (the limiter failed) or 500 (an option's function did); a
+   * response the handler had already started cannot become either, so it is ended by
+   * closing its connection (as Express's final handler does): never left hanging.
+   */
   function fail(res: ServerResponse, error: unknown): boolean {
     const status = isLimiterError(error) ? 503 : 500;
     const message = `${(error as Error)?.message ?? show(error)}`;
+    const started = res.headersSent;
     // Without a framework there is no error handler to tell: a warning, once per message.
     if (warned.size < MAX_WARNINGS && !warned.has(message)) {
       warned.add(message);
-      process.emitWarning(`${owner}: answered ${status}: ${message}`, {
-        code: 'ATOMIC_LIMITER_HTTP_ERROR',
-      });
+      const what = started ? 'closed a response already started' : `answered ${status}`;
+      process.emitWarning(`${owner}: ${what}: ${message}`, { code: 'ATOMIC_LIMITER_HTTP_ERROR' });
     }
-    if (!res.headersSent && !res.destroyed) {
-      nodeHost.send(res, status, status === 503 ? 'Service Unavailable' : 'Internal Server Error');
+    if (res.destroyed || res.writableEnded) return false;
+    if (started) {
+      res.destroy();
+      return false;
     }
+    nodeHost.send(res, status, status === 503 ? 'Service Unavailable' : 'Internal Server Error');
     return false;
   }
 
