@@ -78,6 +78,38 @@ describe('atomic-limiter/cluster', () => {
     expect(r.available).toBe(1);
   });
 
+  it('aborts at the primary the acquire() calls of a closed client: none takes permits later', async () => {
+    const r = await run('close-acquire');
+    expect(r.outcomes).toEqual(['ERR_CLUSTER_UNAVAILABLE', 'ERR_CLUSTER_UNAVAILABLE']);
+    expect(r.queued).toEqual([0, 0]);
+    expect(r.semAfterRelease).toBe(1);
+  });
+
+  it('never runs the calls a client made in the tick it was closed, and runs the others of that batch', async () => {
+    const r = await run('close-same-tick');
+    expect(r.outcomes).toEqual([
+      'true',
+      'ERR_CLUSTER_UNAVAILABLE',
+      'ERR_CLUSTER_UNAVAILABLE',
+      'true',
+      'true',
+    ]);
+    expect(r.api).toBe(2 + 3);
+    expect(r.other).toBe(1);
+  });
+
+  it('refuses each waiter of a refused block request with the Decision for its own permits', async () => {
+    const r = await run('block-retry');
+    expect(r.allowed).toEqual([false, false]);
+    expect(r.retryAfterMs).toEqual(r.inMemory);
+    expect(r.inMemory).toEqual([1000, 5000]);
+  });
+
+  it('rejects with ClusterTimeoutError at its own timeoutMs, before a 20 ms timer set with a 5 ms call', async () => {
+    const r = await run('timeout-order');
+    expect(r.order).toEqual(['ERR_CLUSTER_TIMEOUT', 'timer 20 ms', 'slow answered']);
+  });
+
   it('never frees, when a worker dies, permits another worker released and a third took', async () => {
     const r = await run('cross');
     expect(r).toEqual({ before: 0, afterDeath: 0 });

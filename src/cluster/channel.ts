@@ -10,6 +10,7 @@ import {
   ABORT,
   ACQUIRE,
   answerWidth,
+  CALL_WIDTHS,
   CONSUME,
   type Description,
   DROP,
@@ -71,6 +72,8 @@ interface Batch {
 
 const ignore = () => {};
 const MAX_UNANSWERED_BATCHES = 10_000;
+/** setTimeout's longest delay; a later deadline is reached in more than one step. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class Channel {
   /** What the primary serves; undefined until its first 'ready'. */
@@ -80,6 +83,8 @@ export class Channel {
   private out: Value[] = [];
   private outCalls: Pending[] = [];
   private outName: string | undefined;
+  /** The smallest timeoutMs among `outCalls`: their batch's first deadline once it leaves. */
+  private outTimeoutMs = Number.POSITIVE_INFINITY;
   private flushing = false;
   private seq = 0;
   /** Batches sent and not answered yet, oldest first. */
@@ -88,7 +93,10 @@ export class Channel {
   private readonly acquiring = new Map<number, Pending>();
   private nextId = 1;
   private inFlight = 0;
-  private timer: ReturnType<typeof setInterval> | undefined;
+  /** The one deadline timer, armed for `timerAt` (Infinity: none). */
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private readonly onTimer = () => this.expire();
   private helloSent = false;
   private closed = false;
   private readonly waitingForReady = new Set<() => void>();
@@ -215,9 +223,10 @@ export class Channel {
       if (p.since < 0) p.since = performance.now();
       this.early.push(p);
       this.hello();
-      this.sweepSoon();
+      this.armFor(p.since + p.timeoutMs);
       return;
     }
+    if (p.op === ACQUIRE) this.armFor(p.since + p.timeoutMs);
     if (this.checked(p)) this.push(p);
   }
 
@@ -284,14 +293,67 @@ export class Channel {
     });
   }
 
-  /** Rejects every call of `caller` still waiting (its client was closed). */
+  /**
+   * Rejects every call of `caller` still waiting (its client was closed), and makes sure
+   * none of them runs at the primary afterwards: those not sent yet leave this tick's
+   * batch, and acquire() calls waiting there are aborted (a grant would take permits that
+   * nobody spends). Calls already sent are answered; their late grants go back.
+   */
   closeCaller(caller: Caller, error: Error): void {
     for (const p of this.early) if (p.caller === caller) this.settle(p, error);
-    for (const p of this.outCalls) if (p.caller === caller) this.settle(p, error);
+    this.unqueue(caller, error);
     for (const b of this.sent.values()) {
       for (const p of b.calls) if (p.caller === caller) this.settle(p, error);
     }
-    for (const p of this.acquiring.values()) if (p.caller === caller) this.settle(p, error);
+    for (const p of this.acquiring.values()) {
+      // Unsettled here means sent: early and unsent ones were settled above.
+      if (p.caller !== caller || p.settled) continue;
+      this.record(caller.name, ABORT, p.id);
+      this.settle(p, error);
+    }
+  }
+
+  /**
+   * Rejects `caller`'s waiting calls that are still in this tick's batch and takes their
+   * records out of it. The records of settled calls (give-backs), ABORT and DROP stay: a
+   * closing client gives its blocks back in this batch. Walks the batch once; only
+   * close() pays for it.
+   */
+  private unqueue(caller: Caller, error: Error): void {
+    const c = this.out;
+    const calls = this.outCalls;
+    const out: Value[] = [];
+    const kept: Pending[] = [];
+    let name: Value = null; // the name the records at i address
+    let named: string | undefined; // the last name written to `out`
+    let k = 0; // the next call of `calls`: one per record but NAME, ACQUIRE, ABORT, DROP
+    for (let i = 0; i < c.length; ) {
+      const op = c[i] as number;
+      if (op === NAME) {
+        name = c[i + 1] as Value;
+        i += 2;
+        continue;
+      }
+      const width = op === ABORT || op === DROP ? 2 : (CALL_WIDTHS[op] as number);
+      let p: Pending | undefined;
+      if (op === ACQUIRE) p = this.acquiring.get(c[i + 1] as number);
+      else if (op !== ABORT && op !== DROP) p = calls[k++];
+      if (p !== undefined && p.caller === caller && !p.settled) {
+        this.settle(p, error);
+        if (op === ACQUIRE) this.acquiring.delete(p.id); // never sent: no outcome comes
+      } else {
+        if (named !== name) {
+          named = name as string;
+          out.push(NAME, named);
+        }
+        for (let j = i; j < i + width; j++) out.push(c[j] as Value);
+        if (p !== undefined && op !== ACQUIRE) kept.push(p);
+      }
+      i += width;
+    }
+    this.out = out;
+    this.outCalls = kept;
+    this.outName = named;
   }
 
   private record(name: string, op: number, value: number): void {
@@ -328,6 +390,7 @@ export class Channel {
         this.out.push(p.op, key, p.permits);
     }
     this.outCalls.push(p);
+    if (p.timeoutMs < this.outTimeoutMs) this.outTimeoutMs = p.timeoutMs;
     if (this.outCalls.length >= MAX_CALLS_PER_BATCH) this.flush();
     else this.schedule();
   }
@@ -347,13 +410,16 @@ export class Channel {
     this.out = [];
     this.outCalls = [];
     this.outName = undefined;
+    const timeoutMs = this.outTimeoutMs;
+    this.outTimeoutMs = Number.POSITIVE_INFINITY;
     const s = ++this.seq;
     if (calls.length > 0) {
-      this.sent.set(s, { sentAt: performance.now(), calls });
+      const sentAt = performance.now();
+      this.sent.set(s, { sentAt, calls });
       // Batches whose answers never came (a primary that stopped answering) are forgotten
       // once their calls timed out, oldest first, so that they cannot pile up.
       if (this.sent.size > MAX_UNANSWERED_BATCHES) this.forgetOldest();
-      this.sweepSoon();
+      this.armFor(sentAt + timeoutMs);
     }
     this.send({ mark: MARK, t: 'c', s, c }, calls);
   }
@@ -456,31 +522,35 @@ export class Channel {
   }
 
   /**
-   * One coarse sweep for every deadline; unref'd: pending IPC keeps the process up. It
-   * stops at a sweep that finds nothing in flight (not at every answer: one call at a
-   * time would otherwise make and clear a timer per call).
+   * Arms the one timer for `deadline` unless it is armed for an earlier one. A call that
+   * settles does not disarm it (one call at a time would otherwise make and clear a timer
+   * per call): it may fire for nothing, and then arms itself for the next deadline.
+   * Unref'd: pending IPC keeps the process up.
    */
-  private sweepSoon(): void {
-    if (this.timer) return;
-    this.timer = setInterval(() => this.expire(), 25);
+  private armFor(deadline: number): void {
+    if (deadline >= this.timerAt) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timerAt = deadline;
+    // Rounded up: a timer that fires before the deadline only arms itself again.
+    const ms = Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(deadline - performance.now())));
+    this.timer = setTimeout(this.onTimer, ms);
     this.timer.unref();
   }
 
-  private idle(): void {
-    if (this.inFlight === 0 && this.early.length === 0 && this.timer) {
-      clearInterval(this.timer);
-      this.timer = undefined;
-    }
-  }
-
+  /** Times out every call past its deadline, then arms the timer for the earliest left. */
   private expire(): void {
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
     const now = performance.now();
-    for (const p of this.early) this.expireOne(p, p.since, now);
+    let next = Number.POSITIVE_INFINITY;
+    for (const p of this.early) next = Math.min(next, this.expireOne(p, p.since, now));
     for (const b of this.sent.values()) {
-      for (const p of b.calls) this.expireOne(p, p.since < 0 ? b.sentAt : p.since, now);
+      for (const p of b.calls) {
+        next = Math.min(next, this.expireOne(p, p.since < 0 ? b.sentAt : p.since, now));
+      }
     }
     for (const p of this.acquiring.values()) {
-      this.expireOne(p, p.since, now);
+      next = Math.min(next, this.expireOne(p, p.since, now));
       // Its outcome is still wanted (a late lease goes back); only a settled entry
       // whose answer never comes would stay: bounded below.
     }
@@ -495,17 +565,21 @@ export class Channel {
       if (p.settled && p.op === ACQUIRE) this.acquiring.delete(p.id); // never sent
       return !p.settled;
     });
-    this.idle();
+    this.armFor(next);
   }
 
-  private expireOne(p: Pending, since: number, now: number): void {
-    if (p.settled || since + p.timeoutMs > now) return;
+  /** Times `p` out if its deadline has passed; its deadline if it still waits, else Infinity. */
+  private expireOne(p: Pending, since: number, now: number): number {
+    if (p.settled) return Number.POSITIVE_INFINITY;
+    const deadline = since + p.timeoutMs;
+    if (deadline > now) return deadline;
     this.settle(
       p,
       new ClusterTimeoutError(
         `${p.caller.name}: no answer from the cluster primary within ${p.caller.timeoutMs} ms`,
       ),
     );
+    return Number.POSITIVE_INFINITY;
   }
 
   /** The channel closed: every call in flight rejects, later calls reject at once. */
@@ -519,8 +593,8 @@ export class Channel {
     this.early = [];
     this.sent.clear();
     this.acquiring.clear();
-    this.idle();
-    if (this.timer) clearInterval(this.timer);
+    if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
   }
 }

@@ -84,7 +84,11 @@ export interface ClusterLimiter {
   refund(key?: Key, permits?: number): Promise<void>;
   stats(key?: Key): Promise<Stats>;
   reset(key?: Key): Promise<void>;
-  /** Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls. */
+  /**
+   * Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls.
+   * None of its calls runs at the primary afterwards: those made in this tick are not sent,
+   * and its acquire() calls waiting there are aborted.
+   */
   close(): void;
 }
 
@@ -401,12 +405,13 @@ export class Client implements ClusterLimiter, Caller {
     for (const w of f.waiters) {
       const spent = this.spend(key, w.permits);
       if (spent) w.done(this.localDecision(spent));
-      else if (grant.granted === 0 && w.permits >= f.min) {
-        // The primary could not give f.min permits just now: nor these. What this worker
+      else if (grant.granted === 0 && w.permits === f.min) {
+        // The refusal is the primary's Decision for f.min permits: these. (Its retryAfterMs
+        // is wrong for more, so those ask with their own count below.) What this worker
         // could still spend is the primary's remaining and its own block's.
         const own = this.blocks.get(key)?.left ?? 0;
         w.done({ ...grant.decision, remaining: grant.decision.remaining + own });
-      } else this.wait(key, w.permits, w.done, w.fail); // others took the grant: ask again
+      } else this.wait(key, w.permits, w.done, w.fail); // ask again, for w.permits
     }
   }
 

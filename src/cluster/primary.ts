@@ -16,6 +16,7 @@ import { show, typeError } from '../validate.js';
 import {
   ABORT,
   ACQUIRE,
+  CALL_WIDTHS,
   CONSUME,
   type Description,
   DROP,
@@ -59,19 +60,6 @@ interface WorkerState {
 }
 
 const ignore = () => {};
-
-/** Values per record, by op (NAME, DROP and ABORT are handled before). */
-const WIDTHS: Record<number, number> = {
-  [TRY]: 3,
-  [CONSUME]: 3,
-  [TAKE]: 4,
-  [REFUND]: 3,
-  [GIVE]: 4,
-  [RELEASE]: 3,
-  [STATS]: 2,
-  [RESET]: 2,
-  [ACQUIRE]: 5,
-};
 
 /**
  * The names served in this process, shared by every serveCluster() of it: one batch may
@@ -223,7 +211,7 @@ export class Dispatcher {
         if (controller) attempt(() => controller.abort());
         continue;
       }
-      const width = typeof op === 'number' ? WIDTHS[op] : undefined;
+      const width = typeof op === 'number' ? CALL_WIDTHS[op] : undefined;
       if (width === undefined || i + width > n) return malformed(i, 'a call', op);
       if (served === undefined) {
         // The whole call is answered: the worker learns at once that the name is wrong.

@@ -58,6 +58,19 @@ export const ABORT = 9;
 export const DROP = 10;
 export const GIVE = 11;
 
+/** Values per call record, by op (NAME, ABORT and DROP are two: the op and its value). */
+export const CALL_WIDTHS: Readonly<Record<number, number>> = {
+  [TRY]: 3,
+  [CONSUME]: 3,
+  [TAKE]: 4,
+  [REFUND]: 3,
+  [GIVE]: 4,
+  [RELEASE]: 3,
+  [STATS]: 2,
+  [RESET]: 2,
+  [ACQUIRE]: 5,
+};
+
 /** Values in one answer (allowed, remaining, limit, retryAfterMs, resetAfterMs, reason). */
 export const DECISION_SIZE = 6;
 

@@ -125,6 +125,55 @@ if (cluster.isPrimary) {
     const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
     console.log(JSON.stringify({ ...r, available: sem.stats().available }));
     w.kill();
+  } else if (scenario === 'close-acquire') {
+    // close() while acquire() calls wait at the primary: they leave its queues.
+    const api = new TokenBucket({ capacity: 10, refillPerSecond: 0.001, queueLimit: 10 });
+    const sem = new Concurrency({ limit: 1, queueLimit: 10 });
+    serveCluster({ api, sem });
+    api.tryAcquire('k', 10); // drained
+    sem.tryAcquire('k'); // held here
+    const w = cluster.fork();
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    sem.release('k'); // a waiter still queued would take it now
+    console.log(JSON.stringify({ ...r, semAfterRelease: sem.stats('k').available }));
+    w.kill();
+  } else if (scenario === 'close-same-tick') {
+    // Calls made in the tick of close() are not sent; the other clients' calls are.
+    const api = new TokenBucket({ capacity: 20, refillPerSecond: 0.001 });
+    const other = new TokenBucket({ capacity: 5, refillPerSecond: 0.001 });
+    serveCluster({ api, other });
+    const w = cluster.fork();
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(
+      JSON.stringify({ ...r, api: api.stats('k').admitted, other: other.stats('k').admitted }),
+    );
+    w.kill();
+  } else if (scenario === 'block-retry') {
+    // Waiters of one block request, refused: each Decision is that of its own count.
+    const clock = new ManualClock();
+    const api = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
+    serveCluster({ api });
+    const ref = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
+    ref.tryAcquire('k', 10);
+    const inMemory = [ref.consume('k', 1).retryAfterMs, ref.consume('k', 5).retryAfterMs];
+    const w = cluster.fork();
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(JSON.stringify({ ...r, inMemory }));
+    w.kill();
+  } else if (scenario === 'timeout-order') {
+    // The primary stalls; a call's timeout fires at its own timeoutMs.
+    const api = new TokenBucket({ capacity: 100, refillPerSecond: 0.001 });
+    serveCluster({ api });
+    const w = cluster.fork();
+    w.on('message', (m) => {
+      if (m?.busy) {
+        const t = Date.now();
+        while (Date.now() - t < 300); // the primary cannot answer for a while
+      }
+    });
+    const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
+    console.log(JSON.stringify(r));
+    w.kill();
   } else if (scenario === 'cross') {
     // A takes the only permit, B releases it, C takes it; A dies: C still holds it.
     const sem = new Concurrency({ limit: 1 });
@@ -260,6 +309,72 @@ if (cluster.isPrimary) {
     const slow = connectCluster('sem', { timeoutMs: 5000 });
     for (let i = 0; i < 200 && available !== 1; i++) available = (await slow.stats()).available;
     process.send({ done: true, outcome, seen: available });
+  } else if (scenario === 'close-acquire') {
+    const api = connectCluster('api');
+    const sem = connectCluster('sem');
+    const watch = connectCluster('api');
+    const watchSem = connectCluster('sem');
+    await Promise.all([api.ready(), sem.ready()]);
+    const a = api.acquire('k', 10).then(String, (e) => e.code);
+    const s = sem.acquire('k').then(String, (e) => e.code);
+    // Wait until the primary shows both queued.
+    for (;;) {
+      const [x, y] = [await watch.stats('k'), await watchSem.stats('k')];
+      if (x.queued === 10 && y.queued === 1) break;
+    }
+    api.close();
+    sem.close();
+    const outcomes = [await a, await s];
+    // After the aborts, in channel order.
+    const queued = [(await watch.stats('k')).queued, (await watchSem.stats('k')).queued];
+    process.send({ done: true, outcomes, queued });
+  } else if (scenario === 'close-same-tick') {
+    const a = connectCluster('api');
+    const b = connectCluster('api');
+    const o = connectCluster('other');
+    await Promise.all([a.ready(), o.ready()]);
+    const outcome = (p) => p.then(String, (e) => e.code);
+    // One tick, one batch: b's, a's, o's and b's records; a closes before it leaves.
+    const calls = [
+      outcome(b.tryAcquire('k', 2)),
+      outcome(a.consume('k', 5)),
+      outcome(a.acquire('k', 1)),
+      outcome(o.tryAcquire('k')),
+      outcome(b.tryAcquire('k', 3)),
+    ];
+    a.close();
+    const outcomes = await Promise.all(calls);
+    await Promise.all([b.stats('k'), o.stats('k')]); // the batch has been run
+    process.send({ done: true, outcomes });
+  } else if (scenario === 'block-retry') {
+    const plain = connectCluster('api');
+    const blk = connectCluster('api', { block: 4 });
+    await blk.ready();
+    await plain.consume('k', 10); // drained
+    // One block request (1 permit at least); the call for 5 joins it.
+    const [one, five] = await Promise.all([blk.consume('k', 1), blk.consume('k', 5)]);
+    process.send({
+      done: true,
+      allowed: [one.allowed, five.allowed],
+      retryAfterMs: [one.retryAfterMs, five.retryAfterMs],
+    });
+  } else if (scenario === 'timeout-order') {
+    const fast = connectCluster('api', { timeoutMs: 5 });
+    const slow = connectCluster('api', { timeoutMs: 5000 });
+    await slow.stats(); // connected (both: one channel per process)
+    await new Promise((r) => setTimeout(r, 60)); // no timer of those calls is left
+    process.send({ busy: true });
+    const order = [];
+    // The slow call's batch leaves first, its deadline 5 s away; the fast call's is sooner.
+    const answered = slow.stats().then(() => order.push('slow answered'));
+    await new Promise((r) => setImmediate(r));
+    const timedOut = fast.tryAcquire().then(
+      () => order.push('fast answered'),
+      (e) => order.push(e.code),
+    );
+    const timer = new Promise((r) => setTimeout(r, 20)).then(() => order.push('timer 20 ms'));
+    await Promise.all([answered, timedOut, timer]);
+    process.send({ done: true, order });
   } else if (scenario === 'cross') {
     const sem = connectCluster('sem');
     const go = new Promise((r) => process.on('message', (m) => m === 'go' && r()));
