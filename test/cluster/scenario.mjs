@@ -18,6 +18,16 @@ function collect(workers) {
   );
 }
 
+/** The primary stops answering for 300 ms when worker `w` says it is busy. */
+function stallOnBusy(w) {
+  w.on('message', (m) => {
+    if (m?.busy) {
+      const t = Date.now();
+      while (Date.now() - t < 300); // the primary cannot answer for a while
+    }
+  });
+}
+
 if (cluster.isPrimary) {
   cluster.setupPrimary({ exec: new URL(import.meta.url).pathname, args: [scenario] });
   if (scenario === 'exact') {
@@ -116,12 +126,7 @@ if (cluster.isPrimary) {
     const sem = new Concurrency({ limit: 1 });
     serveCluster({ sem });
     const w = cluster.fork();
-    w.on('message', (m) => {
-      if (m?.busy) {
-        const t = Date.now();
-        while (Date.now() - t < 300); // the primary cannot answer for a while
-      }
-    });
+    stallOnBusy(w);
     const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
     console.log(JSON.stringify({ ...r, available: sem.stats().available }));
     w.kill();
@@ -165,12 +170,7 @@ if (cluster.isPrimary) {
     const api = new TokenBucket({ capacity: 100, refillPerSecond: 0.001 });
     serveCluster({ api });
     const w = cluster.fork();
-    w.on('message', (m) => {
-      if (m?.busy) {
-        const t = Date.now();
-        while (Date.now() - t < 300); // the primary cannot answer for a while
-      }
-    });
+    stallOnBusy(w);
     const r = await new Promise((res) => w.on('message', (m) => m?.done && res(m)));
     console.log(JSON.stringify(r));
     w.kill();
