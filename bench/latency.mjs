@@ -14,7 +14,7 @@
 import { pathToFileURL } from 'node:url';
 import { Bench } from 'tinybench';
 import { BATCH, fmtNs, keySet, progress } from './lib.mjs';
-import { floorTasks, getSink, SUBJECTS, warmAllClasses } from './subjects.mjs';
+import { floorTasks, getRefusedAllowed, getSink, SUBJECTS, warmAllClasses } from './subjects.mjs';
 
 export function latencyRowName(subject, t) {
   const keys = t.keys === 1 ? '1 key' : `${t.keys / 1000}k keys`;
@@ -45,6 +45,12 @@ export async function measureSubject(name, { quick }) {
       name: t.kind === 'floor' ? t.name : `${t.name}, after all six classes`,
     }));
     rows.push(...(await measureTasks(subject, again, { quick, condition: 'six classes' })));
+  }
+  const refused = getRefusedAllowed();
+  if (refused > BATCH) {
+    throw new Error(
+      `latency: ${subject.name}: ${refused} calls refused in loops measured as allowed (a limit too small for the loop)`,
+    );
   }
   const notes = subject.notes ? await subject.notes(tasks, { quick }) : undefined;
   return { subject: subject.name, kind: subject.kind, rows, notes, sink: getSink() };

@@ -11,6 +11,10 @@ import { BATCH, KEYS } from './lib.mjs';
 
 let sink = 0;
 export const getSink = () => sink;
+// Calls refused in loops measured as allowed: latency.mjs fails a subject that has more than
+// a batch of them (a row would then time refusals under the name of grants).
+let refusedAllowed = 0;
+export const getRefusedAllowed = () => refusedAllowed;
 
 // ---- floors, measured in every child beside its subject ---------------------------------
 export function floorTasks({ keys, order }) {
@@ -60,6 +64,9 @@ const ALGORITHMS = [
     refuse: (L, keys) => new L.TokenBucket({ capacity: 1, refillPerSecond: 1e-6, keys }),
     // consume() too: what the HTTP middleware and chain() call (a Decision per call).
     consume: true,
+    // A loop asks 10-25 M/s, the bucket refills 1 M/s (past that it would be a wide one):
+    // over a full run one key would run dry. Full again each batch, as the windows.
+    resetEachBatch: true,
   },
   {
     name: 'LeakyBucket',
@@ -198,19 +205,21 @@ async function oursTasks(a, { keys, order }) {
         // 1000 calls).
         if (a.resetEachBatch) one.reset();
         for (let i = 0; i < BATCH; i++) {
-          if (!one.tryAcquire()) sink++;
+          if (!one.tryAcquire()) refusedAllowed++;
           if (release) one.release();
         }
       },
     });
   }
   if (a.consume) {
+    const byConsume = a.allow(L, 1); // its own key: the tryAcquire loop spends none of it
     tasks.push({
       outcome: 'allowed by consume()',
       keys: 1,
       call: 'consume',
       fn: () => {
-        for (let i = 0; i < BATCH; i++) if (!one.consume().allowed) sink++;
+        if (a.resetEachBatch) byConsume.reset();
+        for (let i = 0; i < BATCH; i++) if (!byConsume.consume().allowed) refusedAllowed++;
       },
     });
   }
@@ -230,7 +239,7 @@ async function oursTasks(a, { keys, order }) {
       fn: () => {
         for (let i = 0; i < BATCH; i++) {
           const k = keys[order[cursor++ & 0xfffff]];
-          if (!many.tryAcquire(k)) sink++;
+          if (!many.tryAcquire(k)) refusedAllowed++;
           if (release) many.release(k);
         }
       },
@@ -276,11 +285,12 @@ async function coarseTasks(ctx) {
   });
   return [
     t('TokenBucket on CoarseClock allowed, 1 key', 1, () => {
-      for (let i = 0; i < BATCH; i++) if (!one.tryAcquire()) sink++;
+      one.reset(); // full each batch: a full run asks one key for more than it refills
+      for (let i = 0; i < BATCH; i++) if (!one.tryAcquire()) refusedAllowed++;
     }),
     t('TokenBucket on CoarseClock allowed, 100k keys', KEYS, () => {
       for (let i = 0; i < BATCH; i++) {
-        if (!many.tryAcquire(keys[order[cursor++ & 0xfffff]])) sink++;
+        if (!many.tryAcquire(keys[order[cursor++ & 0xfffff]])) refusedAllowed++;
       }
     }),
     // Beside: rows of this process that are not ours (kind 'beside', never primary).
