@@ -279,4 +279,60 @@ describe('Redis limiters decide exactly as the in-memory classes', () => {
     expect(inRedis).toEqual(inMemory);
     await r.close();
   });
+
+  it('a wait past 2^52 µs is Infinity, alone and batched, as in memory (a search there never ends)', async () => {
+    const clock = new ManualClock(0);
+    const o = { capacity: 30_000, refillPerSecond: 3e-6, clock };
+    const m = new mem.TokenBucket(o);
+    const r = new red.TokenBucket({ ...o, redis, prefix: 'far' });
+    for (const key of ['a', 'b']) {
+      expect((await r.consume(key, 30_000)).allowed).toBe(m.consume(key, 30_000).allowed);
+    }
+    clock.advance(0.001);
+    const alone = await r.consume('a', 30_000);
+    const batched = await Promise.all([r.consume('b', 30_000), r.consume('b', 1)]);
+    expect([alone, ...batched]).toEqual([
+      m.consume('a', 30_000),
+      m.consume('b', 30_000),
+      m.consume('b', 1),
+    ]);
+    expect(alone.retryAfterMs).toBe(Number.POSITIVE_INFINITY);
+    await r.close();
+  });
+
+  it('a state that lasts past 10^17 ms still gets its TTL (no PX of 1e+17), alone and batched', async () => {
+    const clock = new ManualClock(0);
+    const o = { capacity: 2 ** 31 - 1, refillPerSecond: 1e-6, clock };
+    const m = new mem.TokenBucket(o);
+    const r = new red.TokenBucket({ ...o, redis, prefix: 'long' });
+    expect(await r.consume('a', 1e8)).toEqual(m.consume('a', 1e8));
+    const both = await Promise.all([r.consume('b', 1e8), r.consume('c', 1)]);
+    expect(both).toEqual([m.consume('b', 1e8), m.consume('c', 1)]);
+    for (const key of ['a', 'b', 'c']) {
+      expect((await r.stats(key)).admitted).toBe(m.stats(key).admitted);
+    }
+    const ttls = await Promise.all(
+      ['{a}', '{b}', '{c}'].map(async (tag) => {
+        const [name] = await redis.keys(`long:*${tag}*`);
+        return redis.pttl(name!);
+      }),
+    );
+    for (const ttl of ttls) expect(ttl).toBeGreaterThan(0);
+    await r.close();
+  });
+
+  it('stats() counters wrap at 2^32, as in memory', async () => {
+    const clock = new ManualClock(0);
+    const o = { capacity: 2 ** 31 - 1, refillPerSecond: 1e9, clock };
+    const m = new mem.TokenBucket(o);
+    const r = new red.TokenBucket({ ...o, redis, prefix: 'wrap' });
+    for (let i = 0; i < 3; i++) {
+      expect((await r.consume('k', 2 ** 31 - 1)).allowed).toBe(m.consume('k', 2 ** 31 - 1).allowed);
+      clock.advance(3000);
+    }
+    const s = await r.stats('k');
+    expect(s.admitted).toBe(3 * (2 ** 31 - 1) - 2 ** 32);
+    expect(s).toMatchObject({ admitted: m.stats('k').admitted, rejected: m.stats('k').rejected });
+    await r.close();
+  });
 });

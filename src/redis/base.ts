@@ -634,8 +634,9 @@ export abstract class RedisLimiter {
       (reply) => ({
         available: this.num(reply, 0),
         queued: this.queuedPermits(tag),
-        admitted: this.num(reply, 1),
-        rejected: this.num(reply, 2),
+        // Exact, wrapping at 2^32, as in memory (Redis keeps them whole).
+        admitted: this.num(reply, 1) % 2 ** 32,
+        rejected: this.num(reply, 2) % 2 ** 32,
       }),
       (error) => {
         throw this.unavailableError(error);

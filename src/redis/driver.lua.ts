@@ -50,7 +50,11 @@ end
 -- when the write runs, which may still be in NOW's ms (or, counting from the script's
 -- start, the one before): so from NOW's whole ms, plus 1. From NOW itself (ceil(us / 1000))
 -- it could end up to a ms before endUs, and a key gone early forgets what it counted.
-local function ttlTo(endUs) return math.ceil(endUs / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS end
+-- At most 2^53 ms (285 000 years): Redis writes a number as '%.17g', and 1e17 and more
+-- would reach PX as '1e+17', which it refuses.
+local function ttlTo(endUs)
+  return math.min(9007199254740992, math.ceil(endUs / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS)
+end
 local function ttlMs(us) return ttlTo(NOW + us) end
 `;
 
@@ -64,7 +68,8 @@ export const RUN_OP = '\nlocal st = load()\n';
 export const DRIVER = `
 local function retryAfter(st, p)
   local guess = est(st, NOW, p)
-  if guess ~= guess or guess == INF then return INF end
+  -- Past 2^52 µs whole µs are not all doubles: the search would never end (as in memory).
+  if guess ~= guess or guess > 4503599627370496 then return INF end
   local function ok(r) return step(st, NOW + r, p) ~= nil end
   local hi = math.max(0, math.ceil(guess))
   local lo = 0

@@ -54,10 +54,10 @@ export function saveState(packed: string, keep: string, ttlMs: string): string {
 
 /**
  * Lua: the driver's ttlTo() (driver.lua.ts), a TTL in ms lasting until `endUs` (a Lua
- * expression, µs on NOW's clock), with the limiter's slack.
+ * expression, µs on NOW's clock), with the limiter's slack; at most 2^53 ms (see there).
  */
 export function ttlTo(endUs: string, slackMs: number): string {
-  return `math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + ${luaNumber(1 + slackMs)}`;
+  return `math.min(9007199254740992, math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + ${luaNumber(1 + slackMs)})`;
 }
 
 /**
@@ -93,12 +93,13 @@ export function singleArgs(head: readonly string[]): string[] {
  * Lua: `local retry`, the least whole µs from now at which `grants(µs)` holds (the local
  * function each script defines on its refusal path), searched from the estimate `guess`
  * (a Lua expression, µs from now): up by doubling steps, then down by halving; math.huge
- * when the estimate is not a number or no time within 2^52 µs grants.
+ * when the estimate is not a number, or past 2^52 µs (where whole µs are not all doubles and
+ * a search would not end), or no time within 2^52 µs grants.
  */
 export function searchRetry(guess: string): string {
   return `local retry
 local guess = ${guess}
-if guess ~= guess or guess == math.huge then
+if guess ~= guess or guess > 4503599627370496 then
   retry = math.huge
 else
   local hi = math.max(0, math.ceil(guess))
