@@ -274,8 +274,13 @@ export class Chain<M extends ChainMember = ChainMember> {
         // Each earlier member gives its permits back once: a Concurrency member by its
         // lease (a refund as well would free permits that others hold), the others by a
         // refund (their leases hold nothing; a nested chain's refund reaches all of it).
-        for (let j = 0; j < leases.length; j++) {
-          if (holdsLease(this.limiters[j])) leases[j]!.release();
+        const held = leases.filter((_, j) => holdsLease(this.limiters[j]));
+        try {
+          const r = releaseAll(held);
+          // The acquire failure is what the caller sees; a give-back that failed is a warning.
+          if (isThenable(r)) r.then(undefined, warnReleaseFailed);
+        } catch (releaseError) {
+          warnReleaseFailed(releaseError);
         }
         try {
           await this.undo(i, key, permits, times, true);
@@ -292,14 +297,51 @@ export class Chain<M extends ChainMember = ChainMember> {
 class ChainLease implements Lease {
   private held = true;
   constructor(private readonly leases: readonly Lease[]) {}
-  release(): void {
+  /**
+   * Releases every member's lease once. A member whose release answers with a promise (a
+   * Redis or cluster Concurrency) makes this a promise too: it settles when they all have,
+   * rejecting with the first failure, so that a release Redis could not take is reported
+   * (await it) rather than dropped.
+   */
+  release(): void | Promise<void> {
     if (!this.held) return;
     this.held = false;
-    for (const lease of this.leases) lease.release();
+    return releaseAll(this.leases);
   }
   [Symbol.dispose](): void {
-    this.release();
+    const r = this.release();
+    // dispose cannot report a failure: `await lease.release()` to see it.
+    if (isThenable(r)) r.then(undefined, warnReleaseFailed);
   }
+}
+
+/** Releases each lease; a promise when any release answered with one (see ChainLease). */
+function releaseAll(leases: readonly Lease[]): void | Promise<void> {
+  let pending: PromiseLike<unknown>[] | undefined;
+  let failure: { error: unknown } | undefined;
+  for (const lease of leases) {
+    try {
+      const r = (lease.release as () => unknown)();
+      if (isThenable(r)) (pending ??= []).push(r);
+    } catch (error) {
+      failure ??= { error };
+    }
+  }
+  if (pending === undefined) {
+    if (failure) throw failure.error;
+    return;
+  }
+  return Promise.allSettled(pending).then((results) => {
+    if (failure) throw failure.error;
+    for (const r of results) if (r.status === 'rejected') throw r.reason;
+  });
+}
+
+function warnReleaseFailed(error: unknown): void {
+  process.emitWarning(
+    `atomic-limiter: chain: a lease could not be given back: ${error instanceof Error ? error.message : String(error)}`,
+    { code: 'ATOMIC_LIMITER_RELEASE_FAILED' },
+  );
 }
 
 /** A granted Decision as after its permits were given back (a nested chain's members too). */

@@ -490,6 +490,8 @@ export abstract class Limiter implements SlotPolicy {
       let r = MOVED;
       while (r === MOVED) {
         if (this.attempt(key, permits, this.clock.nowUs(), ENQUEUE)) {
+          // Granted with no slot (whenFull: 'allow'): nothing was taken, nothing to give back.
+          if (this.core.lastWord === NO_SLOT) return Promise.resolve(NO_OP_LEASE);
           return Promise.resolve(this.leaseFor(key, permits));
         }
         if (this.core.lastWord === NO_SLOT) {

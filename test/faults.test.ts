@@ -217,6 +217,28 @@ describe('a refused chain reports its earlier members as after their give-back',
   });
 });
 
+describe('acquire() granted with no slot (whenFull: allow) holds nothing', () => {
+  it('its lease gives nothing back, alone or in a chain', async () => {
+    for (const inChain of [false, true]) {
+      const limiter = new Concurrency({ limit: 1, keys: 16, maxKeys: 16, whenFull: 'allow' });
+      const others: string[] = [];
+      for (let i = 0; limiter.consume('x').reason !== 'table-full'; i++) {
+        limiter.release('x');
+        if (i > 10_000) throw new Error('the table never filled');
+        const d = limiter.consume(`other${i}`);
+        if (d.allowed && d.reason === undefined) others.push(`other${i}`);
+      }
+      const acquirer = inChain ? chain(limiter) : limiter;
+      const slotless = await acquirer.acquire('x'); // let through: no slot, nothing taken
+      for (const other of others) limiter.release(other);
+      expect(limiter.tryAcquire('x')).toBe(true); // the key's only permit
+      slotless.release();
+      expect(limiter.tryAcquire('x')).toBe(false); // still held
+      expect(limiter.stats('x').available).toBe(0);
+    }
+  });
+});
+
 describe('cached lookups never reach another key (issue #9, item 4)', () => {
   it('stats, reset and refund of a key whose slot was reused 16+ times act on nobody else', () => {
     const clock = new ManualClock();

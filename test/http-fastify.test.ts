@@ -95,6 +95,22 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(perArea.stats('127.0.0.1').admitted).toBe(2);
   });
 
+  it('two plugins stacked on one limiter: a route with options but no limiter of its own keeps both', async () => {
+    const clock = new ManualClock();
+    const shared = new FixedWindow({ limit: 100, windowMs: 60_000, clock });
+    const app = Fastify();
+    // One limiter, two budgets: per route and one global.
+    await app.register(fastifyRateLimit, { limiter: shared, key: (req) => `route:${req.url}` });
+    await app.register(fastifyRateLimit, { limiter: shared, key: () => 'global', policyName: 'g' });
+    app.get('/plain', async () => 'ok');
+    app.get('/tuned', { config: { rateLimit: { statusCode: 503 } } }, async () => 'ok');
+    const port = await start(app);
+    expect((await request(port, { path: '/plain' })).status).toBe(200);
+    expect((await request(port, { path: '/tuned' })).status).toBe(200);
+    expect(shared.stats('global').admitted).toBe(2);
+    expect(shared.stats('route:/tuned').admitted).toBe(1);
+  });
+
   it("two plugins stacked: a route's own limiter counts each of its requests once", async () => {
     const clock = new ManualClock();
     const perMinute = new FixedWindow({ limit: 100, windowMs: 60_000, clock });

@@ -1,8 +1,17 @@
+import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LimiterClosedError, ManualClock, QueueFullError } from '../src/index.js';
+import * as memory from '../src/index.js';
+import {
+  BackendUnavailableError,
+  chain,
+  LimiterClosedError,
+  ManualClock,
+  QueueFullError,
+} from '../src/index.js';
 import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
 import { RedisServer } from './helpers/redis.js';
+import { until } from './http/helpers.js';
 
 // acquire() on Redis, driven by a ManualClock (its time goes to the scripts, and waits
 // follow it): bucket reservations in FIFO order, the queue limit, abort giving a
@@ -145,6 +154,35 @@ describe('acquire() on Redis', () => {
     await c.close();
     await rejected;
     await lease.release().catch(() => {});
+  });
+
+  it("a chain's lease over a Redis Concurrency reports a release Redis cannot take, never drops it", async () => {
+    const own = await RedisServer.start();
+    const client = new Redis(own.port, '127.0.0.1', { enableOfflineQueue: false });
+    client.on('error', () => {});
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'ATOMIC_LIMITER_RELEASE_FAILED') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      if (client.status !== 'ready') await once(client, 'ready');
+      const sem = new Concurrency({ redis: client, limit: 2, timeoutMs: 200, prefix: 'cl' });
+      const both = chain(sem, new memory.FixedWindow({ limit: 10, windowMs: 1000 }));
+      const awaited = await both.acquire('k');
+      const disposed = await both.acquire('k');
+      await own.stop();
+      // Awaited: the failure is the caller's to see.
+      await expect(Promise.resolve(awaited.release())).rejects.toThrow(BackendUnavailableError);
+      // Disposed (which cannot report): a process warning, not an unhandled rejection.
+      disposed[Symbol.dispose]();
+      await until(() => warnings.length === 1, 'the warning');
+      expect(warnings[0]).toMatch(/could not be given back/);
+    } finally {
+      process.off('warning', onWarning);
+      client.disconnect();
+      await own.close();
+    }
   });
 
   it('close() gives back a sleeping reservation and still releases leases', async () => {

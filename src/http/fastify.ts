@@ -184,9 +184,11 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     const where = `${owner} (route ${show(route.method)} ${route.url})`;
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
     const c = readOptions(where, merged, KNOWN);
-    // Another plugin stacked here already limits this route with the same limiter (the
-    // route's own, merged over each plugin's options): it counts a request once.
-    if (installed.get(route)?.has(c.limiter)) return;
+    // The route names a limiter of its own, merged over each stacked plugin's options:
+    // the first plugin installs it, the others would count each request again. (Without
+    // one, each plugin limits the route with its own limiter, as on other routes.)
+    const ownLimiter = 'limiter' in (own as object);
+    if (ownLimiter && installed.get(route)?.has(c.limiter)) return;
     addOnRequest(route, c.limiter, hookFor(new Engine(fastifyHost, c, where), where));
   });
   done();
