@@ -321,7 +321,7 @@ function releaseAll(leases: readonly Lease[]): void | Promise<void> {
   let failure: { error: unknown } | undefined;
   for (const lease of leases) {
     try {
-      const r = (lease.release as () => unknown)();
+      const r: unknown = lease.release();
       if (isThenable(r)) (pending ??= []).push(r);
     } catch (error) {
       failure ??= { error };
