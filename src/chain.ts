@@ -299,7 +299,7 @@ class ChainLease implements Lease {
   constructor(private readonly leases: readonly Lease[]) {}
   /**
    * Releases every member's lease once. A member whose release answers with a promise (a
-   * Redis or cluster Concurrency) makes this a promise too: it settles when they all have,
+   * Redis Concurrency) makes this a promise too: it settles when they all have,
    * rejecting with the first failure, so that a release Redis could not take is reported
    * (await it) rather than dropped.
    */
