@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import * as memory from '../src/index.js';
 import {
   BackendUnavailableError,
@@ -10,7 +10,7 @@ import {
   QueueFullError,
 } from '../src/index.js';
 import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { RedisServer, withRedisServer } from './helpers/redis.js';
 import { until } from './http/helpers.js';
 
 // acquire() on Redis, driven by a ManualClock (its time goes to the scripts, and waits
@@ -39,17 +39,11 @@ function track<T>(p: Promise<T>, log: string[], name: string): Promise<T> {
 }
 
 describe('acquire() on Redis', () => {
-  let server: RedisServer;
   let redis: Redis;
   let n = 0;
   const prefix = () => `acq${n++}`;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((_server, r) => {
+    redis = r;
   });
 
   it('TokenBucket reserves in FIFO order, refuses past queueLimit, and an abort gives the reservation back', async () => {

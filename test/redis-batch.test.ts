@@ -10,7 +10,7 @@ import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
 import { SLIDING_WINDOW_SCRIPT } from '../src/redis/sliding-window.lua.js';
-import { cli, RedisCluster, RedisServer } from './helpers/redis.js';
+import { cli, RedisCluster, RedisServer, withRedisServer } from './helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
 // slot on a Cluster). These tests prove that a batch decides exactly as the calls one by
@@ -187,13 +187,9 @@ async function ticks(
 describe('a batch decides as the calls one by one (ioredis, standalone)', () => {
   let server: RedisServer;
   let redis: IoRedis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new IoRedis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((s, r) => {
+    server = s;
+    redis = r;
   });
 
   for (const [name, make, windowMs] of CASES) {

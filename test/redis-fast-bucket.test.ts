@@ -1,9 +1,9 @@
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
 import * as mem from '../src/index.js';
 import { ManualClock } from '../src/index.js';
 import * as red from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { withRedisServer } from './helpers/redis.js';
 
 // Buckets past 10^6 per second count time in units under 1 µs (1 ns at 10^9 per second).
 // Unix time in such units is past what a double holds exactly, so a Redis key of such a
@@ -23,15 +23,9 @@ function state(...fields: number[]): Buffer {
 }
 
 describe('Redis buckets past 10^6 per second', () => {
-  let server: RedisServer;
   let redis: Redis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((_server, r) => {
+    redis = r;
   });
 
   const make = (prefix: string, clock: ManualClock) => ({

@@ -1,26 +1,19 @@
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
 import { Blocks } from '../src/redis/blocks.js';
 import { FixedWindow, SlidingLog, SlidingWindow } from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { withRedisServer } from './helpers/redis.js';
 
 // Fleet mode never admits past a window's limit: blocks age out with the window their
 // permits were counted in, a SlidingLog give-back drops the block's own entries, and a
 // lease that lands after reset() is not kept. Each limiter made here stands for a process
 // (blocks of its own); one ManualClock drives them all.
 
-let server: RedisServer;
 let redis: Redis;
 
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = new Redis(server.port, '127.0.0.1');
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.close();
+withRedisServer((_server, r) => {
+  redis = r;
 });
 
 /** How many of `n` one-permit decisions `limiter` admits, one after another. */

@@ -1,9 +1,9 @@
 import { once } from 'node:events';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../src/index.js';
 import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { RedisServer, withRedisServer } from './helpers/redis.js';
 
 // Fleet mode when things go wrong: Redis gone or hung, a refund after a cached refusal,
 // options given without the blocks they are for.
@@ -11,14 +11,9 @@ import { RedisServer } from './helpers/redis.js';
 let server: RedisServer;
 let redis: Redis;
 
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = new Redis(server.port, '127.0.0.1');
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.close();
+withRedisServer((s, r) => {
+  server = s;
+  redis = r;
 });
 
 /** Counts the scripts `client` is asked to run (EVALSHA, EVAL, or a pipeline of them). */

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../src/index.js';
 import {
   attach,
@@ -10,7 +10,7 @@ import {
   SlidingLog,
   TokenBucket,
 } from '../src/redis/index.js';
-import { cli, RedisServer } from './helpers/redis.js';
+import { cli, RedisServer, withRedisServer } from './helpers/redis.js';
 
 // Fleet mode in one process: blocks leased from a real redis-server, spent locally.
 
@@ -24,14 +24,9 @@ async function evalCalls(): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = new Redis(server.port, '127.0.0.1');
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.close();
+withRedisServer((s, r) => {
+  server = s;
+  redis = r;
 });
 
 describe('fleet mode: blocks', () => {

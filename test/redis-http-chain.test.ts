@@ -1,26 +1,20 @@
 import http from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { rateLimit } from '../src/http/index.js';
 import { chain, FixedWindow, ManualClock } from '../src/index.js';
 import * as redisLimiters from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { RedisServer, withRedisServer } from './helpers/redis.js';
 import { listen, rateFields, request, sequence, until } from './http/helpers.js';
 
 // The parts together: a Redis limiter behind the HTTP middleware (issue #10), and chain()
 // mixing a Redis limiter with an in-memory one (issue #14), against a real redis-server.
 
 describe('Redis limiters with chain() and the HTTP middleware', () => {
-  let server: RedisServer;
   let redis: Redis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((_server, r) => {
+    redis = r;
   });
 
   it('Express in front of a Redis TokenBucket: exactly 5 × 200, then 429 with the exact Retry-After', async () => {

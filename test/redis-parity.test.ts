@@ -1,9 +1,9 @@
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
 import * as mem from '../src/index.js';
 import { ManualClock } from '../src/index.js';
 import * as red from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { withRedisServer } from './helpers/redis.js';
 
 // One seeded random sequence of calls (keys, permits, time steps, refunds) goes through the
 // Redis class and the in-memory class on one ManualClock; every Decision must be equal,
@@ -200,15 +200,9 @@ const CASES: [string, (redis: Redis, clock: ManualClock, prefix: string) => Pair
 // Refunds of windows and the log follow the in-memory rules (a refund lands in the window
 // its permits were taken in; a refunded log entry's time is never reused).
 describe('Redis limiters decide exactly as the in-memory classes', () => {
-  let server: RedisServer;
   let redis: Redis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((_server, r) => {
+    redis = r;
   });
 
   for (const [name, make] of CASES) {

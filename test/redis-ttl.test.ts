@@ -1,8 +1,8 @@
-import { Redis as IoRedis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis as IoRedis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
 import { REDIS_TIME_SLACK_MS } from '../src/redis/base.js';
 import * as red from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { withRedisServer } from './helpers/redis.js';
 
 // On Redis time, a call alone keeps its key's TTL (`SET … KEEPTTL`) when the state it writes
 // ends no later than the state stored before it, since the TTL there already reaches that
@@ -124,15 +124,9 @@ async function countSets(
 }
 
 describe('TTLs on Redis time, with calls alone keeping them', () => {
-  let server: RedisServer;
   let redis: IoRedis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new IoRedis(server.port, '127.0.0.1');
-  });
-  afterAll(async () => {
-    redis?.disconnect();
-    await server?.close();
+  withRedisServer((_server, r) => {
+    redis = r;
   });
 
   for (const c of CASES) {

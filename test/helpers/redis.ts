@@ -4,6 +4,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
 
 const run = promisify(execFile);
 
@@ -112,6 +114,24 @@ export class RedisServer {
     await this.stop();
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A redis-server and an ioredis client of it for the tests of the enclosing file or describe
+ * block: started before them (`use` receives both), stopped after them.
+ */
+export function withRedisServer(use: (server: RedisServer, redis: Redis) => void): void {
+  let server: RedisServer | undefined;
+  let redis: Redis | undefined;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    redis = new Redis(server.port, '127.0.0.1');
+    use(server, redis);
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.close();
+  });
 }
 
 /** A real three-master Redis Cluster on free loopback ports. */
