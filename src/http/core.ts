@@ -108,6 +108,8 @@ function holdsPermits(limiter: unknown): boolean | undefined {
   return unknown ? undefined : false;
 }
 
+const NONE: readonly LimiterFace[] = [];
+
 /** Reports a failure that has no request left to go to (a release after the response). */
 function reportLate(error: unknown): void {
   process.emitWarning(
@@ -134,6 +136,8 @@ export class Engine<Req, Res> {
   // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
   private holds: boolean | undefined;
   private warnedNoAddress = false;
+  // tookFrom()'s answers for a limiter that is not a chain: no array made per request.
+  private readonly self: readonly LimiterFace[];
   // Writes `Retry-After` alone: made when a wait first times out.
   private retryAfterOnly: HeaderWriter | undefined;
 
@@ -143,6 +147,7 @@ export class Engine<Req, Res> {
     private readonly owner: string,
   ) {
     this.holds = holdsPermits(c.limiter);
+    this.self = [c.limiter as LimiterFace];
   }
 
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
@@ -260,7 +265,7 @@ export class Engine<Req, Res> {
    */
   private tookFrom(d: Decision): readonly LimiterFace[] {
     const limiter = this.c.limiter as LimiterFace;
-    if (!isChain(limiter)) return d.reason === undefined ? [limiter] : [];
+    if (!isChain(limiter)) return d.reason === undefined ? this.self : NONE;
     const members = flattenLimiters(limiter);
     const decisions = flattenDecisions(limiter, d);
     return members.filter(
