@@ -46,13 +46,13 @@ describe('fleet mode: blocks', () => {
     expect(decisions.every((d) => d.allowed)).toBe(true);
     // remaining is what this process may still spend without asking Redis.
     expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
-    // Ten asks granted a block of 10 each; past the limit, at most three more that Redis
-    // refused (the second of the last two leases taken ahead together, then the two ahead
-    // of the last block, at a quarter and an eighth left): that refusal is now cached. A
-    // lease taken ahead goes out as its own command, at once; one more call is the first
-    // EVALSHA, which met NOSCRIPT before the script was loaded.
+    // Asks granted a block of 10 each, or 20 once the key needed a second lease ahead (its
+    // two leases ahead then go in one round trip): at least five; past the limit, at most
+    // three more that Redis refused (the leases ahead of the last block): that refusal is
+    // now cached. A lease taken ahead goes out as its own command, at once; one more call is
+    // the first EVALSHA, which met NOSCRIPT before the script was loaded.
     const calls = await evalCalls();
-    expect(calls).toBeGreaterThanOrEqual(10);
+    expect(calls).toBeGreaterThanOrEqual(1 + 100 / 20);
     expect(calls).toBeLessThanOrEqual(14);
     const refused = await fw.consume('k');
     expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
@@ -159,9 +159,9 @@ describe('fleet mode: lease sizes', () => {
     const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f7' };
     const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128 });
     const check = new TokenBucket(opts);
-    // The most a process may hold: two leases out on an eighth of one in hand, a lease being
-    // at most maxBlock (128).
-    const most = 2 * 128 + 128 / 8;
+    // The most a process may hold: two leases out on a quarter of one in hand, a lease
+    // being at most maxBlock (128).
+    const most = 2 * 128 + 128 / 4;
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     let admitted = 0;
     for (let i = 0; i < 2000; i++) {
@@ -278,6 +278,33 @@ describe('fleet mode: lease sizes', () => {
     expect(await check.stats('k')).toMatchObject({ available: opts.capacity - admitted });
   });
 
+  it("a hot key's two leases ahead go in one round trip, and never a third beside them", async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9c' };
+    const tb = new TokenBucket({ ...opts, block: 8 });
+    const check = new TokenBucket(opts); // on the same connection: answered after tb's leases
+    let admitted = 0;
+    const held = async () => opts.capacity - admitted - (await check.stats('k')).available;
+    const spend = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        expect(await tb.tryAcquire('k')).toBe(true);
+        admitted++;
+      }
+    };
+    // From here until held() asks Redis, no event-loop turn: no reply is read.
+    await spend(6); // a block of 8; 2 left: the next is leased ahead
+    await spend(1); // an eighth left with it out: a second one (the key is now hot)
+    expect(await held()).toBe(1 + 2 * 8);
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    await spend(15); // 2 left, no lease out: both leases ahead, in one call
+    await spend(1); // an eighth left: both are out already, so no other
+    expect(await held()).toBe(1 + 2 * 8);
+    // The lease of two blocks, and stats().
+    expect(await evalCalls()).toBe(2);
+    await tb.close();
+    expect(await check.stats('k')).toMatchObject({ available: opts.capacity - admitted });
+  });
+
   it("without maxBlock, a hot key's leases stay one block (the unspent bound holds)", async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9' };
@@ -286,9 +313,9 @@ describe('fleet mode: lease sizes', () => {
     let admitted = 0;
     for (let i = 0; i < 60; i++) {
       if (await tb.tryAcquire('k')) admitted++;
-      // Held: at most two blocks out on an eighth of one in hand.
+      // Held: at most two blocks out on a quarter of one in hand.
       const held = opts.capacity - admitted - (await check.stats('k')).available;
-      expect([i, held >= 0 && held <= 2 * 8 + 1]).toEqual([i, true]);
+      expect([i, held >= 0 && held <= 2 * 8 + 2]).toEqual([i, true]);
     }
     expect(admitted).toBe(60);
     await tb.close();
@@ -313,6 +340,30 @@ describe('fleet mode: cached refusals', () => {
     expect((await fw.consume('k')).allowed).toBe(true);
     expect(await evalCalls()).toBe(1);
     await fw.close();
+  });
+
+  it('on Redis TIME, keeps a refusal until Redis would admit: one round trip per retryAfterMs', async () => {
+    // 1 permit, 5 a second: a refusal says ~200 ms from when Redis ran the script, which
+    // may be well after sending: here a script ahead of it on the connection keeps Redis
+    // busy for 30 ms. Counted from sending, the cached refusal would end 30 ms early, and
+    // the next call would meet a second refusal from Redis.
+    const tb = new TokenBucket({ redis, capacity: 1, refillPerSecond: 5, block: 1, prefix: 'rt' });
+    expect((await tb.consume('k')).allowed).toBe(true);
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    const busy = redis.eval(
+      `local s = redis.call('TIME')
+       local n
+       repeat n = redis.call('TIME') until (n[1] - s[1]) * 1e6 + (n[2] - s[2]) >= 30000
+       return 1`,
+      0,
+    );
+    let refused = 0;
+    for (let d = await tb.consume('k'); !d.allowed; d = await tb.consume('k')) refused++;
+    await busy;
+    expect(refused).toBeGreaterThan(1); // answered locally while cached
+    // One call refused (then cached), one admitted.
+    expect(await evalCalls()).toBe(2);
+    await tb.close();
   });
 });
 

@@ -324,6 +324,7 @@ export abstract class RedisLimiter {
       timeoutMs: this.timeoutMs,
       closed: () => this.closed,
       localMs: () => this.localMs(),
+      manualTime: this.clock !== undefined,
       call: (op: string, tag: string, permits: number, extra: string) =>
         this.call(op, tag, permits, extra),
       sendNow: () => this.runner.flushNow(),

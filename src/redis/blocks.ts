@@ -30,7 +30,14 @@ const I_LEASE = 8;
 const I_STARVED = 9;
 // Bumped by forget() (reset()): a lease sent before it lands in nothing (add()).
 const I_EPOCH = 10;
-const INTS = 11;
+// 1 once the key needed a second lease ahead or ran dry with a lease out (spent faster than
+// a round trip brings a lease): its leases ahead then go two at once (claimAhead()). Back to
+// 0 with the lease size, when its block ages out (resetLease()).
+const I_HOT = 11;
+const INTS = 12;
+
+/** claimAhead(): both fetch leases claimed, for two leases' permits in one round trip. */
+export const BOTH_AHEAD = -1;
 // Float64 fields per slot.
 const F_TAKEN_US = 0; // when the block's permits were taken (the script's time)
 const F_EXPIRES_MS = 1; // local time the block ages out
@@ -223,6 +230,7 @@ export class Blocks {
   /** Notes that slot `s` ran dry while a lease was out. */
   starve(s: number): void {
     Atomics.store(this.ints, s * INTS + I_STARVED, 1);
+    Atomics.store(this.ints, s * INTS + I_HOT, 1);
   }
 
   /**
@@ -242,6 +250,7 @@ export class Blocks {
   resetLease(s: number): void {
     Atomics.store(this.ints, s * INTS + I_LEASE, 0);
     Atomics.store(this.ints, s * INTS + I_STARVED, 0);
+    Atomics.store(this.ints, s * INTS + I_HOT, 0);
   }
 
   /**
@@ -264,6 +273,10 @@ export class Blocks {
    * eighth of one in hand. Checked again once claimed: of two threads claiming at once, one
    * sees the other's claim and holds itself to the eighth. Returns the claimed field
    * (I_FETCH or I_FETCH2), or 0.
+   *
+   * A hot key (I_HOT: it needed the second lease, or ran dry waiting) claims both at the
+   * quarter when both are free, and returns BOTH_AHEAD: the two leases go in one round trip
+   * (one script, one write), never a third beside them, on a quarter of one in hand.
    */
   claimAhead(s: number, size: number, leaseMs: number): number {
     const first = this.claimLeftMs(s, I_FETCH) === 0;
@@ -272,10 +285,19 @@ export class Blocks {
     if (!first && this.claimLeftMs(s, I_FETCH2) > 0) return 0; // two out
     if (!this.dueAhead(s, size, other)) return 0;
     if (!this.claimFetch(s, leaseMs, which)) return 0;
-    if (this.dueAhead(s, size, other)) return which;
-    // Lost a race to the other lease: let go, waking any thread that saw this claim.
-    this.endFetch(s, which);
-    return 0;
+    if (!this.dueAhead(s, size, other)) {
+      // Lost a race to the other lease: let go, waking any thread that saw this claim.
+      this.endFetch(s, which);
+      return 0;
+    }
+    if (!first) {
+      Atomics.store(this.ints, s * INTS + I_HOT, 1);
+      return which;
+    }
+    if (Atomics.load(this.ints, s * INTS + I_HOT) === 1 && this.claimFetch(s, leaseMs, I_FETCH2)) {
+      return BOTH_AHEAD;
+    }
+    return which;
   }
 
   /** Whether a lease ahead is due for slot `s`, the lease `other` out or not. */
@@ -285,7 +307,12 @@ export class Blocks {
       : size >= 8 && this.permits(s) <= size >> 3;
   }
 
+  /** Ends fetch lease `which` of slot `s` (I_FETCH, I_FETCH2 or BOTH_AHEAD), waking waiters. */
   endFetch(s: number, which = I_FETCH): void {
+    if (which === BOTH_AHEAD) {
+      Atomics.store(this.ints, s * INTS + I_FETCH2, 0);
+      which = I_FETCH;
+    }
     Atomics.store(this.ints, s * INTS + which, 0);
     Atomics.add(this.ints, s * INTS + I_GEN, 1);
     Atomics.notify(this.ints, s * INTS + I_GEN);

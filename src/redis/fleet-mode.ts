@@ -1,7 +1,7 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
-import type { Blocks } from './blocks.js';
+import { type Blocks, BOTH_AHEAD } from './blocks.js';
 import { Unavailable } from './runner.js';
 
 /**
@@ -41,6 +41,8 @@ export interface FleetHost {
   closed(): boolean;
   /** Local time in ms (the ManualClock's when given). */
   localMs(): number;
+  /** A ManualClock's time goes to the scripts (else they read Redis TIME). */
+  readonly manualTime: boolean;
   call(op: string, tag: string, permits: number, extra: string): Promise<unknown>;
   /** Sends the calls made so far at once (not at the end of the tick). */
   sendNow(): void;
@@ -124,7 +126,8 @@ export class Fleet {
     if (!b.take(s, permits, now)) return false;
     // A quarter of a lease left: the next one is leased in the background, so that the
     // threads spending this one need not wait for a round trip; an eighth left with that
-    // lease still out, a second one (a key spending faster than a round trip).
+    // lease still out, a second one (a key spending faster than a round trip); for a key
+    // that needed that second one, both at the quarter, in one call (Blocks.claimAhead()).
     const size = b.leaseSize(s, this.host.block);
     if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size, now);
     return true;
@@ -266,9 +269,7 @@ export class Fleet {
         : this.host.timeoutMs;
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
-      // Counted from when the lease went out (the script's time was that or later; with a
-      // ManualClock moved meanwhile, from landing it would reach into the next window).
-      if (permits === 1 && current) b.refuse(s, now + retryAfterMs);
+      if (permits === 1 && current) b.refuse(s, this.refusedFrom(now, at) + retryAfterMs);
       b.endFetch(s);
       return {
         allowed: false,
@@ -311,12 +312,26 @@ export class Fleet {
     b.add(s, permits, r.nowUs, r.nowUs + r.countedUs, expiresMs, epoch);
   }
 
+  /**
+   * The local time a refusal's retryAfterMs counts from, for a lease sent at `sentMs` that
+   * landed at `at`. A ManualClock's time went with the script: `sentMs` exactly (counted
+   * from landing, a clock moved meanwhile would reach into the next window). Redis TIME was
+   * read somewhere between the two: from landing, so the cached refusal never ends before
+   * Redis would admit (ended early, the next call would only meet a second refusal, a round
+   * trip more per retryAfterMs); it may refuse for up to one round trip longer.
+   */
+  private refusedFrom(sentMs: number, at: number): number {
+    return this.host.manualTime ? sentMs : at;
+  }
+
   private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
     if (this.host.closed()) return;
     const which = b.claimAhead(s, size, 2 * this.host.timeoutMs);
     if (which === 0) return;
+    // A hot key's two leases ahead, in one round trip.
+    const asked = which === BOTH_AHEAD ? 2 * size : size;
     const epoch = b.epoch(s);
-    const leased = this.lease(tag, size, '1');
+    const leased = this.lease(tag, asked, '1');
     this.host.sendNow();
     leased
       .then(
@@ -327,11 +342,11 @@ export class Fleet {
             if (b.epoch(s) !== epoch) return;
             const at = this.host.localMs();
             b.setFreshAt(s, at + r.untilFreshUs / 1000);
-            if (r.allowed && r.hintUs >= 1 && r.hintUs <= size) {
+            if (r.allowed && r.hintUs >= 1 && r.hintUs <= asked) {
               this.land(b, s, tag, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-              b.refuse(s, now + r.retryAfterUs / 1000); // from sending: see decide()
+              b.refuse(s, this.refusedFrom(now, at) + r.retryAfterUs / 1000);
             }
           } finally {
             b.endFetch(s, which);
