@@ -345,6 +345,75 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
+  // A fleet lease ('b') of a bucket goes alone through a script of its own too; in a tick
+  // with other calls, through the shared script's batch form. The same random calls on two
+  // keys that start alike, one each way: replies and states equal.
+  // (name, the limiter, the most the clock moves between calls in ms)
+  const LEASERS: [string, (clock: ManualClock, prefix: string) => red.TokenBucket, number][] = [
+    [
+      'TokenBucket',
+      (clock, prefix) =>
+        new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 2.5, block: 8, clock, prefix }),
+      3000,
+    ],
+    [
+      'TokenBucket past 10^6 per second',
+      (clock, prefix) =>
+        new red.TokenBucket({ redis, capacity: 50, refillPerSecond: 3e6, block: 8, clock, prefix }),
+      0.01,
+    ],
+    [
+      'LeakyBucket',
+      (clock, prefix) =>
+        new red.LeakyBucket({
+          redis,
+          capacity: 6,
+          ratePerSecond: 2.5,
+          block: 3,
+          clock,
+          prefix,
+        }) as never,
+      3000,
+    ],
+  ];
+  for (const [name, make, moveMs] of LEASERS) {
+    it(`${name}: a lease alone runs its own script and answers as in a batch`, async () => {
+      type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
+      const run = async (batched: boolean) => {
+        const clock = new ManualClock(1_000_000);
+        const r = make(clock, `b-lease-${batched}`);
+        const call = (r as unknown as { call: Call }).call.bind(r);
+        const next = prng(name.length * 53);
+        const replies: unknown[] = [];
+        for (let step = 0; step < 300; step++) {
+          if (next() < 0.3) clock.advance(Math.round(next() * moveMs * 1000) / 1000);
+          const size = 1 + Math.floor(next() * 16);
+          const least = 1 + Math.floor(next() * size);
+          const op = next() < 0.7 ? call('b', 'k', size, String(least)) : call('c', 'k', least);
+          // Batched: a stats() call of another key in the same tick makes it a batch.
+          const [reply] = await Promise.all([op, batched ? r.stats('other') : undefined]);
+          replies.push(reply);
+        }
+        if (!batched) {
+          // 300 calls alone, each its own script's run; the shared script never loaded.
+          expect(await scriptRuns([server.port])).toBe(300);
+          expect(await redis.script('EXISTS', sha(GCRA_SCRIPT))).toEqual([0]);
+        }
+        const { queued: _, ...state } = await r.stats('k' as never);
+        await r.close();
+        return { replies, state };
+      };
+      await cli(server.port, 'SCRIPT', 'FLUSH');
+      await resetStats([server.port]);
+      const alone = await run(false);
+      const batched = await run(true);
+      expect(batched).toEqual(alone);
+      const granted = alone.replies.filter((x) => (x as unknown[])[0] === 1).length;
+      expect(granted).toBeGreaterThan(30);
+      expect(alone.replies.length - granted).toBeGreaterThan(30);
+    });
+  }
+
   it('a hot key: equal calls in one tick go as runs; exactly the first `capacity` are admitted', async () => {
     const r = new red.TokenBucket({ redis, capacity: 150, refillPerSecond: 1e-3, prefix: 'b-hot' });
     await Promise.all([r.stats('warm'), r.stats('warm')]);

@@ -407,11 +407,18 @@ export abstract class RedisLimiter {
    */
   protected tryScript: Script | undefined;
   protected consumeScript: Script | undefined;
+  /** A fleet lease's ('b') single-call script, where the algorithm has one. */
+  protected leaseScript: Script | undefined;
 
   /** Sets the single-call scripts from the algorithm's builder (`name`: the script's name). */
   protected useSingleScripts(name: string, build: (op: 't' | 'c') => string): void {
     this.tryScript = new Script(`atomic-limiter:${name}-try`, build('t'), false, true);
     this.consumeScript = new Script(`atomic-limiter:${name}-consume`, build('c'), false, true);
+  }
+
+  /** Sets the single-call script of a fleet lease (`source`: the algorithm's, for 'b'). */
+  protected useLeaseScript(name: string, source: string): void {
+    this.leaseScript = new Script(`atomic-limiter:${name}-lease`, source, false, true);
   }
 
   /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
@@ -432,7 +439,13 @@ export abstract class RedisLimiter {
     ];
     // The slot only groups a Cluster's batches; standalone it is not computed.
     const alone =
-      (op === 't' ? this.tryScript : op === 'c' ? this.consumeScript : undefined) ?? this.script;
+      (op === 't'
+        ? this.tryScript
+        : op === 'c'
+          ? this.consumeScript
+          : op === 'b'
+            ? this.leaseScript
+            : undefined) ?? this.script;
     return this.runner.run(
       this.script,
       alone,

@@ -1,5 +1,13 @@
 import { GCRA_ORIGIN } from './gcra.lua.js';
-import { luaNumber, SINGLE_ARGS, saveState, searchRetry, toReply, ttlTo } from './single.lua.js';
+import {
+  LEASE_ARGS,
+  luaNumber,
+  SINGLE_ARGS,
+  saveState,
+  searchRetry,
+  toReply,
+  ttlTo,
+} from './single.lua.js';
 import { decodeState, encodeState, stateBytes } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
@@ -28,15 +36,16 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 }
 
 /**
- * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
- * 'c') of one TokenBucket / LeakyBucket call, with the limiter's parameters inline: the
- * arithmetic of gcra.lua.ts's step(), save(), avail(), fresh() and the driver's
- * retryAfter(), step for step, without building them as functions on the grant path.
- * The key holds tat, admitted, rejected (state.lua.ts) — and, past 10^6 per second, the
- * key's origin — as gcra.lua.ts reads and writes it.
+ * tryAcquire() ('t', replies 1 or 0), consume() ('c', replies as the shared script's 'c')
+ * or a fleet lease ('b', replies as the shared script's 'b') of one TokenBucket /
+ * LeakyBucket call, with the limiter's parameters inline: the arithmetic of gcra.lua.ts's
+ * step(), save(), avail(), fresh() and the driver's retryAfter() and lease, step for step,
+ * without building them as functions on the grant path. The key holds tat, admitted,
+ * rejected (state.lua.ts) — and, past 10^6 per second, the key's origin — as gcra.lua.ts
+ * reads and writes it.
  */
-export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
-  const cost = `P * ${luaNumber(p.k)}`;
+export function gcraSingleScript(op: 't' | 'c' | 'b', p: GcraParams): string {
+  const lease = op === 'b';
   const allowance = p.leaky ? 'cost' : luaNumber(p.tau);
   // A fast bucket (a unit under 1 µs) counts from its key's origin E, stored as a fourth
   // field (gcra.lua.ts); a slow one from 0, as before.
@@ -45,12 +54,51 @@ export function gcraSingleScript(op: 't' | 'c', p: GcraParams): string {
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
-  const head = `-- atomic-limiter:gcra-${op === 't' ? 'try' : 'consume'}
+  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
+  // 'b': the whole lease first, else a bisection on the same test).
+  const decide = lease
+    ? `local cost = P * ${luaNumber(p.k)}
+local got = P
+if base - u + cost > ${allowance} then
+  local function fits(n)
+    local cost = n * ${luaNumber(p.k)}
+    return base - u + cost <= ${allowance}
+  end
+  got = 0
+  if fits(LEAST) then
+    local lo, hi = LEAST, P - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if fits(mid) then lo = mid else hi = mid - 1 end
+    end
+    got = lo
+  end
+end
+local ok = got > 0
+local old = tat
+if ok then
+  tat = base + got * ${luaNumber(p.k)}
+  adm = adm + got
+else
+  rej = rej + LEAST
+end
+-- A refusal's wait is for the least asked.
+cost = LEAST * ${luaNumber(p.k)}`
+    : `local cost = P * ${luaNumber(p.k)}
+local ok = base - u + cost <= ${allowance}
+local old = tat
+if ok then
+  tat = base + cost
+  adm = adm + P
+else
+  rej = rej + P
+end`;
+  const head = `-- atomic-limiter:gcra-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}
-${SINGLE_ARGS}
+${lease ? LEASE_ARGS : SINGLE_ARGS}
 local tat, adm, rej${fast ? ', E' : ''}
 local v = redis.call('GET', KEYS[1])
 -- A state of the other kind (gcra.lua.ts decode()) is no state.
@@ -70,15 +118,7 @@ if E then E, tat = rebase(E, tat) else E = origin(NOW) end
 }local u = math.floor(${since('NOW')} * SCALE)
 local base = u
 if tat and tat > u then base = tat end
-local cost = ${cost}
-local ok = base - u + cost <= ${allowance}
-local old = tat
-if ok then
-  tat = base + cost
-  adm = adm + P
-else
-  rej = rej + P
-end
+${decide}
 -- save(): the key lives until the end of the step in which the bucket is fresh again, or
 -- goes; a state ending in the stored one's step keeps its TTL.
 if tat and tat > u then
@@ -87,6 +127,7 @@ if tat and tat > u then
     encodeState(fields),
     fast ? 'oldEnds and ends <= oldEnds' : 'old and ends <= math.ceil(old / SCALE / STEP_US)',
     ttlTo('ends * STEP_US', p.slackMs),
+    lease ? 'ARGV[3]' : 'ARGV[2]',
   )}
 else
   redis.call('DEL', KEYS[1])
@@ -111,7 +152,7 @@ end
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
-if ok then return {1, avail, 0, fresh, now} end
+${lease ? "if ok then return {1, avail, 0, fresh, now, got, 'inf'} end" : 'if ok then return {1, avail, 0, fresh, now} end'}
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
   local n = math.floor(${since('NOW + r')} * SCALE)

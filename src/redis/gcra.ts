@@ -57,6 +57,7 @@ export abstract class RedisGcra extends RedisLimiter {
       stepMs,
     };
     this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));
+    if (this.block > 0) this.useLeaseScript('gcra', gcraSingleScript('b', single));
     // A leaky bucket's lease is a burst (README, "Fleet mode"): it stays one block.
     this.startFleet(!leaky);
   }

@@ -37,6 +37,22 @@ end
 `;
 
 /**
+ * A fleet lease's ARGV (trailing one omitted): 1 the least to grant, 2 the most (a lease's
+ * size), 3 time in µs (absent: Redis TIME).
+ */
+export const LEASE_ARGS = `
+local LEAST = tonumber(ARGV[1])
+local P = tonumber(ARGV[2])
+local NOW
+if ARGV[3] then
+  NOW = tonumber(ARGV[3])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`;
+
+/**
  * Lua: writes the state `packed` (a Lua expression) to KEYS[1], keeping the key's TTL when
  * `keep` (a Lua condition) says that the state stored before this call expires no earlier
  * than the one written needs — on Redis time only: every script that writes the key sets a
@@ -44,8 +60,13 @@ end
  * no later than the stored one is covered by the TTL already there. Otherwise (a longer
  * life, no key before, or a ManualClock's time, which is not Redis's) `SET … PX ttlMs`.
  */
-export function saveState(packed: string, keep: string, ttlMs: string): string {
-  return `if not ARGV[2] and ${keep} then
+export function saveState(
+  packed: string,
+  keep: string,
+  ttlMs: string,
+  timeArg = 'ARGV[2]',
+): string {
+  return `if not ${timeArg} and ${keep} then
     redis.call('SET', KEYS[1], ${packed}, 'KEEPTTL')
   else
     redis.call('SET', KEYS[1], ${packed}, 'PX', ${ttlMs})
@@ -81,10 +102,14 @@ export function luaNumber(x: number): string {
   return String(x);
 }
 
-/** The ARGV of a single-call script for a call's head (op, time, permits, extra, slack). */
+/**
+ * The ARGV of a single-call script for a call's head (op, time, permits, extra, slack): a
+ * lease's ('b') as LEASE_ARGS, the others' as SINGLE_ARGS.
+ */
 export function singleArgs(head: readonly string[]): string[] {
   const time = head[1]!;
   const permits = head[2]!;
+  if (head[0] === 'b') return time === '' ? [head[3]!, permits] : [head[3]!, permits, time];
   if (time !== '') return [permits, time];
   return permits === '1' ? [] : [permits];
 }
