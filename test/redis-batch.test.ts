@@ -348,35 +348,88 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   // A fleet lease ('b') of a bucket goes alone through a script of its own too; in a tick
   // with other calls, through the shared script's batch form. The same random calls on two
   // keys that start alike, one each way: replies and states equal.
-  // (name, the limiter, the most the clock moves between calls in ms)
-  const LEASERS: [string, (clock: ManualClock, prefix: string) => red.TokenBucket, number][] = [
+  // (name, the limiter, the most the clock moves between calls in ms, the most one call asks)
+  const LEASERS: [string, (clock: ManualClock, prefix: string) => RedisLimiter, number, number][] =
     [
-      'TokenBucket',
-      (clock, prefix) =>
-        new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 2.5, block: 8, clock, prefix }),
-      3000,
-    ],
-    [
-      'TokenBucket past 10^6 per second',
-      (clock, prefix) =>
-        new red.TokenBucket({ redis, capacity: 50, refillPerSecond: 3e6, block: 8, clock, prefix }),
-      0.01,
-    ],
-    [
-      'LeakyBucket',
-      (clock, prefix) =>
-        new red.LeakyBucket({
-          redis,
-          capacity: 6,
-          ratePerSecond: 2.5,
-          block: 3,
-          clock,
-          prefix,
-        }) as never,
-      3000,
-    ],
-  ];
-  for (const [name, make, moveMs] of LEASERS) {
+      [
+        'TokenBucket',
+        (clock, prefix) =>
+          new red.TokenBucket({
+            redis,
+            capacity: 20,
+            refillPerSecond: 2.5,
+            block: 8,
+            clock,
+            prefix,
+          }),
+        3000,
+        16,
+      ],
+      [
+        'TokenBucket past 10^6 per second',
+        (clock, prefix) =>
+          new red.TokenBucket({
+            redis,
+            capacity: 50,
+            refillPerSecond: 3e6,
+            block: 8,
+            clock,
+            prefix,
+          }),
+        0.01,
+        16,
+      ],
+      [
+        'LeakyBucket',
+        (clock, prefix) =>
+          new red.LeakyBucket({
+            redis,
+            capacity: 6,
+            ratePerSecond: 2.5,
+            block: 3,
+            clock,
+            prefix,
+          }) as never,
+        3000,
+        16,
+      ],
+      [
+        'FixedWindow',
+        (clock, prefix) =>
+          new red.FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix }),
+        800,
+        16,
+      ],
+      [
+        'SlidingWindow',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 20,
+            windowMs: 700,
+            block: 8,
+            clock,
+            prefix,
+          }) as never,
+        500,
+        16,
+      ],
+      [
+        'SlidingWindow, wide',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 3_000_000,
+            windowMs: 3_600_000,
+            block: 8,
+            clock,
+            prefix,
+          }) as never,
+        600_000,
+        150_000,
+      ],
+    ];
+  for (const [name, make, moveMs, most] of LEASERS) {
     it(`${name}: a lease alone runs its own script and answers as in a batch`, async () => {
       type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
       const run = async (batched: boolean) => {
@@ -387,7 +440,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
         const replies: unknown[] = [];
         for (let step = 0; step < 300; step++) {
           if (next() < 0.3) clock.advance(Math.round(next() * moveMs * 1000) / 1000);
-          const size = 1 + Math.floor(next() * 16);
+          const size = 1 + Math.floor(next() * most);
           const least = 1 + Math.floor(next() * size);
           const op = next() < 0.7 ? call('b', 'k', size, String(least)) : call('c', 'k', least);
           // Batched: a stats() call of another key in the same tick makes it a batch.

@@ -16,7 +16,8 @@ type Limiter = red.TokenBucket | red.LeakyBucket | red.FixedWindow | red.Sliding
 
 interface Case {
   readonly name: string;
-  readonly make: (redis: IoRedis, prefix: string) => Limiter;
+  /** The limiter; `block`: in fleet mode (its leases go alone through a script of their own). */
+  readonly make: (redis: IoRedis, prefix: string, block?: number) => Limiter;
   /** The µs at which the stored state (the key's packed value) is fresh again; 0: now. */
   readonly endUs: (value: Buffer) => number;
   /** How far past that end the TTL may reach by design (a bucket's step), µs. */
@@ -38,8 +39,8 @@ function fields(value: Buffer): number[] {
 const CASES: Case[] = [
   {
     name: 'TokenBucket',
-    make: (redis, prefix) =>
-      new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 400, prefix }),
+    make: (redis, prefix, block) =>
+      new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 400, prefix, block }),
     endUs: (v) => fields(v)[0]!,
     // An eighth of the 50 ms the bucket takes to fill, in whole ms.
     stepUs: 6000,
@@ -47,22 +48,24 @@ const CASES: Case[] = [
   },
   {
     name: 'LeakyBucket',
-    make: (redis, prefix) =>
-      new red.LeakyBucket({ redis, capacity: 8, ratePerSecond: 250, prefix }),
+    make: (redis, prefix, block) =>
+      new red.LeakyBucket({ redis, capacity: 8, ratePerSecond: 250, prefix, block }),
     endUs: (v) => fields(v)[0]!,
     stepUs: 4000,
     spanUs: 60_000,
   },
   {
     name: 'FixedWindow',
-    make: (redis, prefix) => new red.FixedWindow({ redis, limit: 12, windowMs: 15, prefix }),
+    make: (redis, prefix, block) =>
+      new red.FixedWindow({ redis, limit: 12, windowMs: 15, prefix, block }),
     endUs: (v) => (fields(v)[0]! + 1) * 15_000,
     stepUs: 0,
     spanUs: 60_000,
   },
   {
     name: 'SlidingWindow',
-    make: (redis, prefix) => new red.SlidingWindow({ redis, limit: 12, windowMs: 15, prefix }),
+    make: (redis, prefix, block) =>
+      new red.SlidingWindow({ redis, limit: 12, windowMs: 15, prefix, block }),
     endUs: (v) => {
       const [win, prev, curr] = fields(v) as [number, number, number];
       if (curr > 0) return (win + 2) * 15_000;
@@ -132,6 +135,8 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
   for (const c of CASES) {
     it(`${c.name}: after every call, alone or batched, the key lives until its state is fresh`, async () => {
       const limiter = c.make(redis, `ttl-${c.name}`);
+      // The same key in fleet mode: blocks of 4, each fetched by a lease alone.
+      const leaser = c.make(redis, `ttl-${c.name}`, 4);
       const [key] = limiter.redisKeys('k') as [string];
       const next = prng(c.name.length * 7919);
       let checked = 0;
@@ -141,8 +146,10 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
         for (let step = 0; step < 300 || lastUs - firstUs < c.spanUs; step++) {
           const r = next();
           const permits = 1 + Math.floor(next() * 3);
-          if (r < 0.6) {
+          if (r < 0.45) {
             await (next() < 0.5 ? limiter.tryAcquire('k', permits) : limiter.consume('k', permits));
+          } else if (r < 0.6) {
+            await leaser.tryAcquire('k', permits);
           } else if (r < 0.85) {
             // One tick: the calls go as one batch (the shared script's batch form).
             const n = 2 + Math.floor(next() * 3);
@@ -183,6 +190,7 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       expect(sets.keep).toBeGreaterThan(0);
       expect(sets.px).toBeGreaterThan(0);
       expect(sets.other).toBe(0);
+      await leaser.close();
       await limiter.close();
     });
   }

@@ -1,4 +1,5 @@
 import {
+  LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
   saveState,
@@ -10,16 +11,41 @@ import {
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
- * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
- * 'c') of one FixedWindow call, with the limiter's parameters inline: fixed-window.lua.ts's
- * read(), step(), save() and the driver's retryAfter(), step for step. The key holds
- * window, count, admitted, rejected (state.lua.ts), as fixed-window.lua.ts reads and writes it.
+ * tryAcquire() ('t', replies 1 or 0), consume() ('c', replies as the shared script's 'c')
+ * or a fleet lease ('b', replies as the shared script's 'b') of one FixedWindow call, with
+ * the limiter's parameters inline: fixed-window.lua.ts's read(), step(), save(), counted()
+ * and the driver's retryAfter() and lease, step for step. The key holds window, count,
+ * admitted, rejected (state.lua.ts), as fixed-window.lua.ts reads and writes it.
  */
-export function fixedWindowSingleScript(op: 't' | 'c', p: WindowParams): string {
+export function fixedWindowSingleScript(op: 't' | 'c' | 'b', p: WindowParams): string {
   const limit = luaNumber(p.limit);
-  const head = `-- atomic-limiter:fixed-window-${op === 't' ? 'try' : 'consume'}
+  const lease = op === 'b';
+  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
+  // bisection on count + n <= limit finds limit − count: whole numbers, exact). A refusal's
+  // wait (below) is then for the least asked.
+  const decide = lease
+    ? `local got = 0
+if count + P <= ${limit} then got = P elseif count + LEAST <= ${limit} then got = ${limit} - count end
+local ok = got > 0
+if ok then
+  count = count + got
+  adm = adm + got
+  sw, sc = win, count
+else
+  rej = rej + LEAST
+end
+P = LEAST`
+    : `local ok = count + P <= ${limit}
+if ok then
+  count = count + P
+  adm = adm + P
+  sw, sc = win, count
+else
+  rej = rej + P
+end`;
+  const head = `-- atomic-limiter:fixed-window-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local W = ${luaNumber(p.windowUs)}
-${SINGLE_ARGS}
+${lease ? LEASE_ARGS : SINGLE_ARGS}
 local sw, sc, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -34,14 +60,7 @@ local count = 0
 -- counts something: one with nothing to count is deleted).
 local stored = sw
 if sw and sw >= win then win, count = sw, sc end
-local ok = count + P <= ${limit}
-if ok then
-  count = count + P
-  adm = adm + P
-  sw, sc = win, count
-else
-  rej = rej + P
-end
+${decide}
 -- save(): the key lives until its window ends, or goes; in the stored state's window the
 -- TTL is already that.
 if count > 0 then
@@ -49,6 +68,7 @@ if count > 0 then
     encodeState(['sw', 'sc', 'adm', 'rej']),
     'stored == win',
     ttlTo('(win + 1) * W', p.slackMs),
+    lease ? 'ARGV[3]' : 'ARGV[2]',
   )}
 else
   redis.call('DEL', KEYS[1])
@@ -66,7 +86,16 @@ if count > 0 then fresh = (win + 1) * W - NOW end
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
-if ok then return {1, avail, 0, fresh, now} end
+${
+  lease
+    ? `if ok then
+  -- counted(): the granted permits count in this window, to its end.
+  local counted = (win + 1) * W - NOW
+  ${toReply('counted')}
+  return {1, avail, 0, fresh, now, got, counted}
+end`
+    : 'if ok then return {1, avail, 0, fresh, now} end'
+}
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
   local w = math.floor((NOW + r) / W)

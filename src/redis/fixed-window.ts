@@ -33,6 +33,7 @@ export class FixedWindow extends RedisLimiter {
       slackMs: this.ttlSlackMs,
     };
     this.useSingleScripts('fixed-window', (op) => fixedWindowSingleScript(op, single));
+    if (this.block > 0) this.useLeaseScript('fixed-window', fixedWindowSingleScript('b', single));
     this.startFleet();
   }
 

@@ -1,5 +1,6 @@
 import { WIDE_SPAN } from '../layout.js';
 import {
+  LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
   saveState,
@@ -12,14 +13,15 @@ import { fitsLua, storedPrevLua } from './sliding-window.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /**
- * tryAcquire() ('t', replies 1 or 0) or consume() ('c', replies as the shared script's
- * 'c') of one two-window SlidingWindow call, with the limiter's parameters inline:
- * sliding-window.lua.ts's read(), weighted(), step(), save(), avail(), est() and the
- * driver's retryAfter(), step for step. The key holds window, prev, curr, admitted,
- * rejected (state.lua.ts), as sliding-window.lua.ts reads and writes it.
+ * tryAcquire() ('t', replies 1 or 0), consume() ('c', replies as the shared script's 'c')
+ * or a fleet lease ('b', replies as the shared script's 'b') of one two-window
+ * SlidingWindow call, with the limiter's parameters inline: sliding-window.lua.ts's read(),
+ * weighted(), step(), save(), avail(), est(), counted() and the driver's retryAfter() and
+ * lease, step for step. The key holds window, prev, curr, admitted, rejected
+ * (state.lua.ts), as sliding-window.lua.ts reads and writes it.
  */
 export function slidingWindowSingleScript(
-  op: 't' | 'c',
+  op: 't' | 'c' | 'b',
   p: WindowParams & { readonly prevQuantum: number },
 ): string {
   const limit = luaNumber(p.limit);
@@ -30,9 +32,44 @@ export function slidingWindowSingleScript(
   // The window test (fitsLua()), with its exactness known here.
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);
-  const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : 'consume'}
+  const lease = op === 'b';
+  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
+  // 'b': the whole lease first, else a bisection on the same test). A refusal's wait
+  // (below) is then for the least asked.
+  const decide = lease
+    ? `local got = P
+if not (${fits('weighted', 'curr + P')}) then
+  local function fitsN(n) return ${fits('weighted', 'curr + n')} end
+  got = 0
+  if fitsN(LEAST) then
+    local lo, hi = LEAST, P - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if fitsN(mid) then lo = mid else hi = mid - 1 end
+    end
+    got = lo
+  end
+end
+local ok = got > 0
+if ok then
+  curr = curr + got
+  adm = adm + got
+  sw, sp, sc = win, prev, curr
+else
+  rej = rej + LEAST
+end
+P = LEAST`
+    : `local ok = ${fits('weighted', 'curr + P')}
+if ok then
+  curr = curr + P
+  adm = adm + P
+  sw, sp, sc = win, prev, curr
+else
+  rej = rej + P
+end`;
+  const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local W = ${luaNumber(p.windowUs)}
-${SINGLE_ARGS}
+${lease ? LEASE_ARGS : SINGLE_ARGS}
 local sw, sp, sc, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -57,14 +94,7 @@ if sw then
   end
 end
 local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))
-local ok = ${fits('weighted', 'curr + P')}
-if ok then
-  curr = curr + P
-  adm = adm + P
-  sw, sp, sc = win, prev, curr
-else
-  rej = rej + P
-end
+${decide}
 -- save(): fresh() of the state saved, read at NOW (the rolled counters).
 local fresh = 0
 if curr > 0 then
@@ -79,6 +109,7 @@ if fresh > 0 then
     encodeState(['sw', 'sp', 'sc', 'adm', 'rej']),
     'ends and (not ok or win + 2 <= ends)',
     ttlTo('NOW + fresh', p.slackMs),
+    lease ? 'ARGV[3]' : 'ARGV[2]',
   )}
 else
   redis.call('DEL', KEYS[1])
@@ -99,7 +130,16 @@ ${
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
-if ok then return {1, avail, 0, fresh, now} end
+${
+  lease
+    ? `if ok then
+  -- counted(): the granted permits count in this window, to its end.
+  local counted = (win + 1) * W - NOW
+  ${toReply('counted')}
+  return {1, avail, 0, fresh, now, got, counted}
+end`
+    : 'if ok then return {1, avail, 0, fresh, now} end'
+}
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants, read
 -- from the stored state (unchanged but for its rejected count).
 local function grants(r)

@@ -66,6 +66,9 @@ export class SlidingWindow extends RedisLimiter {
         prevQuantum,
       };
       this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
+      if (this.block > 0) {
+        this.useLeaseScript('sliding-window', slidingWindowSingleScript('b', single));
+      }
     }
     this.startFleet();
   }
