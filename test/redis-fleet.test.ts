@@ -229,6 +229,26 @@ describe('fleet mode: lease sizes', () => {
     ).toThrow(/"maxBlock" is not for a LeakyBucket \(its lease is a burst/);
   });
 
+  it("a hot LeakyBucket key's leases ahead stay one block each: no burst past block", async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 8, ratePerSecond: 1, clock, prefix: 'f10b' };
+    const lb = new LeakyBucket({ ...opts, block: 8, blockTtlMs: 1e6 });
+    const plain = new LeakyBucket(opts); // on the same connection: answered after lb's leases
+    // A block of 8; the leases ahead at 2 and 1 left are refused (the bucket is full): the
+    // second one made the key hot.
+    for (let i = 0; i < 7; i++) expect(await lb.tryAcquire('k')).toBe(true);
+    await plain.stats('k');
+    clock.advance(9000); // the bucket empty again
+    let burst = 0;
+    for (let i = 0; i < 40; i++) {
+      if (await lb.tryAcquire('k')) burst++;
+      await plain.stats('x'); // lets every lease land
+    }
+    // The permit left, and one lease of a block — not two leases' worth at once.
+    expect(burst).toBe(1 + 8);
+    await lb.close();
+  });
+
   it('maxBlock: checked against block and the limit', () => {
     const opts = { redis, capacity: 1000, refillPerSecond: 1 };
     expect(() => new TokenBucket({ ...opts, maxBlock: 64 })).toThrow(
@@ -363,6 +383,24 @@ describe('fleet mode: cached refusals', () => {
     expect(refused).toBeGreaterThan(1); // answered locally while cached
     // One call refused (then cached), one admitted.
     expect(await evalCalls()).toBe(2);
+    await tb.close();
+  });
+});
+
+describe('fleet mode: a refusal read late', () => {
+  it('on Redis TIME, a thread busy when the refusal came does not stretch it', async () => {
+    // 4 permits, 5 a second; blocks of 4. The lease taken ahead at 1 left is refused (~200
+    // ms), and its reply waits unread while the thread spends 300 ms without yielding.
+    const opts = { redis, capacity: 4, refillPerSecond: 5, prefix: 'late' };
+    const tb = new TokenBucket({ ...opts, block: 4 });
+    const plain = new TokenBucket(opts);
+    for (let i = 0; i < 3; i++) expect((await tb.consume('k')).allowed).toBe(true);
+    const t0 = Date.now();
+    expect((await tb.consume('k')).allowed).toBe(true); // the last permit; the lease goes out
+    while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
+    // Redis has a permit again (it refilled at ~200 ms), and so does this process.
+    expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
+    expect((await tb.consume('k')).allowed).toBe(true);
     await tb.close();
   });
 });

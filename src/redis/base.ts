@@ -339,10 +339,10 @@ export abstract class RedisLimiter {
       lost: reportLost,
     };
     if (c.blocks) {
-      this.fleet = new Fleet(new Blocks(c.blocks), host, most);
+      this.fleet = new Fleet(new Blocks(c.blocks), host, most, leasesGrow);
       return;
     }
-    const fleet = new Fleet(new Blocks(c.blockKeys), host, most);
+    const fleet = new Fleet(new Blocks(c.blockKeys), host, most, leasesGrow);
     this.fleet = fleet;
     this.ownsBlocks = true;
     // Blocks nobody touches still age out: their permits go back. Nobody awaits the sweep,

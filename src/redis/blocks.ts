@@ -274,11 +274,12 @@ export class Blocks {
    * sees the other's claim and holds itself to the eighth. Returns the claimed field
    * (I_FETCH or I_FETCH2), or 0.
    *
-   * A hot key (I_HOT: it needed the second lease, or ran dry waiting) claims both at the
-   * quarter when both are free, and returns BOTH_AHEAD: the two leases go in one round trip
-   * (one script, one write), never a third beside them, on a quarter of one in hand.
+   * With `pairs`, a hot key (I_HOT: it needed the second lease, or ran dry waiting) claims
+   * both at the quarter when both are free, and returns BOTH_AHEAD: the two leases go in one
+   * round trip (one script, one write), never a third beside them, on a quarter of one in
+   * hand.
    */
-  claimAhead(s: number, size: number, leaseMs: number): number {
+  claimAhead(s: number, size: number, leaseMs: number, pairs: boolean): number {
     const first = this.claimLeftMs(s, I_FETCH) === 0;
     const which = first ? I_FETCH : I_FETCH2;
     const other = first ? I_FETCH2 : I_FETCH;
@@ -294,7 +295,11 @@ export class Blocks {
       Atomics.store(this.ints, s * INTS + I_HOT, 1);
       return which;
     }
-    if (Atomics.load(this.ints, s * INTS + I_HOT) === 1 && this.claimFetch(s, leaseMs, I_FETCH2)) {
+    if (
+      pairs &&
+      Atomics.load(this.ints, s * INTS + I_HOT) === 1 &&
+      this.claimFetch(s, leaseMs, I_FETCH2)
+    ) {
       return BOTH_AHEAD;
     }
     return which;

@@ -73,6 +73,11 @@ export class Fleet {
     private readonly host: FleetHost,
     /** The most one lease asks for: `maxBlock` (= block when leases do not grow). */
     private readonly mostLeased: number,
+    /**
+     * Whether a hot key's two leases ahead may go as one of twice the size: not where a
+     * lease is a burst (LeakyBucket: an empty bucket grants any count at once).
+     */
+    private readonly pairs: boolean,
   ) {}
 
   /** Once every lease this thread has out has landed in the blocks (or failed). */
@@ -243,6 +248,7 @@ export class Fleet {
         return this.host.fallback(error, key, permits);
       }
       const at = this.host.localMs();
+      this.noteReply(at, r);
       // After a reset() the reply is the caller's answer still (it was decided before the
       // reset), but nothing of it stays in the blocks.
       const current = b.epoch(s) === epoch;
@@ -269,7 +275,7 @@ export class Fleet {
         : this.host.timeoutMs;
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
-      if (permits === 1 && current) b.refuse(s, this.refusedFrom(now, at) + retryAfterMs);
+      if (permits === 1 && current) b.refuse(s, this.refusedFrom(now, at, r) + retryAfterMs);
       b.endFetch(s);
       return {
         allowed: false,
@@ -313,20 +319,45 @@ export class Fleet {
   }
 
   /**
-   * The local time a refusal's retryAfterMs counts from, for a lease sent at `sentMs` that
-   * landed at `at`. A ManualClock's time went with the script: `sentMs` exactly (counted
-   * from landing, a clock moved meanwhile would reach into the next window). Redis TIME was
-   * read somewhere between the two: from landing, so the cached refusal never ends before
-   * Redis would admit (ended early, the next call would only meet a second refusal, a round
-   * trip more per retryAfterMs); it may refuse for up to one round trip longer.
+   * The local time a refusal's retryAfterMs counts from, for lease reply `r` sent at
+   * `sentMs` and read at `at`. A ManualClock's time went with the script: `sentMs` exactly
+   * (counted from reading, a clock moved meanwhile would reach into the next window).
+   *
+   * Redis TIME was read somewhere between sending and reading, and reading may come long
+   * after the reply arrived (a thread busy spending reads it when it yields). Counted from
+   * sending, the cached refusal would end early by the lease's way to Redis, and the next
+   * call would meet a second refusal (a round trip more per retryAfterMs); counted from
+   * reading, it would last as much longer as the thread was busy. So the script's time is
+   * brought to the local clock (offsetFloorMs): never earlier than Redis would admit, later
+   * by at most the way back of this thread's quickest reply, and never past reading.
    */
-  private refusedFrom(sentMs: number, at: number): number {
-    return this.host.manualTime ? sentMs : at;
+  private refusedFrom(sentMs: number, at: number, r: LeaseReply): number {
+    if (this.host.manualTime) return sentMs;
+    return Math.min(at, Math.max(sentMs, r.nowUs / 1000 - this.offsetFloorMs));
+  }
+
+  /**
+   * On Redis TIME, the least the offset of Redis's clock from the local one can be, in ms:
+   * a reply read at local time `at` was decided at or before `at`, so the offset is at
+   * least its script's time less `at`; the greatest such bound of this thread's replies
+   * (the quickest one's). It follows a greater bound at once and a lesser one slowly (1/256
+   * of the way, at most 0.05 ms, per reply), so that a clock stepped back is followed in
+   * time; meanwhile a refusal only ends early (a call more to Redis), never late.
+   */
+  private offsetFloorMs = Number.NEGATIVE_INFINITY;
+
+  /** Notes lease reply `r`, read at local time `at`, in offsetFloorMs. */
+  private noteReply(at: number, r: LeaseReply): void {
+    if (this.host.manualTime) return;
+    const floor = r.nowUs / 1000 - at;
+    if (!Number.isFinite(floor)) return;
+    if (floor > this.offsetFloorMs) this.offsetFloorMs = floor;
+    else this.offsetFloorMs -= Math.min(0.05, (this.offsetFloorMs - floor) / 256);
   }
 
   private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
     if (this.host.closed()) return;
-    const which = b.claimAhead(s, size, 2 * this.host.timeoutMs);
+    const which = b.claimAhead(s, size, 2 * this.host.timeoutMs, this.pairs);
     if (which === 0) return;
     // A hot key's two leases ahead, in one round trip.
     const asked = which === BOTH_AHEAD ? 2 * size : size;
@@ -338,15 +369,16 @@ export class Fleet {
         (reply) => {
           try {
             const r = this.host.parse(reply);
+            const at = this.host.localMs();
+            this.noteReply(at, r);
             // After a reset() of the key, nothing of the reply stays (Blocks.add()).
             if (b.epoch(s) !== epoch) return;
-            const at = this.host.localMs();
             b.setFreshAt(s, at + r.untilFreshUs / 1000);
             if (r.allowed && r.hintUs >= 1 && r.hintUs <= asked) {
               this.land(b, s, tag, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-              b.refuse(s, this.refusedFrom(now, at) + r.retryAfterUs / 1000);
+              b.refuse(s, this.refusedFrom(now, at, r) + r.retryAfterUs / 1000);
             }
           } finally {
             b.endFetch(s, which);
