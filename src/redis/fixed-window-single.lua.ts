@@ -6,6 +6,8 @@ import {
   searchRetry,
   toReply,
   ttlTo,
+  verdictLua,
+  WINDOW_LEASE_REPLY,
   type WindowParams,
 } from './single.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
@@ -20,29 +22,6 @@ import { decodeState, encodeState } from './state.lua.js';
 export function fixedWindowSingleScript(op: 't' | 'c' | 'b', p: WindowParams): string {
   const limit = luaNumber(p.limit);
   const lease = op === 'b';
-  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
-  // bisection on count + n <= limit finds limit − count: whole numbers, exact). A refusal's
-  // wait (below) is then for the least asked.
-  const decide = lease
-    ? `local got = 0
-if count + P <= ${limit} then got = P elseif count + LEAST <= ${limit} then got = ${limit} - count end
-local ok = got > 0
-if ok then
-  count = count + got
-  adm = adm + got
-  sw, sc = win, count
-else
-  rej = rej + LEAST
-end
-P = LEAST`
-    : `local ok = count + P <= ${limit}
-if ok then
-  count = count + P
-  adm = adm + P
-  sw, sc = win, count
-else
-  rej = rej + P
-end`;
   const head = `-- atomic-limiter:fixed-window-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local W = ${luaNumber(p.windowUs)}
 ${lease ? LEASE_ARGS : SINGLE_ARGS}
@@ -60,7 +39,14 @@ local count = 0
 -- counts something: one with nothing to count is deleted).
 local stored = sw
 if sw and sw >= win then win, count = sw, sc end
-${decide}
+${verdictLua(lease, (x) => `count + ${x} <= ${limit}`)}
+if ok then
+  count = count + got
+  adm = adm + got
+  sw, sc = win, count
+else
+  rej = rej + P
+end
 -- save(): the key lives until its window ends, or goes; in the stored state's window the
 -- TTL is already that.
 if count > 0 then
@@ -86,16 +72,7 @@ if count > 0 then fresh = (win + 1) * W - NOW end
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
-${
-  lease
-    ? `if ok then
-  -- counted(): the granted permits count in this window, to its end.
-  local counted = (win + 1) * W - NOW
-  ${toReply('counted')}
-  return {1, avail, 0, fresh, now, got, counted}
-end`
-    : 'if ok then return {1, avail, 0, fresh, now} end'
-}
+${lease ? WINDOW_LEASE_REPLY : 'if ok then return {1, avail, 0, fresh, now} end'}
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants.
 local function grants(r)
   local w = math.floor((NOW + r) / W)

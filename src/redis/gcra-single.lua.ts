@@ -7,6 +7,7 @@ import {
   searchRetry,
   toReply,
   ttlTo,
+  verdictLua,
 } from './single.lua.js';
 import { decodeState, encodeState, stateBytes } from './state.lua.js';
 
@@ -46,7 +47,10 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
  */
 export function gcraSingleScript(op: 't' | 'c' | 'b', p: GcraParams): string {
   const lease = op === 'b';
-  const allowance = p.leaky ? 'cost' : luaNumber(p.tau);
+  const k = luaNumber(p.k);
+  // step()'s test for x permits: a leaky bucket's allowance is the cost itself.
+  const fits = (x: string) =>
+    `base - u + ${x} * ${k} <= ${p.leaky ? `${x} * ${k}` : luaNumber(p.tau)}`;
   // A fast bucket (a unit under 1 µs) counts from its key's origin E, stored as a fourth
   // field (gcra.lua.ts); a slow one from 0, as before.
   const fast = p.scale > 1;
@@ -54,45 +58,6 @@ export function gcraSingleScript(op: 't' | 'c' | 'b', p: GcraParams): string {
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
-  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
-  // 'b': the whole lease first, else a bisection on the same test).
-  const decide = lease
-    ? `local cost = P * ${luaNumber(p.k)}
-local got = P
-if base - u + cost > ${allowance} then
-  local function fits(n)
-    local cost = n * ${luaNumber(p.k)}
-    return base - u + cost <= ${allowance}
-  end
-  got = 0
-  if fits(LEAST) then
-    local lo, hi = LEAST, P - 1
-    while lo < hi do
-      local mid = math.floor((lo + hi + 1) / 2)
-      if fits(mid) then lo = mid else hi = mid - 1 end
-    end
-    got = lo
-  end
-end
-local ok = got > 0
-local old = tat
-if ok then
-  tat = base + got * ${luaNumber(p.k)}
-  adm = adm + got
-else
-  rej = rej + LEAST
-end
--- A refusal's wait is for the least asked.
-cost = LEAST * ${luaNumber(p.k)}`
-    : `local cost = P * ${luaNumber(p.k)}
-local ok = base - u + cost <= ${allowance}
-local old = tat
-if ok then
-  tat = base + cost
-  adm = adm + P
-else
-  rej = rej + P
-end`;
   const head = `-- atomic-limiter:gcra-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
@@ -118,7 +83,16 @@ if E then E, tat = rebase(E, tat) else E = origin(NOW) end
 }local u = math.floor(${since('NOW')} * SCALE)
 local base = u
 if tat and tat > u then base = tat end
-${decide}
+${verdictLua(lease, fits)}
+local old = tat
+if ok then
+  tat = base + got * K
+  adm = adm + got
+else
+  rej = rej + P
+end
+-- What was asked (a refusal's wait is for it).
+local cost = P * K
 -- save(): the key lives until the end of the step in which the bucket is fresh again, or
 -- goes; a state ending in the stored one's step keeps its TTL.
 if tat and tat > u then
@@ -158,7 +132,7 @@ local function grants(r)
   local n = math.floor(${since('NOW + r')} * SCALE)
   local b = n
   if old and old > n then b = old end
-  return b - n + cost <= ${allowance}
+  return b - n + cost <= ${p.leaky ? 'cost' : luaNumber(p.tau)}
 end
 local t0 = u
 if old then t0 = math.max(u, old) end

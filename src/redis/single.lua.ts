@@ -37,6 +37,44 @@ end
 `;
 
 /**
+ * Lua: the verdict of a call (`lease` false: its P permits, if `fits(P)`) or of a fleet
+ * lease (the driver's 'b': the most of P for which `fits` holds, at least LEAST — the whole
+ * lease first, else a bisection on the same test), as `ok` and `got`, the count granted.
+ * `fits(x)` is a Lua condition on a count x. After a lease's, P is LEAST: what a refusal
+ * counts and waits for.
+ */
+export function verdictLua(lease: boolean, fits: (x: string) => string): string {
+  if (!lease)
+    return `local got = P
+local ok = ${fits('P')}`;
+  return `local got = P
+if not (${fits('P')}) then
+  local function fitsX(x) return ${fits('x')} end
+  got = 0
+  if fitsX(LEAST) then
+    local lo, hi = LEAST, P - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if fitsX(mid) then lo = mid else hi = mid - 1 end
+    end
+    got = lo
+  end
+end
+local ok = got > 0
+P = LEAST`;
+}
+
+/**
+ * Lua: a window's reply to a granted lease, as the driver's 'b' (needs avail, fresh, now,
+ * got, win, W): last, counted(), how long the permits granted count in their window.
+ */
+export const WINDOW_LEASE_REPLY = `if ok then
+  local counted = (win + 1) * W - NOW
+  ${toReply('counted')}
+  return {1, avail, 0, fresh, now, got, counted}
+end`;
+
+/**
  * A fleet lease's ARGV (trailing one omitted): 1 the least to grant, 2 the most (a lease's
  * size), 3 time in µs (absent: Redis TIME).
  */

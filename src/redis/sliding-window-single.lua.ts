@@ -7,6 +7,8 @@ import {
   searchRetry,
   toReply,
   ttlTo,
+  verdictLua,
+  WINDOW_LEASE_REPLY,
   type WindowParams,
 } from './single.lua.js';
 import { fitsLua, storedPrevLua } from './sliding-window.lua.js';
@@ -33,40 +35,6 @@ export function slidingWindowSingleScript(
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);
   const lease = op === 'b';
-  // The verdict: a call's P permits, or a lease's most of P, at least LEAST (the driver's
-  // 'b': the whole lease first, else a bisection on the same test). A refusal's wait
-  // (below) is then for the least asked.
-  const decide = lease
-    ? `local got = P
-if not (${fits('weighted', 'curr + P')}) then
-  local function fitsN(n) return ${fits('weighted', 'curr + n')} end
-  got = 0
-  if fitsN(LEAST) then
-    local lo, hi = LEAST, P - 1
-    while lo < hi do
-      local mid = math.floor((lo + hi + 1) / 2)
-      if fitsN(mid) then lo = mid else hi = mid - 1 end
-    end
-    got = lo
-  end
-end
-local ok = got > 0
-if ok then
-  curr = curr + got
-  adm = adm + got
-  sw, sp, sc = win, prev, curr
-else
-  rej = rej + LEAST
-end
-P = LEAST`
-    : `local ok = ${fits('weighted', 'curr + P')}
-if ok then
-  curr = curr + P
-  adm = adm + P
-  sw, sp, sc = win, prev, curr
-else
-  rej = rej + P
-end`;
   const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local W = ${luaNumber(p.windowUs)}
 ${lease ? LEASE_ARGS : SINGLE_ARGS}
@@ -94,7 +62,14 @@ if sw then
   end
 end
 local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))
-${decide}
+${verdictLua(lease, (x) => fits('weighted', `curr + ${x}`))}
+if ok then
+  curr = curr + got
+  adm = adm + got
+  sw, sp, sc = win, prev, curr
+else
+  rej = rej + P
+end
 -- save(): fresh() of the state saved, read at NOW (the rolled counters).
 local fresh = 0
 if curr > 0 then
@@ -130,16 +105,7 @@ ${
 ${toReply('fresh')}
 local now = NOW
 ${toReply('now')}
-${
-  lease
-    ? `if ok then
-  -- counted(): the granted permits count in this window, to its end.
-  local counted = (win + 1) * W - NOW
-  ${toReply('counted')}
-  return {1, avail, 0, fresh, now, got, counted}
-end`
-    : 'if ok then return {1, avail, 0, fresh, now} end'
-}
+${lease ? WINDOW_LEASE_REPLY : 'if ok then return {1, avail, 0, fresh, now} end'}
 -- Refused: the driver's retryAfter(), the least µs r at which step(NOW + r) grants, read
 -- from the stored state (unchanged but for its rejected count).
 local function grants(r)
