@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../src/index.js';
 import {
   attach,
@@ -401,6 +401,52 @@ describe('fleet mode: a refusal read late', () => {
     // Redis has a permit again (it refilled at ~200 ms), and so does this process.
     expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
     expect((await tb.consume('k')).allowed).toBe(true);
+    await tb.close();
+  });
+
+  it('with no earlier reply on its thread side, a refusal read late counts from sending', async () => {
+    const opts = { redis, capacity: 4, refillPerSecond: 5, prefix: 'late1' };
+    const tb = new TokenBucket({ ...opts, block: 4 });
+    // Another thread's side of the blocks (attach(), as in a worker): no reply of its own yet.
+    const other = attach(tb.handle, { redis });
+    const plain = new TokenBucket(opts);
+    for (let i = 0; i < 2; i++) expect((await tb.consume('k')).allowed).toBe(true);
+    const t0 = Date.now();
+    // 1 left: other's lease ahead goes out (refused, ~200 ms); then the last permit.
+    expect((await other.consume('k')).allowed).toBe(true);
+    expect((await other.consume('k')).allowed).toBe(true);
+    while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
+    expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
+    expect((await tb.consume('k')).allowed).toBe(true);
+    await other.close();
+    await tb.close();
+  });
+
+  it('after the clocks move apart, a reply bounds the offset afresh: still one round trip per retryAfterMs', async () => {
+    // As 'on Redis TIME, keeps a refusal…' above, with the local clock stepped 1 s ahead
+    // (Redis's, seen from here, 1 s back) after the first reply.
+    const tb = new TokenBucket({ redis, capacity: 2, refillPerSecond: 5, block: 1, prefix: 'rs' });
+    expect((await tb.consume('k')).allowed).toBe(true);
+    const now = performance.now.bind(performance);
+    const stepped = vi.spyOn(performance, 'now').mockImplementation(() => now() + 1000);
+    try {
+      expect((await tb.consume('k')).allowed).toBe(true); // a quick reply after the step
+      await cli(server.port, 'CONFIG', 'RESETSTAT');
+      const busy = redis.eval(
+        `local s = redis.call('TIME')
+         local n
+         repeat n = redis.call('TIME') until (n[1] - s[1]) * 1e6 + (n[2] - s[2]) >= 30000
+         return 1`,
+        0,
+      );
+      let refused = 0;
+      for (let d = await tb.consume('k'); !d.allowed; d = await tb.consume('k')) refused++;
+      await busy;
+      expect(refused).toBeGreaterThan(1);
+      expect(await evalCalls()).toBe(2);
+    } finally {
+      stepped.mockRestore();
+    }
     await tb.close();
   });
 });

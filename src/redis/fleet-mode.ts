@@ -15,6 +15,8 @@ import { Unavailable } from './runner.js';
 // Answers known at once (shared: a settled promise holds one value forever).
 const ALLOWED = Promise.resolve(true);
 const REFUSED = Promise.resolve(false);
+/** How long a quick reply's bound on the clocks' offset counts (Fleet.noteReply()): 1–2 of these. */
+const FLOOR_PERIOD_MS = 10_000;
 const allowedOf = (d: Decision): boolean => d.allowed;
 
 /** What a lease ('b' op) replies, as the limiter parses it. */
@@ -248,7 +250,8 @@ export class Fleet {
         return this.host.fallback(error, key, permits);
       }
       const at = this.host.localMs();
-      this.noteReply(at, r);
+      const from = this.refusedFrom(now, at, r);
+      this.noteReply(now, at, r);
       // After a reset() the reply is the caller's answer still (it was decided before the
       // reset), but nothing of it stays in the blocks.
       const current = b.epoch(s) === epoch;
@@ -275,7 +278,7 @@ export class Fleet {
         : this.host.timeoutMs;
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
-      if (permits === 1 && current) b.refuse(s, this.refusedFrom(now, at, r) + retryAfterMs);
+      if (permits === 1 && current) b.refuse(s, from + retryAfterMs);
       b.endFetch(s);
       return {
         allowed: false,
@@ -320,39 +323,63 @@ export class Fleet {
 
   /**
    * The local time a refusal's retryAfterMs counts from, for lease reply `r` sent at
-   * `sentMs` and read at `at`. A ManualClock's time went with the script: `sentMs` exactly
-   * (counted from reading, a clock moved meanwhile would reach into the next window).
+   * `sentMs` and read at `at` (before noteReply() of it). A ManualClock's time went with the
+   * script: `sentMs` exactly (counted from reading, a clock moved meanwhile would reach into
+   * the next window).
    *
    * Redis TIME was read somewhere between sending and reading, and reading may come long
    * after the reply arrived (a thread busy spending reads it when it yields). Counted from
-   * sending, the cached refusal would end early by the lease's way to Redis, and the next
-   * call would meet a second refusal (a round trip more per retryAfterMs); counted from
-   * reading, it would last as much longer as the thread was busy. So the script's time is
-   * brought to the local clock (offsetFloorMs): never earlier than Redis would admit, later
-   * by at most the way back of this thread's quickest reply, and never past reading.
+   * reading, the refusal would last as much longer as the thread was busy, for every
+   * thread; counted from sending, it would end early by the lease's way to Redis, and the
+   * next call would meet a second refusal (a round trip more per retryAfterMs). So the
+   * script's time is brought to the local clock by the offset floor of the thread's earlier
+   * replies (offsetFloor()): never earlier than Redis would admit, later by at most the way
+   * back of the quickest of them, and never past reading. With no earlier reply, or one
+   * this reply shows stale (Redis's clock went back), it counts from sending.
    */
   private refusedFrom(sentMs: number, at: number, r: LeaseReply): number {
     if (this.host.manualTime) return sentMs;
-    return Math.min(at, Math.max(sentMs, r.nowUs / 1000 - this.offsetFloorMs));
+    const scriptMs = r.nowUs / 1000;
+    const floor = this.offsetFloor();
+    if (!(floor > Number.NEGATIVE_INFINITY) || scriptMs - sentMs < floor) return sentMs;
+    return Math.min(at, Math.max(sentMs, scriptMs - floor));
   }
 
   /**
-   * On Redis TIME, the least the offset of Redis's clock from the local one can be, in ms:
-   * a reply read at local time `at` was decided at or before `at`, so the offset is at
-   * least its script's time less `at`; the greatest such bound of this thread's replies
-   * (the quickest one's). It follows a greater bound at once and a lesser one slowly (1/256
-   * of the way, at most 0.05 ms, per reply), so that a clock stepped back is followed in
-   * time; meanwhile a refusal only ends early (a call more to Redis), never late.
+   * On Redis TIME, bounds on the offset of Redis's clock from the local one (ms) that this
+   * thread's replies give: a reply decided at Redis time S, sent at local s and read at a,
+   * puts it between S − a and S − s. The floor is the greatest lower bound (the quickest
+   * reply's) of the last one or two periods of FLOOR_PERIOD_MS: a thread's slow replies
+   * never lower it, and one that was quick keeps counting for a while. A reply whose upper
+   * bound is under the floor shows the clocks moved apart (Redis's went back, or another
+   * server answers): the floor starts afresh from it.
    */
-  private offsetFloorMs = Number.NEGATIVE_INFINITY;
+  private floorNow = Number.NEGATIVE_INFINITY;
+  private floorBefore = Number.NEGATIVE_INFINITY;
+  private floorPeriodAt = 0;
 
-  /** Notes lease reply `r`, read at local time `at`, in offsetFloorMs. */
-  private noteReply(at: number, r: LeaseReply): void {
+  private offsetFloor(): number {
+    return Math.max(this.floorNow, this.floorBefore);
+  }
+
+  /** Notes lease reply `r`, sent at local time `sentMs` and read at `at` (offsetFloor()). */
+  private noteReply(sentMs: number, at: number, r: LeaseReply): void {
     if (this.host.manualTime) return;
-    const floor = r.nowUs / 1000 - at;
-    if (!Number.isFinite(floor)) return;
-    if (floor > this.offsetFloorMs) this.offsetFloorMs = floor;
-    else this.offsetFloorMs -= Math.min(0.05, (this.offsetFloorMs - floor) / 256);
+    const scriptMs = r.nowUs / 1000;
+    const lower = scriptMs - at;
+    if (!Number.isFinite(lower)) return;
+    if (scriptMs - sentMs < this.offsetFloor() || at - this.floorPeriodAt >= 2 * FLOOR_PERIOD_MS) {
+      this.floorBefore = Number.NEGATIVE_INFINITY;
+      this.floorNow = lower;
+      this.floorPeriodAt = at;
+      return;
+    }
+    if (at - this.floorPeriodAt >= FLOOR_PERIOD_MS) {
+      this.floorBefore = this.floorNow;
+      this.floorNow = Number.NEGATIVE_INFINITY;
+      this.floorPeriodAt = at;
+    }
+    if (lower > this.floorNow) this.floorNow = lower;
   }
 
   private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
@@ -370,7 +397,8 @@ export class Fleet {
           try {
             const r = this.host.parse(reply);
             const at = this.host.localMs();
-            this.noteReply(at, r);
+            const from = this.refusedFrom(now, at, r);
+            this.noteReply(now, at, r);
             // After a reset() of the key, nothing of the reply stays (Blocks.add()).
             if (b.epoch(s) !== epoch) return;
             b.setFreshAt(s, at + r.untilFreshUs / 1000);
@@ -378,7 +406,7 @@ export class Fleet {
               this.land(b, s, tag, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
-              b.refuse(s, this.refusedFrom(now, at, r) + r.retryAfterUs / 1000);
+              b.refuse(s, from + r.retryAfterUs / 1000);
             }
           } finally {
             b.endFetch(s, which);
