@@ -451,6 +451,30 @@ describe('fleet mode: a refusal read late', () => {
   });
 });
 
+describe('fleet mode: a refusal read late, after the clocks moved apart', () => {
+  it("Redis's clock ahead: the refusal counts from sending, not from reading", async () => {
+    // As 'a thread busy when the refusal came…', with Redis's clock, seen from here, 1 s
+    // ahead after the first replies (the local one stepped back).
+    const opts = { redis, capacity: 4, refillPerSecond: 5, prefix: 'late2' };
+    const tb = new TokenBucket({ ...opts, block: 4 });
+    const plain = new TokenBucket(opts);
+    for (let i = 0; i < 2; i++) expect((await tb.consume('k')).allowed).toBe(true);
+    const now = performance.now.bind(performance);
+    const stepped = vi.spyOn(performance, 'now').mockImplementation(() => now() - 1000);
+    try {
+      const t0 = Date.now();
+      expect((await tb.consume('k')).allowed).toBe(true); // 1 left: the lease ahead, refused
+      expect((await tb.consume('k')).allowed).toBe(true);
+      while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
+      expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
+      expect((await tb.consume('k')).allowed).toBe(true);
+    } finally {
+      stepped.mockRestore();
+    }
+    await tb.close();
+  });
+});
+
 describe('fleet mode: bad input', () => {
   it('refuses a block larger than the limit or not a positive integer, naming it', () => {
     const base = { redis, limit: 10, windowMs: 1000 };

@@ -2,6 +2,7 @@ import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
 import { type Blocks, BOTH_AHEAD } from './blocks.js';
+import { OffsetBounds } from './offset.js';
 import { Unavailable } from './runner.js';
 
 /**
@@ -15,8 +16,6 @@ import { Unavailable } from './runner.js';
 // Answers known at once (shared: a settled promise holds one value forever).
 const ALLOWED = Promise.resolve(true);
 const REFUSED = Promise.resolve(false);
-/** How long a quick reply's bound on the clocks' offset counts (Fleet.noteReply()): 1–2 of these. */
-const FLOOR_PERIOD_MS = 10_000;
 const allowedOf = (d: Decision): boolean => d.allowed;
 
 /** What a lease ('b' op) replies, as the limiter parses it. */
@@ -332,54 +331,22 @@ export class Fleet {
    * reading, the refusal would last as much longer as the thread was busy, for every
    * thread; counted from sending, it would end early by the lease's way to Redis, and the
    * next call would meet a second refusal (a round trip more per retryAfterMs). So the
-   * script's time is brought to the local clock by the offset floor of the thread's earlier
-   * replies (offsetFloor()): never earlier than Redis would admit, later by at most the way
-   * back of the quickest of them, and never past reading. With no earlier reply, or one
-   * this reply shows stale (Redis's clock went back), it counts from sending.
+   * script's time is brought to the local clock by the bounds the thread's earlier replies
+   * put on the clocks' offset (OffsetBounds): never earlier than Redis would admit, later by
+   * at most the way back of the quickest of them, and never past reading. Where they say
+   * nothing (none yet, lapsed, or the clocks moved apart), it counts from sending.
    */
   private refusedFrom(sentMs: number, at: number, r: LeaseReply): number {
     if (this.host.manualTime) return sentMs;
-    const scriptMs = r.nowUs / 1000;
-    const floor = this.offsetFloor();
-    if (!(floor > Number.NEGATIVE_INFINITY) || scriptMs - sentMs < floor) return sentMs;
-    return Math.min(at, Math.max(sentMs, scriptMs - floor));
+    return this.offset.localOf(r.nowUs / 1000, sentMs, at) ?? sentMs;
   }
 
-  /**
-   * On Redis TIME, bounds on the offset of Redis's clock from the local one (ms) that this
-   * thread's replies give: a reply decided at Redis time S, sent at local s and read at a,
-   * puts it between S − a and S − s. The floor is the greatest lower bound (the quickest
-   * reply's) of the last one or two periods of FLOOR_PERIOD_MS: a thread's slow replies
-   * never lower it, and one that was quick keeps counting for a while. A reply whose upper
-   * bound is under the floor shows the clocks moved apart (Redis's went back, or another
-   * server answers): the floor starts afresh from it.
-   */
-  private floorNow = Number.NEGATIVE_INFINITY;
-  private floorBefore = Number.NEGATIVE_INFINITY;
-  private floorPeriodAt = 0;
+  /** This thread's bounds on the offset of Redis's clock (refusedFrom()). */
+  private readonly offset = new OffsetBounds();
 
-  private offsetFloor(): number {
-    return Math.max(this.floorNow, this.floorBefore);
-  }
-
-  /** Notes lease reply `r`, sent at local time `sentMs` and read at `at` (offsetFloor()). */
+  /** Notes lease reply `r`, sent at local time `sentMs` and read at `at` (refusedFrom()). */
   private noteReply(sentMs: number, at: number, r: LeaseReply): void {
-    if (this.host.manualTime) return;
-    const scriptMs = r.nowUs / 1000;
-    const lower = scriptMs - at;
-    if (!Number.isFinite(lower)) return;
-    if (scriptMs - sentMs < this.offsetFloor() || at - this.floorPeriodAt >= 2 * FLOOR_PERIOD_MS) {
-      this.floorBefore = Number.NEGATIVE_INFINITY;
-      this.floorNow = lower;
-      this.floorPeriodAt = at;
-      return;
-    }
-    if (at - this.floorPeriodAt >= FLOOR_PERIOD_MS) {
-      this.floorBefore = this.floorNow;
-      this.floorNow = Number.NEGATIVE_INFINITY;
-      this.floorPeriodAt = at;
-    }
-    if (lower > this.floorNow) this.floorNow = lower;
+    if (!this.host.manualTime) this.offset.note(r.nowUs / 1000, sentMs, at);
   }
 
   private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
