@@ -45,6 +45,20 @@ describe('OffsetBounds', () => {
     expect(b.localOf(30_400 + AHEAD, 30_400, 30_401)).toBeUndefined();
   });
 
+  it("counts a reply's bounds no longer than 20 s, however the periods turn", () => {
+    const b = new OffsetBounds();
+    reply(b, 0, 0.05, 0.1);
+    reply(b, 10_000, 0.05, 10_050); // slow, in the next period
+    // At 29 s only the slow reply counts: a refusal read 40 ms late is read back by its
+    // bounds (to reading, at most), not by the quick one's of 29 s ago.
+    expect(b.localOf(29_000.2 + AHEAD, 29_000, 29_040)).toBe(29_040);
+    const c = new OffsetBounds();
+    reply(c, 0, 0.05, 0.1);
+    reply(c, 19_900, 0.05, 19_950);
+    // 39.9 s after the quick one, 20 s after the slow one's period began: nothing counts.
+    expect(c.localOf(39_900.2 + AHEAD, 39_900, 39_940)).toBeUndefined();
+  });
+
   it('starts afresh from a reply that does not meet the bounds (a clock stepped)', () => {
     for (const step of [-1000, 1000]) {
       const b = new OffsetBounds();

@@ -1,35 +1,47 @@
-/** How long a reply's bounds on the clocks' offset count (OffsetBounds): one or two of these. */
+/** How long a reply's bounds on the clocks' offset count (OffsetBounds): 10 to 20 s. */
 const PERIOD_MS = 10_000;
 
 /**
  * Bounds on the offset of Redis's clock from this thread's local one (ms), from replies: a
  * reply decided at Redis time S, sent at local time s and read at a, puts the offset between
  * S − a and S − s (the script ran after sending and before reading; both clocks run at one
- * rate). The bounds kept are the tightest of the last one or two periods of PERIOD_MS — the
- * quickest replies' — so that slow replies never loosen them, and old ones lapse. A reply
- * whose bounds do not meet them shows the clocks moved apart (a clock stepped, or another
- * server answers): they start afresh from it.
+ * rate). The bounds kept are the tightest — the quickest replies' — of the replies read in
+ * the last 10 to 20 s (two periods of PERIOD_MS on a fixed grid), so that slow replies
+ * never loosen them, and old ones lapse. A reply whose bounds do not meet them shows the
+ * clocks moved apart (a clock stepped, or another server answers): they start afresh from
+ * it.
  */
 export class OffsetBounds {
+  /** The current period's tightest bounds, and the period's before. */
   private lowNow = Number.NEGATIVE_INFINITY;
-  private lowBefore = Number.NEGATIVE_INFINITY;
   private highNow = Number.POSITIVE_INFINITY;
+  private lowBefore = Number.NEGATIVE_INFINITY;
   private highBefore = Number.POSITIVE_INFINITY;
+  /** When the current period began (local ms; −Infinity: no reply yet). */
   private periodAt = Number.NEGATIVE_INFINITY;
+
+  /**
+   * The bounds that count at local time `at` ([low, high]), or undefined: none, or lapsed.
+   * The current period's count until two periods from its start, the one's before only
+   * until the current period ends.
+   */
+  private bounds(at: number): [number, number] | undefined {
+    const elapsed = at - this.periodAt;
+    if (!(elapsed < 2 * PERIOD_MS)) return undefined;
+    if (elapsed >= PERIOD_MS) return [this.lowNow, this.highNow];
+    return [Math.max(this.lowNow, this.lowBefore), Math.min(this.highNow, this.highBefore)];
+  }
 
   /**
    * Redis time `scriptMs` of a reply sent at local `sentMs` and read at `at`, as local time:
    * the latest it can have been by the bounds so far (before note() of this reply), and no
-   * later than `at`; undefined where they say nothing of it (none yet, lapsed, or this reply
+   * later than `at`; undefined where they say nothing of it (none, lapsed, or this reply
    * does not meet them).
    */
   localOf(scriptMs: number, sentMs: number, at: number): number | undefined {
-    if (!(at - this.periodAt < 2 * PERIOD_MS)) return undefined;
-    const low = Math.max(this.lowNow, this.lowBefore);
-    if (scriptMs - sentMs < low || scriptMs - at > Math.min(this.highNow, this.highBefore)) {
-      return undefined;
-    }
-    return Math.min(at, Math.max(sentMs, scriptMs - low));
+    const b = this.bounds(at);
+    if (b === undefined || scriptMs - sentMs < b[0] || scriptMs - at > b[1]) return undefined;
+    return Math.min(at, Math.max(sentMs, scriptMs - b[0]));
   }
 
   /** Notes the bounds of a reply decided at Redis time `scriptMs`, sent at `sentMs`, read at `at`. */
@@ -37,11 +49,8 @@ export class OffsetBounds {
     const low = scriptMs - at;
     const high = scriptMs - sentMs;
     if (!Number.isFinite(low) || !Number.isFinite(high)) return;
-    if (
-      !(at - this.periodAt < 2 * PERIOD_MS) ||
-      high < Math.max(this.lowNow, this.lowBefore) ||
-      low > Math.min(this.highNow, this.highBefore)
-    ) {
+    const b = this.bounds(at);
+    if (b === undefined || high < b[0] || low > b[1]) {
       this.lowBefore = Number.NEGATIVE_INFINITY;
       this.highBefore = Number.POSITIVE_INFINITY;
       this.lowNow = low;
@@ -54,7 +63,7 @@ export class OffsetBounds {
       this.highBefore = this.highNow;
       this.lowNow = Number.NEGATIVE_INFINITY;
       this.highNow = Number.POSITIVE_INFINITY;
-      this.periodAt = at;
+      this.periodAt += PERIOD_MS;
     }
     if (low > this.lowNow) this.lowNow = low;
     if (high < this.highNow) this.highNow = high;
