@@ -24,6 +24,37 @@ async function evalCalls(): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
+/**
+ * Refuses `tb`'s key 'k' once from Redis while a script ahead of it on the connection keeps
+ * Redis busy for 30 ms (so Redis decides 30 ms after sending), then calls until a call is
+ * allowed. Returns the EVALSHA calls that took (from CONFIG RESETSTAT).
+ */
+async function callsForOneRefusal(tb: TokenBucket): Promise<number> {
+  await cli(server.port, 'CONFIG', 'RESETSTAT');
+  const busy = redis.eval(
+    `local s = redis.call('TIME')
+     local n
+     repeat n = redis.call('TIME') until (n[1] - s[1]) * 1e6 + (n[2] - s[2]) >= 30000
+     return 1`,
+    0,
+  );
+  let refused = 0;
+  for (let d = await tb.consume('k'); !d.allowed; d = await tb.consume('k')) refused++;
+  await busy;
+  expect(refused).toBeGreaterThan(1); // answered locally while cached
+  return evalCalls();
+}
+
+/**
+ * Keeps this thread busy until 300 ms after `t0` (a refusal that came meanwhile is read only
+ * then), then checks that Redis has a permit for key 'k' again and that `tb` grants it.
+ */
+async function afterBusyAllowed(t0: number, plain: TokenBucket, tb: TokenBucket): Promise<void> {
+  while (Date.now() - t0 < 300) {}
+  expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
+  expect((await tb.consume('k')).allowed).toBe(true);
+}
+
 withRedisServer((s, r) => {
   server = s;
   redis = r;
@@ -369,20 +400,8 @@ describe('fleet mode: cached refusals', () => {
     // the next call would meet a second refusal from Redis.
     const tb = new TokenBucket({ redis, capacity: 1, refillPerSecond: 5, block: 1, prefix: 'rt' });
     expect((await tb.consume('k')).allowed).toBe(true);
-    await cli(server.port, 'CONFIG', 'RESETSTAT');
-    const busy = redis.eval(
-      `local s = redis.call('TIME')
-       local n
-       repeat n = redis.call('TIME') until (n[1] - s[1]) * 1e6 + (n[2] - s[2]) >= 30000
-       return 1`,
-      0,
-    );
-    let refused = 0;
-    for (let d = await tb.consume('k'); !d.allowed; d = await tb.consume('k')) refused++;
-    await busy;
-    expect(refused).toBeGreaterThan(1); // answered locally while cached
     // One call refused (then cached), one admitted.
-    expect(await evalCalls()).toBe(2);
+    expect(await callsForOneRefusal(tb)).toBe(2);
     await tb.close();
   });
 });
@@ -397,10 +416,8 @@ describe('fleet mode: a refusal read late', () => {
     for (let i = 0; i < 3; i++) expect((await tb.consume('k')).allowed).toBe(true);
     const t0 = Date.now();
     expect((await tb.consume('k')).allowed).toBe(true); // the last permit; the lease goes out
-    while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
     // Redis has a permit again (it refilled at ~200 ms), and so does this process.
-    expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
-    expect((await tb.consume('k')).allowed).toBe(true);
+    await afterBusyAllowed(t0, plain, tb); // the refusal is read only after 300 ms
     await tb.close();
   });
 
@@ -415,9 +432,7 @@ describe('fleet mode: a refusal read late', () => {
     // 1 left: other's lease ahead goes out (refused, ~200 ms); then the last permit.
     expect((await other.consume('k')).allowed).toBe(true);
     expect((await other.consume('k')).allowed).toBe(true);
-    while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
-    expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
-    expect((await tb.consume('k')).allowed).toBe(true);
+    await afterBusyAllowed(t0, plain, tb); // the refusal is read only after 300 ms
     await other.close();
     await tb.close();
   });
@@ -431,19 +446,7 @@ describe('fleet mode: a refusal read late', () => {
     const stepped = vi.spyOn(performance, 'now').mockImplementation(() => now() + 1000);
     try {
       expect((await tb.consume('k')).allowed).toBe(true); // a quick reply after the step
-      await cli(server.port, 'CONFIG', 'RESETSTAT');
-      const busy = redis.eval(
-        `local s = redis.call('TIME')
-         local n
-         repeat n = redis.call('TIME') until (n[1] - s[1]) * 1e6 + (n[2] - s[2]) >= 30000
-         return 1`,
-        0,
-      );
-      let refused = 0;
-      for (let d = await tb.consume('k'); !d.allowed; d = await tb.consume('k')) refused++;
-      await busy;
-      expect(refused).toBeGreaterThan(1);
-      expect(await evalCalls()).toBe(2);
+      expect(await callsForOneRefusal(tb)).toBe(2);
     } finally {
       stepped.mockRestore();
     }
@@ -465,9 +468,7 @@ describe('fleet mode: a refusal read late, after the clocks moved apart', () => 
       const t0 = Date.now();
       expect((await tb.consume('k')).allowed).toBe(true); // 1 left: the lease ahead, refused
       expect((await tb.consume('k')).allowed).toBe(true);
-      while (Date.now() - t0 < 300) {} // busy: the refusal is read only after this
-      expect((await plain.stats('k')).available).toBeGreaterThanOrEqual(1);
-      expect((await tb.consume('k')).allowed).toBe(true);
+      await afterBusyAllowed(t0, plain, tb); // the refusal is read only after 300 ms
     } finally {
       stepped.mockRestore();
     }
