@@ -249,7 +249,8 @@ export class Fleet {
         return this.host.fallback(error, key, permits);
       }
       const at = this.host.localMs();
-      const from = this.refusedFrom(now, at, r);
+      // Before noteReply(): a refusal is timed by the replies read before it.
+      const from = r.allowed ? 0 : this.refusedFrom(now, at, r);
       this.noteReply(now, at, r);
       // After a reset() the reply is the caller's answer still (it was decided before the
       // reset), but nothing of it stays in the blocks.
@@ -364,7 +365,7 @@ export class Fleet {
           try {
             const r = this.host.parse(reply);
             const at = this.host.localMs();
-            const from = this.refusedFrom(now, at, r);
+            const from = r.allowed ? 0 : this.refusedFrom(now, at, r);
             this.noteReply(now, at, r);
             // After a reset() of the key, nothing of the reply stays (Blocks.add()).
             if (b.epoch(s) !== epoch) return;

@@ -91,9 +91,7 @@ if ok then
 else
   rej = rej + P
 end
--- What was asked (a refusal's wait is for it).
-local cost = P * K
--- save(): the key lives until the end of the step in which the bucket is fresh again, or
+${op === 't' ? '' : "-- What was asked (a refusal's wait is for it).\nlocal cost = P * K\n"}-- save(): the key lives until the end of the step in which the bucket is fresh again, or
 -- goes; a state ending in the stored one's step keeps its TTL.
 if tat and tat > u then
   local ends = math.ceil(${endUs('tat')} / STEP_US)

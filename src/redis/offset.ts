@@ -21,15 +21,22 @@ export class OffsetBounds {
   private periodAt = Number.NEGATIVE_INFINITY;
 
   /**
-   * The bounds that count at local time `at` ([low, high]), or undefined: none, or lapsed.
-   * The current period's count until two periods from its start, the one's before only
-   * until the current period ends.
+   * Which bounds count at local time `at`: 2 both periods', 1 the current one's alone, 0
+   * none (none yet, or lapsed). The current period's count until two periods from its
+   * start, the one's before only until the current period ends.
    */
-  private bounds(at: number): [number, number] | undefined {
+  private live(at: number): number {
     const elapsed = at - this.periodAt;
-    if (!(elapsed < 2 * PERIOD_MS)) return undefined;
-    if (elapsed >= PERIOD_MS) return [this.lowNow, this.highNow];
-    return [Math.max(this.lowNow, this.lowBefore), Math.min(this.highNow, this.highBefore)];
+    if (!(elapsed < 2 * PERIOD_MS)) return 0;
+    return elapsed >= PERIOD_MS ? 1 : 2;
+  }
+
+  private lowBound(live: number): number {
+    return live === 2 ? Math.max(this.lowNow, this.lowBefore) : this.lowNow;
+  }
+
+  private highBound(live: number): number {
+    return live === 2 ? Math.min(this.highNow, this.highBefore) : this.highNow;
   }
 
   /**
@@ -39,9 +46,11 @@ export class OffsetBounds {
    * does not meet them).
    */
   localOf(scriptMs: number, sentMs: number, at: number): number | undefined {
-    const b = this.bounds(at);
-    if (b === undefined || scriptMs - sentMs < b[0] || scriptMs - at > b[1]) return undefined;
-    return Math.min(at, Math.max(sentMs, scriptMs - b[0]));
+    const live = this.live(at);
+    if (live === 0) return undefined;
+    const low = this.lowBound(live);
+    if (scriptMs - sentMs < low || scriptMs - at > this.highBound(live)) return undefined;
+    return Math.min(at, Math.max(sentMs, scriptMs - low));
   }
 
   /** Notes the bounds of a reply decided at Redis time `scriptMs`, sent at `sentMs`, read at `at`. */
@@ -49,8 +58,8 @@ export class OffsetBounds {
     const low = scriptMs - at;
     const high = scriptMs - sentMs;
     if (!Number.isFinite(low) || !Number.isFinite(high)) return;
-    const b = this.bounds(at);
-    if (b === undefined || high < b[0] || low > b[1]) {
+    const live = this.live(at);
+    if (live === 0 || high < this.lowBound(live) || low > this.highBound(live)) {
       this.lowBefore = Number.NEGATIVE_INFINITY;
       this.highBefore = Number.POSITIVE_INFINITY;
       this.lowNow = low;

@@ -24,16 +24,21 @@ export interface WindowParams {
   readonly slackMs: number;
 }
 
-export const SINGLE_ARGS = `
-local P = 1
-if ARGV[1] then P = tonumber(ARGV[1]) end
-local NOW
-if ARGV[2] then
-  NOW = tonumber(ARGV[2])
+/** Lua: `local NOW`, the time in µs from argument `arg` when given, else Redis TIME. */
+function nowFrom(arg: string): string {
+  return `local NOW
+if ${arg} then
+  NOW = tonumber(${arg})
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+end`;
+}
+
+export const SINGLE_ARGS = `
+local P = 1
+if ARGV[1] then P = tonumber(ARGV[1]) end
+${nowFrom('ARGV[2]')}
 `;
 
 /**
@@ -81,13 +86,7 @@ end`;
 export const LEASE_ARGS = `
 local LEAST = tonumber(ARGV[1])
 local P = tonumber(ARGV[2])
-local NOW
-if ARGV[3] then
-  NOW = tonumber(ARGV[3])
-else
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+${nowFrom('ARGV[3]')}
 `;
 
 /**
