@@ -1,3 +1,4 @@
+import { warnGiveBackFailed } from './errors.js';
 import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
 import type { AcquireOptions, Decision, Lease } from './options.js';
@@ -338,10 +339,7 @@ function releaseAll(leases: readonly Lease[]): void | Promise<void> {
 }
 
 function warnReleaseFailed(error: unknown): void {
-  process.emitWarning(
-    `atomic-limiter: chain: a lease could not be given back: ${error instanceof Error ? error.message : String(error)}`,
-    { code: 'ATOMIC_LIMITER_RELEASE_FAILED' },
-  );
+  warnGiveBackFailed('atomic-limiter: chain', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
 }
 
 /** A granted Decision as after its permits were given back (a nested chain's members too). */

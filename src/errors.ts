@@ -77,3 +77,17 @@ export class BackendUnavailableError extends LimiterError {
   }
 }
 defineCode(BackendUnavailableError, 'ERR_BACKEND_UNAVAILABLE');
+
+/**
+ * A give-back nobody awaits that failed (a lease released by `Symbol.dispose`, a chain's
+ * rollback, the HTTP middleware's release at the response's end, a Redis block returned in
+ * the background): a process warning with `code`, never an unhandled rejection. `where`
+ * names the part that gave back.
+ */
+export function warnGiveBackFailed(where: string, code: string, error: unknown): void {
+  const message = error instanceof Error ? error.message : String(error);
+  process.emitWarning(`${where}: permits could not be given back: ${message}`, {
+    code,
+    ...(error instanceof Error && error.stack !== undefined ? { detail: error.stack } : {}),
+  });
+}

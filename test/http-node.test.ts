@@ -423,7 +423,7 @@ describe('rateLimit edge cases on node:http', () => {
       failNext = true;
       expect((await request(port)).status).toBe(200);
       await until(() => warnings.length === 1, 'the failed release reported');
-      expect(warnings[0]).toMatch(/giving permits back failed: primary gone/);
+      expect(warnings[0]).toMatch(/permits could not be given back: primary gone/);
     } finally {
       process.off('warning', onWarning);
     }

@@ -98,7 +98,9 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
         warnings.filter((w) => (w as { code?: string }).code === 'ATOMIC_LIMITER_RELEASE_FAILED');
       await until(() => failed().length > 0, 'the failed release reported');
       expect(failed()).toHaveLength(1);
-      expect(failed()[0]!.message).toMatch(/giving permits back failed: .*Redis is unavailable/);
+      expect(failed()[0]!.message).toMatch(
+        /permits could not be given back: .*Redis is unavailable/,
+      );
       expect(errors).toEqual([]);
     } finally {
       process.off('warning', onWarning);

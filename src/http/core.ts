@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { types } from 'node:util';
-import { QueueFullError } from '../errors.js';
+import { QueueFullError, warnGiveBackFailed } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
 import { isKey, rangeError, show, typeError } from '../validate.js';
@@ -112,10 +112,7 @@ const NONE: readonly LimiterFace[] = [];
 
 /** Reports a failure that has no request left to go to (a release after the response). */
 function reportLate(error: unknown): void {
-  process.emitWarning(
-    `atomic-limiter/http: giving permits back failed: ${(error as Error)?.message ?? show(error)}`,
-    { code: 'ATOMIC_LIMITER_RELEASE_FAILED', detail: String((error as Error)?.stack ?? '') },
-  );
+  warnGiveBackFailed('atomic-limiter/http', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
 }
 
 /**

@@ -1,5 +1,10 @@
 import { ManualClock } from '../clock.js';
-import { BackendUnavailableError, LimiterClosedError, QueueFullError } from '../errors.js';
+import {
+  BackendUnavailableError,
+  LimiterClosedError,
+  QueueFullError,
+  warnGiveBackFailed,
+} from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Lease, Stats } from '../options.js';
 import {
@@ -851,10 +856,7 @@ export abstract class RedisLimiter {
 
 /** A give-back that could not reach Redis, where nobody awaits it: a process warning. */
 export function reportLost(error: unknown): void {
-  process.emitWarning(
-    `atomic-limiter/redis: permits could not be given back: ${error instanceof Error ? error.message : String(error)}`,
-    { code: 'ATOMIC_LIMITER_REDIS_GIVE_BACK' },
-  );
+  warnGiveBackFailed('atomic-limiter/redis', 'ATOMIC_LIMITER_REDIS_GIVE_BACK', error);
 }
 
 export const NO_OP_LEASE: RedisLease = Object.freeze({
