@@ -66,6 +66,37 @@ function closed(res: ServerResponse): boolean {
   return res.destroyed || res.writableEnded;
 }
 
+/**
+ * Calls `f` once, when response `res` closes (it finished, or its connection went away) or,
+ * first, when the connection of request `req` closes; at once if either already has.
+ * Returns a function that detaches both listeners. The connection is watched because a
+ * response queued behind another on a pipelined connection has no socket until the one
+ * ahead finishes, and never emits 'close' when the connection dies first: permits held for
+ * it would never come back. (Its listener goes when the response closes: a keep-alive
+ * connection serves many.)
+ */
+function whenGone(req: IncomingMessage, res: ServerResponse, f: () => void): () => void {
+  const socket = req.socket as IncomingMessage['socket'] | null;
+  let done = false;
+  const detach = (): void => {
+    done = true;
+    res.off('close', gone);
+    socket?.off('close', gone);
+  };
+  function gone(): void {
+    if (done) return;
+    detach();
+    f();
+  }
+  if (res.closed || socket == null || socket.destroyed) {
+    gone();
+    return detach;
+  }
+  res.on('close', gone);
+  socket.on('close', gone);
+  return detach;
+}
+
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     typeof value === 'object' &&
@@ -288,7 +319,7 @@ export class Engine<Req, Res> {
     const c = this.c;
     if (d.allowed) {
       this.host.writeFields(res, via, c.headers, d, undefined);
-      if (this.holding()) this.holdUntilClosed(res, key, permits, this.tookFrom(d));
+      if (this.holding()) this.holdUntilClosed(req, res, key, permits, this.tookFrom(d));
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
@@ -297,16 +328,15 @@ export class Engine<Req, Res> {
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
-  private holdUntilClosed(res: Res, key: Key, permits: number, from: readonly LimiterFace[]): void {
+  private holdUntilClosed(
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    from: readonly LimiterFace[],
+  ): void {
     if (from.length === 0) return;
-    const raw = this.host.rawRes(res);
-    if (raw.closed) {
-      this.release(key, permits, from);
-      return;
-    }
-    // 'close' comes once, after the response finished or when the connection went away
-    // first (a client abort, a handler that threw and had its socket destroyed).
-    raw.once('close', () => this.release(key, permits, from));
+    whenGone(this.host.raw(req), this.host.rawRes(res), () => this.release(key, permits, from));
   }
 
   private release(key: Key, permits: number, from: readonly LimiterFace[]): void {
@@ -330,10 +360,9 @@ export class Engine<Req, Res> {
     refused: Decision,
   ): Promise<Outcome> {
     const raw = this.host.rawRes(res);
-    if (raw.closed) return ANSWERED; // the client left before its turn to queue
     const left = new AbortController();
-    const onClose = () => left.abort();
-    raw.once('close', onClose);
+    const stopWatching = whenGone(this.host.raw(req), raw, () => left.abort());
+    if (left.signal.aborted) return ANSWERED; // the client left before its turn to queue
     const since = performance.now();
     let lease: Lease;
     try {
@@ -343,7 +372,7 @@ export class Engine<Req, Res> {
       });
     } catch (error) {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
-      raw.off('close', onClose);
+      stopWatching();
       // Full: refused at once, so the figures of the refusal still hold.
       if (error instanceof QueueFullError) return this.refuse(req, res, via, refused);
       if ((error as Error)?.name === 'TimeoutError') {
@@ -351,12 +380,12 @@ export class Engine<Req, Res> {
       }
       throw markLimiterError(this.owner, error);
     }
-    raw.off('close', onClose);
-    if (closed(raw)) {
+    stopWatching();
+    if (closed(raw) || left.signal.aborted) {
       releaseLate(() => lease.release());
       return ANSWERED;
     }
-    if (this.holding()) raw.once('close', () => releaseLate(() => lease.release()));
+    if (this.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
     return GO;
   }
 
