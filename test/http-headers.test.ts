@@ -134,6 +134,28 @@ describe("Node's header table, written directly", () => {
       ratelimit: '"upstream";r=7;t=30, "5-in-1s";r=4;t=1',
     });
   });
+
+  it('draft 8 keeps every member of a field set as several values, and replaces a draft-7 value', async () => {
+    const limiter = new FixedWindow({ limit: 5, windowMs: 1000, clock: new ManualClock() });
+    const app = express();
+    app.use((_req, res, next) => {
+      // Two earlier writers: res.append() keeps the values apart (an array).
+      res.append('RateLimit', '"edge";r=3;t=10');
+      res.append('RateLimit', '"cdn";r=9;t=20');
+      // Draft 7's dictionary under the same name: no draft-8 list can extend it.
+      res.setHeader('RateLimit-Policy', '50;w=60');
+      next();
+    });
+    app.use(rateLimit({ limiter }));
+    app.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    const r = await request(await serve(app));
+    expect(rateFields(r.headers)).toEqual({
+      'ratelimit-policy': '"5-in-1s";q=5;w=1',
+      ratelimit: '"edge";r=3;t=10, "cdn";r=9;t=20, "5-in-1s";r=4;t=1',
+    });
+  });
 });
 
 /** A sink that records fields by name, as a response would hold them. */

@@ -402,15 +402,29 @@ class StateValues {
 /**
  * Draft 8's fields are structured-field lists, which may be split over field lines: a
  * member list already on the response (another middleware of this package, or any other
- * draft-8 writer) is kept, and this one's members follow it on the same line.
+ * draft-8 writer; one value or several, as `res.append()` leaves them) is kept, and this
+ * one's members follow it on the same line. A value that is no such list (draft 7's
+ * `limit=…, remaining=…` under the same name) cannot share the field: it is replaced.
  */
 function append<T>(sink: HeaderSink<T>, target: T, f: Field, value: string): void {
-  const before = sink.getHeader(target, f);
-  sink.setHeader(
-    target,
-    f,
-    typeof before === 'string' && before !== '' ? `${before}, ${value}` : value,
-  );
+  const before = memberList(sink.getHeader(target, f));
+  sink.setHeader(target, f, before === '' ? value : `${before}, ${value}`);
+}
+
+/** A field's value as one draft-8 member list ('' when it holds none). */
+function memberList(value: unknown): string {
+  if (typeof value === 'string') return isMemberList(value) ? value : '';
+  if (!Array.isArray(value)) return '';
+  let out = '';
+  for (const v of value) {
+    if (typeof v === 'string' && isMemberList(v)) out = out === '' ? v : `${out}, ${v}`;
+  }
+  return out;
+}
+
+/** Draft 8's members are structured-field strings: a list of them starts with a quote. */
+function isMemberList(value: string): boolean {
+  return value.trimStart().startsWith('"');
 }
 
 function writeLegacy<T>(sink: HeaderSink<T>, target: T, p: Policy, d: Decision): void {
