@@ -302,6 +302,50 @@ describe('rateLimit on plain node:http', () => {
 });
 
 describe('rateLimit edge cases on node:http', () => {
+  it('a request it skips, or lets through without fields, leaves the response as it was', async () => {
+    // Node writes `writeHead(status, [name, value, …])` differently once a response has a
+    // field table: each pair goes through setHeader, and a repeated Set-Cookie keeps its
+    // last value only. So nothing may make that table for a request that writes no field.
+    const limiter = new FixedWindow({ limit: 100, windowMs: 1000, clock: new ManualClock() });
+    const limits = [
+      rateLimit({ limiter, skip: () => true }),
+      rateLimit({ limiter, headers: false, key: () => 'k' }),
+    ];
+    const server = http.createServer(async (req, res) => {
+      const limit = limits[Number(req.headers['x-which'])]!;
+      if (!(await limit(req, res))) return;
+      res.writeHead(200, ['Set-Cookie', 'a=1', 'Set-Cookie', 'b=2']);
+      res.end('ok');
+    });
+    const { port, close } = await listen(server);
+    closers.push(close);
+    for (const which of ['0', '1']) {
+      const r = await request(port, { headers: { 'x-which': which } });
+      expect([r.status, r.headers['set-cookie']]).toEqual([200, ['a=1', 'b=2']]);
+      expect(rateFields(r.headers)).toEqual({});
+    }
+    expect(limiter.stats('k').admitted).toBe(1);
+  });
+
+  it('mounted twice, counts a request once when a field table appears between the two', async () => {
+    const limiter = new FixedWindow({ limit: 5, windowMs: 1000, clock: new ManualClock() });
+    const limit = rateLimit({ limiter, key: () => 'k' });
+    const quiet = rateLimit({ limiter, key: () => 'k', headers: false });
+    for (const first of [quiet, limit]) {
+      limiter.reset('k');
+      const server = http.createServer(async (req, res) => {
+        if (!(await first(req, res))) return;
+        res.setHeader('X-Between', '1'); // the response's field table exists from here
+        if (!(await first(req, res))) return;
+        res.end('ok');
+      });
+      const { port, close } = await listen(server);
+      await sequence(port, 2);
+      await close();
+      expect(limiter.stats('k').admitted).toBe(2);
+    }
+  });
+
   it('writes no field once the response has started; a refusal then takes the error path', async () => {
     const limit = rateLimit({
       limiter: new FixedWindow({ limit: 1, windowMs: 1000, clock: new ManualClock() }),

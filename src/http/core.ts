@@ -318,7 +318,8 @@ export class Engine<Req, Res> {
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
-      this.host.writeFields(res, via, c.headers, d, undefined);
+      // Nothing to write, nothing touched: a response with no fields is left as it was.
+      if (c.headers.enabled) this.host.writeFields(res, via, c.headers, d, undefined);
       if (this.holding()) this.holdUntilClosed(req, res, key, permits, this.tookFrom(d));
       return GO;
     }

@@ -254,6 +254,7 @@ export class HeaderWriter {
     this.legacy = formats.includes('legacy');
   }
 
+  /** Whether a decision allowed gets any field (`headers: false`: none, only Retry-After on refusals). */
   get enabled(): boolean {
     return this.draft !== undefined || this.legacy;
   }

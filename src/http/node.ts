@@ -12,7 +12,13 @@ import {
 } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type RateLimitOptions, readOptions } from './options.js';
-import { type HeaderTable, headerTable, headStarted, tableSink } from './out-headers.js';
+import {
+  existingHeaderTable,
+  type HeaderTable,
+  headerTable,
+  headStarted,
+  tableSink,
+} from './out-headers.js';
 
 /** A node:http request as Express and Connect extend it (`req.ip` where the framework sets it). */
 export type NodeRequest = IncomingMessage & { ip?: string };
@@ -38,7 +44,8 @@ const responseSink: HeaderSink<ServerResponse> = {
 
 /**
  * Which middlewares have decided a request, where its response has no header table this
- * module may write (see out-headers.ts): one engine, or a set of them when stacked. A
+ * module may write (see out-headers.ts), or none yet (visit() makes none: a request it
+ * skips must leave the response as it was): one engine, or a set of them when stacked. A
  * WeakMap rather than a property of the request: adding a property to an Express request
  * (whose prototype Express replaced) cost ~3 µs a request in the HTTP bench.
  */
@@ -64,9 +71,13 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
   rawRes: (res) => res,
   ip: (req) => req.ip,
   visit(req, res, engine) {
-    const table = headerTable(res);
+    // Not made here: a skipped request must leave the response as it was.
+    const table = existingHeaderTable(res);
     if (table !== undefined) {
-      const mark = marked(table[COUNTED_BY] as object | undefined, engine);
+      // A mark made before the table was (below) is in the WeakMap: a miss there is cheap
+      // for a request that never went in.
+      const was = (table[COUNTED_BY] as object | undefined) ?? seen.get(req);
+      const mark = marked(was, engine);
       if (mark === undefined) return REVISIT;
       table[COUNTED_BY] = mark;
       return table;
@@ -77,9 +88,11 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
     return undefined;
   },
   writeFields(res, via, writer, d, retryAfter) {
-    if (via !== undefined) {
+    // Made now if there was none at the visit: writing fields makes it, as setHeader would.
+    const table = (via as HeaderTable | undefined) ?? headerTable(res);
+    if (table !== undefined) {
       if (headStarted(res)) return false;
-      writer.write(tableSink, via as HeaderTable, d, retryAfter);
+      writer.write(tableSink, table, d, retryAfter);
       return true;
     }
     // setHeader refuses a started response by throwing before it changes anything: trying

@@ -82,11 +82,28 @@ function tableOf(res: ServerResponse, s: symbol): HeaderTable {
  * setHeader). Writes into it are only valid while `headStarted(res)` is false.
  */
 export function headerTable(res: ServerResponse): HeaderTable | undefined {
-  if (TABLE === undefined) return undefined;
+  if (!writable(res)) return undefined;
+  return tableOf(res, TABLE!);
+}
+
+/**
+ * headerTable(), but only when the response has a table already (some field was set):
+ * making one changes how Node writes the head — `writeHead(status, [name, value, …])` on a
+ * response with a table sets each pair through setHeader, so repeated names (Set-Cookie)
+ * keep only their last value — which a request this middleware skips must not do.
+ */
+export function existingHeaderTable(res: ServerResponse): HeaderTable | undefined {
+  if (!writable(res)) return undefined;
+  const t = (res as unknown as HeaderTable)[TABLE!] as HeaderTable | null | undefined;
+  return t === null || t === undefined ? undefined : t;
+}
+
+/** Whether fields of `res` may go straight into its table (see above). */
+function writable(res: ServerResponse): boolean {
+  if (TABLE === undefined) return false;
   // Not `res.setHeader`, read on the response itself: see HEAD below.
   const proto = Object.getPrototypeOf(res) as { setHeader?: unknown } | null;
-  if (proto?.setHeader !== nodeSetHeader || Object.hasOwn(res, 'setHeader')) return undefined;
-  return tableOf(res, TABLE);
+  return proto?.setHeader === nodeSetHeader && !Object.hasOwn(res, 'setHeader');
 }
 
 /** Whether `res` has started: `_header` holds the serialized head from then on. */
