@@ -66,6 +66,95 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(limiter.stats('127.0.0.1').admitted).toBe(5);
   });
 
+  it('routes added before the plugin loaded are limited as the ones after: each request counted once', async () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 2, windowMs: 60_000, clock });
+    const own = new FixedWindow({ limit: 1, windowMs: 60_000, clock });
+    const app = Fastify();
+    // Declared before the plugin, at the top and in a child context.
+    app.get('/early', async () => 'early');
+    app.get('/early-free', { config: { rateLimit: false } }, async () => 'free');
+    app.get('/early-own', { config: { rateLimit: { limiter: own } } }, async () => 'own');
+    app.register(async (child) => {
+      child.get('/child-early', async () => 'child');
+    });
+    // Not awaited (a common style): the plugin loads after the next line runs.
+    app.register(fastifyRateLimit, { limiter, key: () => 'k' });
+    app.get('/right-after', async () => 'after');
+    const port = await start(app);
+
+    for (const path of ['/early', '/child-early', '/right-after']) {
+      limiter.reset('k');
+      const replies = await sequence(port, 3, { path });
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 429]);
+      expect(rateFields(replies[0]!.headers)).toEqual({
+        'ratelimit-policy': '"2-in-60s";q=2;w=60',
+        ratelimit: '"2-in-60s";r=1;t=60',
+      });
+      expect(limiter.stats('k').admitted).toBe(2);
+    }
+    const free = await sequence(port, 3, { path: '/early-free' });
+    expect(free.map((r) => [r.status, r.headers.ratelimit])).toEqual([
+      [200, undefined],
+      [200, undefined],
+      [200, undefined],
+    ]);
+    const owned = await sequence(port, 2, { path: '/early-own' });
+    expect(owned.map((r) => r.status)).toEqual([200, 429]);
+    expect(own.stats('k').admitted).toBe(1);
+    // The 404 handler is no route: not limited, as with routes the plugin saw.
+    limiter.reset('k');
+    expect((await sequence(port, 3, { path: '/nowhere' })).map((r) => r.status)).toEqual([
+      404, 404, 404,
+    ]);
+    expect(limiter.stats('k').admitted).toBe(0);
+  });
+
+  it('a route added before the plugin with bad options fails its requests naming the route', async () => {
+    const app = Fastify();
+    app.get('/bad', { config: { rateLimit: { statusCode: 99 } as never } }, async () => 'bad');
+    const errors: string[] = [];
+    app.setErrorHandler((error, _request, reply) => {
+      errors.push((error as Error).message);
+      reply.code(500).send('error');
+    });
+    await app.register(fastifyRateLimit, {
+      limiter: new FixedWindow({ limit: 5, windowMs: 1000, clock: new ManualClock() }),
+    });
+    const port = await start(app);
+    const replies = await sequence(port, 2, { path: '/bad' });
+    expect(replies.map((r) => r.status)).toEqual([500, 500]);
+    expect(errors).toHaveLength(2);
+    expect(errors[0]).toMatch(
+      /fastifyRateLimit \(route "GET" "\/bad", added before the plugin\).*statusCode/,
+    );
+  });
+
+  it('two plugins around a route: the one before it and the one after both count it once', async () => {
+    const clock = new ManualClock();
+    const a = new FixedWindow({ limit: 10, windowMs: 60_000, clock });
+    const b = new FixedWindow({ limit: 10, windowMs: 60_000, clock });
+    const own = new FixedWindow({ limit: 10, windowMs: 60_000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limiter: a, key: () => 'k', policyName: 'a' });
+    app.get('/', async () => 'ok');
+    app.get(
+      '/own',
+      { config: { rateLimit: { limiter: own, policyName: 'own' } } },
+      async () => 'own',
+    );
+    await app.register(fastifyRateLimit, { limiter: b, key: () => 'k', policyName: 'b' });
+    const port = await start(app);
+    const r = await request(port);
+    // b meets the route late, in an app-level hook: those run before a route's own hooks.
+    expect(r.headers.ratelimit).toBe('"b";r=9;t=60, "a";r=9;t=60');
+    await request(port, { path: '/own' });
+    // The route's own limiter replaces each plugin's, and counts its request once.
+    expect([a.stats('k').admitted, b.stats('k').admitted, own.stats('k').admitted]).toEqual([
+      1, 1, 1,
+    ]);
+  });
+
   it('two plugins stacked: each limiter counts a request once, draft 8 lists both', async () => {
     const clock = new ManualClock();
     const perApp = new FixedWindow({ limit: 100, windowMs: 60_000, clock });

@@ -46,6 +46,25 @@ function isFields(x: unknown): boolean {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
 }
 
+// Fastify keeps a request's route context under a symbol of its own (named below; stable
+// since Fastify 3): its `config` is the route's (a copy made after the onRoute hooks ran,
+// own symbols included), with `url` undefined for the 404 handler. `request.routeOptions`
+// reads the same, but builds an object of twelve fields on every read.
+const CONTEXT_SYMBOL = 'fastify.context';
+type RouteConfig = Record<PropertyKey, unknown>;
+let contextKey: symbol | undefined;
+
+function routeConfigOf(request: FastifyRequest): RouteConfig | undefined {
+  const r = request as unknown as Record<symbol, { config?: RouteConfig } | undefined>;
+  if (contextKey === undefined) {
+    contextKey = Object.getOwnPropertySymbols(request).find(
+      (s) => s.description === CONTEXT_SYMBOL,
+    );
+    if (contextKey === undefined) return request.routeOptions.config as unknown as RouteConfig;
+  }
+  return r[contextKey]?.config;
+}
+
 const replySink: HeaderSink<FastifyReply> = {
   setHeader(reply, field, value) {
     reply.header(field.lower, value);
@@ -174,25 +193,87 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     return;
   }
   const shared = hookFor(new Engine(fastifyHost, config, owner), owner);
-  app.addHook('onRoute', (route) => {
-    const own = (route.config as { rateLimit?: unknown } | undefined)?.rateLimit;
-    if (own === false) return;
-    if (own === undefined || own === true) {
-      addOnRequest(route, config.limiter, shared);
-      return;
-    }
-    const where = `${owner} (route ${show(route.method)} ${route.url})`;
+  /**
+   * The hook of a route from its `config.rateLimit` (undefined: none). `where` names the
+   * route in errors; `taken`: the limiters already counting the route's requests (a route's
+   * own limiter, installed by another stacked plugin, is not installed again).
+   */
+  const hookOf = (own: unknown, where: string, taken: Set<unknown> | undefined) => {
+    if (own === false) return undefined;
+    if (own === undefined || own === true) return { limiter: config.limiter, hook: shared };
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
     const c = readOptions(where, merged, KNOWN);
     // The route names a limiter of its own, merged over each stacked plugin's options:
     // the first plugin installs it, the others would count each request again. (Without
     // one, each plugin limits the route with its own limiter, as on other routes.)
-    const ownLimiter = 'limiter' in (own as object);
-    if (ownLimiter && installed.get(route)?.has(c.limiter)) return;
-    addOnRequest(route, c.limiter, hookFor(new Engine(fastifyHost, c, where), where));
+    if ('limiter' in (own as object) && taken?.has(c.limiter)) return undefined;
+    return { limiter: c.limiter, hook: hookFor(new Engine(fastifyHost, c, where), where) };
+  };
+  // This plugin's mark on the routes it saw added (in their config, which Fastify copies
+  // into the route's context with its own symbols).
+  const seen = Symbol('atomic-limiter/http: a route fastifyRateLimit saw');
+  app.addHook('onRoute', (route) => {
+    const routeConfig = (route.config ??= {}) as RouteConfig;
+    routeConfig[seen] = true;
+    const where = `${owner} (route ${show(route.method)} ${route.url})`;
+    const h = hookOf(routeConfig.rateLimit, where, installed.get(route));
+    if (h === undefined) return;
+    addOnRequest(route, h.limiter, h.hook);
+    // For the routes other plugins meet late (below): the limiters counting this one.
+    const counting = (routeConfig[COUNTING] ??= new Set()) as Set<unknown>;
+    counting.add(h.limiter);
   });
+  // Routes added before this plugin loaded (declared first, or right after an
+  // `app.register()` that was not awaited) never reach onRoute: one app-level hook finds
+  // them by their context, and limits them as the routes it saw (their options read at
+  // their first request, not at startup). It costs every request ~0.06 µs (a hook more), so
+  // it is added only when some route exists already (Fastify prints an empty router as
+  // "(empty tree)"; were that to change, the hook would be added, to no harm).
+  const before = app.printRoutes({ commonPrefix: false }).trim();
+  if (before !== '' && before !== '(empty tree)') addLateRoutesHook(app, owner, seen, hookOf);
   done();
 };
+
+/** The app-level hook of a plugin for routes added before it loaded (see above). */
+function addLateRoutesHook(
+  app: FastifyInstance,
+  owner: string,
+  seen: symbol,
+  hookOf: (
+    own: unknown,
+    where: string,
+    taken: Set<unknown> | undefined,
+  ) => { limiter: unknown; hook: ReturnType<typeof hookFor> } | undefined,
+): void {
+  const late = new WeakMap<RouteConfig, ReturnType<typeof hookFor> | Error | null>();
+  app.addHook('onRequest', function atomicLimiterLateRoutes(request, reply, next) {
+    const routeConfig = routeConfigOf(request);
+    // The 404 handler (no url) is no route: not limited, as without this hook.
+    if (routeConfig === undefined || routeConfig[seen] === true || routeConfig.url === undefined) {
+      next();
+      return;
+    }
+    let h = late.get(routeConfig);
+    if (h === undefined) {
+      const where = `${owner} (route ${show(routeConfig.method)} ${show(routeConfig.url)}, added before the plugin)`;
+      try {
+        const counting = (routeConfig[COUNTING] ??= new Set()) as Set<unknown>;
+        const found = hookOf(routeConfig.rateLimit, where, counting);
+        if (found !== undefined) counting.add(found.limiter);
+        h = found?.hook ?? null;
+      } catch (error) {
+        h = error as Error;
+      }
+      late.set(routeConfig, h);
+    }
+    if (h === null) next();
+    else if (h instanceof Error) next(h);
+    else h(request, reply, next);
+  });
+}
+
+/** In a route's config: the limiters counting its requests (for routes met late). */
+const COUNTING = Symbol('atomic-limiter/http: limiters counting this route');
 
 // Applies to the whole app rather than its own encapsulated context: what the
 // fastify-plugin package does, without depending on it.
