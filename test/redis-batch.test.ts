@@ -9,7 +9,9 @@ import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
 import * as red from '../src/redis/index.js';
 import { slotOf, tagOf } from '../src/redis/keys.js';
 import { MAX_BATCH } from '../src/redis/runner.js';
+import { SLIDING_LOG_SCRIPT } from '../src/redis/sliding-log.lua.js';
 import { SLIDING_WINDOW_SCRIPT } from '../src/redis/sliding-window.lua.js';
+import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from '../src/redis/sliding-window-segments.lua.js';
 import { cli, RedisCluster, RedisServer, withRedisServer } from './helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
@@ -209,17 +211,20 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  // TokenBucket, LeakyBucket, FixedWindow and SlidingWindow run a call that goes alone through a script of
-  // its own (single.lua.ts), with the parameters inline; a batch runs the shared script's
-  // batch form. Both read and write the key the same way.
+  // Every algorithm but Concurrency runs a call that goes alone through a script of its own
+  // (single.lua.ts), with the parameters inline; a batch runs the shared script's batch
+  // form. Both read and write the key the same way. (name, the shared script, the length of
+  // the key's binary state (state.lua.ts) or undefined for a text state, the limiters)
   const SINGLES: [
     string,
     string,
+    number | undefined,
     (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
   ][] = [
     [
       'TokenBucket',
       GCRA_SCRIPT,
+      25,
       (clock, prefix) => [
         new mem.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock }),
         new red.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock, redis, prefix }),
@@ -228,6 +233,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     [
       'LeakyBucket',
       GCRA_SCRIPT,
+      25,
       (clock, prefix) => [
         new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
         new red.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock, redis, prefix }) as never,
@@ -236,6 +242,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     [
       'FixedWindow',
       FIXED_WINDOW_SCRIPT,
+      33,
       (clock, prefix) => [
         new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
         new red.FixedWindow({ limit: 6, windowMs: 1000, clock, redis, prefix }),
@@ -244,15 +251,41 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     [
       'SlidingWindow',
       SLIDING_WINDOW_SCRIPT,
+      41,
       (clock, prefix) => [
         new mem.SlidingWindow({ limit: 6, windowMs: 700, clock }) as never,
         new red.SlidingWindow({ limit: 6, windowMs: 700, clock, redis, prefix }) as never,
       ],
     ],
+    [
+      'SlidingWindow with segments',
+      SLIDING_WINDOW_SEGMENTS_SCRIPT,
+      undefined,
+      (clock, prefix) => [
+        new mem.SlidingWindow({ limit: 6, windowMs: 700, segments: 7, clock }) as never,
+        new red.SlidingWindow({
+          limit: 6,
+          windowMs: 700,
+          segments: 7,
+          clock,
+          redis,
+          prefix,
+        }) as never,
+      ],
+    ],
+    [
+      'SlidingLog',
+      SLIDING_LOG_SCRIPT,
+      undefined,
+      (clock, prefix) => [
+        new mem.SlidingLog({ limit: 6, windowMs: 500, clock }),
+        new red.SlidingLog({ limit: 6, windowMs: 500, clock, redis, prefix }),
+      ],
+    ],
   ];
   const sha = (src: string) => createHash('sha1').update(src).digest('hex');
 
-  for (const [name, shared, make] of SINGLES) {
+  for (const [name, shared, stateBytes, make] of SINGLES) {
     it(`${name}: calls alone run their own scripts and decide as in memory`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock, `b-single-${name}`);
@@ -316,14 +349,13 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       await r.close();
     });
 
+    // A text state is not checked by the shared script either.
+    if (stateBytes === undefined) continue;
     it(`${name}: a key holding another format is an error naming the key, alone or batched`, async () => {
       const [, r] = make(new ManualClock(0), `b-foreign-${name}`);
       const [key] = r.redisKeys('k');
       // The old text form, and a string of the binary form's length: neither is misread.
-      for (const value of [
-        '12 3 4 5',
-        'x'.repeat(name === 'FixedWindow' ? 33 : name === 'SlidingWindow' ? 41 : 25),
-      ]) {
+      for (const value of ['12 3 4 5', 'x'.repeat(stateBytes)]) {
         await redis.set(key!, value);
         const alone = await r.tryAcquire('k').then(
           () => undefined,
@@ -345,91 +377,162 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     });
   }
 
-  // A fleet lease ('b') of a bucket goes alone through a script of its own too; in a tick
-  // with other calls, through the shared script's batch form. The same random calls on two
-  // keys that start alike, one each way: replies and states equal.
-  // (name, the limiter, the most the clock moves between calls in ms, the most one call asks)
-  const LEASERS: [string, (clock: ManualClock, prefix: string) => RedisLimiter, number, number][] =
+  // A fleet lease ('b') goes alone through a script of its own too; in a tick with other
+  // calls, through the shared script's batch form. The same random calls on two keys that
+  // start alike, one each way: replies and states equal.
+  // (name, the shared script, the limiter, the most the clock moves between calls in ms,
+  // the most one call asks)
+  const LEASERS: [
+    string,
+    string,
+    (clock: ManualClock, prefix: string) => RedisLimiter,
+    number,
+    number,
+  ][] = [
     [
-      [
-        'TokenBucket',
-        (clock, prefix) =>
-          new red.TokenBucket({
-            redis,
-            capacity: 20,
-            refillPerSecond: 2.5,
-            block: 8,
-            clock,
-            prefix,
-          }),
-        3000,
-        16,
-      ],
-      [
-        'TokenBucket past 10^6 per second',
-        (clock, prefix) =>
-          new red.TokenBucket({
-            redis,
-            capacity: 50,
-            refillPerSecond: 3e6,
-            block: 8,
-            clock,
-            prefix,
-          }),
-        0.01,
-        16,
-      ],
-      [
-        'LeakyBucket',
-        (clock, prefix) =>
-          new red.LeakyBucket({
-            redis,
-            capacity: 6,
-            ratePerSecond: 2.5,
-            block: 3,
-            clock,
-            prefix,
-          }) as never,
-        3000,
-        16,
-      ],
-      [
-        'FixedWindow',
-        (clock, prefix) =>
-          new red.FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix }),
-        800,
-        16,
-      ],
-      [
-        'SlidingWindow',
-        (clock, prefix) =>
-          new red.SlidingWindow({
-            redis,
-            limit: 20,
-            windowMs: 700,
-            block: 8,
-            clock,
-            prefix,
-          }) as never,
-        500,
-        16,
-      ],
-      [
-        'SlidingWindow, wide',
-        (clock, prefix) =>
-          new red.SlidingWindow({
-            redis,
-            limit: 3_000_000,
-            windowMs: 3_600_000,
-            block: 8,
-            clock,
-            prefix,
-          }) as never,
-        600_000,
-        150_000,
-      ],
-    ];
-  for (const [name, make, moveMs, most] of LEASERS) {
+      'TokenBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) =>
+        new red.TokenBucket({
+          redis,
+          capacity: 20,
+          refillPerSecond: 2.5,
+          block: 8,
+          clock,
+          prefix,
+        }),
+      3000,
+      16,
+    ],
+    [
+      'TokenBucket past 10^6 per second',
+      GCRA_SCRIPT,
+      (clock, prefix) =>
+        new red.TokenBucket({
+          redis,
+          capacity: 50,
+          refillPerSecond: 3e6,
+          block: 8,
+          clock,
+          prefix,
+        }),
+      0.01,
+      16,
+    ],
+    [
+      'LeakyBucket',
+      GCRA_SCRIPT,
+      (clock, prefix) =>
+        new red.LeakyBucket({
+          redis,
+          capacity: 6,
+          ratePerSecond: 2.5,
+          block: 3,
+          clock,
+          prefix,
+        }) as never,
+      3000,
+      16,
+    ],
+    [
+      'FixedWindow',
+      FIXED_WINDOW_SCRIPT,
+      (clock, prefix) =>
+        new red.FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix }),
+      800,
+      16,
+    ],
+    [
+      'SlidingWindow',
+      SLIDING_WINDOW_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingWindow({
+          redis,
+          limit: 20,
+          windowMs: 700,
+          block: 8,
+          clock,
+          prefix,
+        }) as never,
+      500,
+      16,
+    ],
+    [
+      'SlidingWindow, wide',
+      SLIDING_WINDOW_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingWindow({
+          redis,
+          limit: 3_000_000,
+          windowMs: 3_600_000,
+          block: 8,
+          clock,
+          prefix,
+        }) as never,
+      600_000,
+      150_000,
+    ],
+    [
+      // Prefixes of their own: a key's name is the two-window SlidingWindow's above, whose
+      // state a segmented window does not read.
+      'SlidingWindow with segments',
+      SLIDING_WINDOW_SEGMENTS_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingWindow({
+          redis,
+          limit: 20,
+          windowMs: 700,
+          segments: 7,
+          block: 8,
+          clock,
+          prefix: `${prefix}-segments`,
+        }) as never,
+      500,
+      16,
+    ],
+    [
+      // Segments of 1 ms: a step of the clock rolls a few of the 200 out, or all of them.
+      'SlidingWindow with 200 segments',
+      SLIDING_WINDOW_SEGMENTS_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingWindow({
+          redis,
+          limit: 300,
+          windowMs: 200,
+          segments: 200,
+          block: 8,
+          clock,
+          prefix: `${prefix}-200-segments`,
+        }) as never,
+      60,
+      80,
+    ],
+    [
+      'SlidingLog',
+      SLIDING_LOG_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingLog({ redis, limit: 20, windowMs: 500, block: 8, clock, prefix }),
+      400,
+      16,
+    ],
+    [
+      // Leases of more than the 1000 entries one LPUSH takes.
+      'SlidingLog, leases past 1000 permits',
+      SLIDING_LOG_SCRIPT,
+      (clock, prefix) =>
+        new red.SlidingLog({
+          redis,
+          limit: 5000,
+          windowMs: 1000,
+          block: 8,
+          clock,
+          prefix: `${prefix}-5000`,
+        }),
+      800,
+      2500,
+    ],
+  ];
+  for (const [name, shared, make, moveMs, most] of LEASERS) {
     it(`${name}: a lease alone runs its own script and answers as in a batch`, async () => {
       type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
       const run = async (batched: boolean) => {
@@ -450,7 +553,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
         if (!batched) {
           // 300 calls alone, each its own script's run; the shared script never loaded.
           expect(await scriptRuns([server.port])).toBe(300);
-          expect(await redis.script('EXISTS', sha(GCRA_SCRIPT))).toEqual([0]);
+          expect(await redis.script('EXISTS', sha(shared))).toEqual([0]);
         }
         const { queued: _, ...state } = await r.stats('k' as never);
         await r.close();

@@ -10,15 +10,24 @@ import { withRedisServer } from './helpers/redis.js';
 // against the server itself: after every step of a random mix of calls alone, batches and
 // refunds, the key must live at least until its stored state is fresh again (a key gone
 // early forgets what it counted), and not much longer; and a hot key must set its TTL once
-// per window or step, not once per call.
+// per window or step, not once per call. SlidingLog's state is two keys (its list, and its
+// counters, which are what a call SETs): each must live so.
 
-type Limiter = red.TokenBucket | red.LeakyBucket | red.FixedWindow | red.SlidingWindow;
+type Limiter =
+  | red.TokenBucket
+  | red.LeakyBucket
+  | red.FixedWindow
+  | red.SlidingWindow
+  | red.SlidingLog;
 
 interface Case {
   readonly name: string;
   /** The limiter; `block`: in fleet mode (its leases go alone through a script of their own). */
   readonly make: (redis: IoRedis, prefix: string, block?: number) => Limiter;
-  /** The µs at which the stored state (the key's packed value) is fresh again; 0: now. */
+  /**
+   * The µs at which the stored state is fresh again (0: now), from its first key's value:
+   * the packed state, or a list's first (newest) entry.
+   */
   readonly endUs: (value: Buffer) => number;
   /** How far past that end the TTL may reach by design (a bucket's step), µs. */
   readonly stepUs: number;
@@ -74,14 +83,46 @@ const CASES: Case[] = [
     stepUs: 0,
     spanUs: 60_000,
   },
+  {
+    // "segment admitted rejected c1 … cN": ci counts segment (segment − N + i), of 5 ms.
+    name: 'SlidingWindow with segments',
+    make: (redis, prefix, block) =>
+      new red.SlidingWindow({ redis, limit: 12, windowMs: 15, segments: 3, prefix, block }),
+    endUs: (v) => {
+      const [seg, , , ...counts] = v.toString().split(' ').map(Number) as [number, ...number[]];
+      for (let i = counts.length; i >= 1; i--) if (counts[i - 1]! > 0) return (seg + i) * 5000;
+      return 0;
+    },
+    stepUs: 0,
+    spanUs: 60_000,
+  },
+  {
+    // The list's newest entry is the last grant's time.
+    name: 'SlidingLog',
+    make: (redis, prefix, block) =>
+      new red.SlidingLog({ redis, limit: 12, windowMs: 15, prefix, block }),
+    endUs: (v) => Number(v.toString()) + 15_000,
+    stepUs: 0,
+    spanUs: 60_000,
+  },
 ];
 
-// The key's value, its PTTL and Redis TIME before and after it, in one script (atomic).
+// Each key's value (a list's: its first entry) and PTTL, and Redis TIME before and after
+// them, in one script (atomic).
 const CHECK = `local t0 = redis.call('TIME')
-local v = redis.call('GET', KEYS[1])
-local p = redis.call('PTTL', KEYS[1])
+local out = {}
+for i, k in ipairs(KEYS) do
+  local v
+  if redis.call('TYPE', k).ok == 'list' then
+    v = redis.call('LINDEX', k, 0)
+  else
+    v = redis.call('GET', k)
+  end
+  out[2 * i - 1] = v or false
+  out[2 * i] = redis.call('PTTL', k)
+end
 local t1 = redis.call('TIME')
-return {v or false, p, t0[1], t0[2], t1[1], t1[2]}`;
+return {t0[1], t0[2], t1[1], t1[2], unpack(out)}`;
 
 function prng(seed: number): () => number {
   let s = seed >>> 0;
@@ -132,12 +173,18 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
     redis = r;
   });
 
-  for (const c of CASES) {
-    it(`${c.name}: after every call, alone or batched, the key lives until its state is fresh`, async () => {
-      const limiter = c.make(redis, `ttl-${c.name}`);
+  // Alone: no batch or refund between the calls (both run the shared script, which sets the
+  // TTL every time), so that a TTL kept where it had to grow is not set right by them before
+  // the state outlives it and its slack.
+  for (const [c, alone] of CASES.flatMap((c) => [[c, false] as const, [c, true] as const])) {
+    it(`${c.name}: after every call${alone ? ' alone' : ', alone or batched'}, the key lives until its state is fresh`, async () => {
+      const prefix = `ttl-${alone ? 'alone-' : ''}${c.name}`;
+      const limiter = c.make(redis, prefix);
       // The same key in fleet mode: blocks of 4, each fetched by a lease alone.
-      const leaser = c.make(redis, `ttl-${c.name}`, 4);
-      const [key] = limiter.redisKeys('k') as [string];
+      const leaser = c.make(redis, prefix, 4);
+      const keys = limiter.redisKeys('k');
+      // The key a call SETs: the state's, or (SlidingLog) its counters'.
+      const key = keys[keys.length - 1]!;
       const next = prng(c.name.length * 7919);
       let checked = 0;
       let firstUs = 0;
@@ -146,7 +193,7 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
         for (let step = 0; step < 300 || lastUs - firstUs < c.spanUs; step++) {
           const r = next();
           const permits = 1 + Math.floor(next() * 3);
-          if (r < 0.45) {
+          if (r < 0.45 || (alone && r >= 0.6)) {
             await (next() < 0.5 ? limiter.tryAcquire('k', permits) : limiter.consume('k', permits));
           } else if (r < 0.6) {
             await leaser.tryAcquire('k', permits);
@@ -157,31 +204,36 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
           } else {
             await limiter.refund('k', permits);
           }
-          const [value, pttl, s0, us0, s1, us1] = (await redis.callBuffer(
+          const [s0, us0, s1, us1, ...got] = (await redis.callBuffer(
             'EVAL',
             CHECK,
-            1,
-            key,
-          )) as [Buffer | null, number, Buffer, Buffer, Buffer, Buffer];
+            keys.length,
+            ...keys,
+          )) as [Buffer, Buffer, Buffer, Buffer, ...(Buffer | null | number)[]];
           const t0 = Number(s0) * 1e6 + Number(us0);
           const t1 = Number(s1) * 1e6 + Number(us1);
           if (firstUs === 0) firstUs = t0;
           lastUs = t1;
+          const value = got[0] as Buffer | null;
+          const pttls = keys.map((_, i) => got[2 * i + 1] as number);
           if (value === null) {
-            expect([step, pttl]).toEqual([step, -2]);
+            // No state: none of its keys is left.
+            expect([step, pttls]).toEqual([step, keys.map(() => -2)]);
             continue;
           }
           const endUs = c.endUs(value);
-          // PTTL counts from Redis's ms clock at its own moment, between t0 and t1.
-          const expiresLeastMs = Math.floor(t0 / 1000) + pttl;
-          const expiresMostMs = Math.floor(t1 / 1000) + pttl;
-          // A TTL (-1: none) reaching the state's end; 0 for a key in its last ms.
-          expect([step, pttl >= 0, expiresLeastMs * 1000 >= endUs]).toEqual([step, true, true]);
-          // No longer than the state needs, but for the step, the TTL's rounding up (2 ms),
-          // the slack for Redis's cached clock, and the time between a script's TIME and its
-          // write (loose: the host is shared).
-          const over = c.stepUs + 2000 + REDIS_TIME_SLACK_MS * 1000 + 50_000;
-          expect([step, expiresMostMs * 1000 - endUs <= over]).toEqual([step, true]);
+          for (const pttl of pttls) {
+            // PTTL counts from Redis's ms clock at its own moment, between t0 and t1.
+            const expiresLeastMs = Math.floor(t0 / 1000) + pttl;
+            const expiresMostMs = Math.floor(t1 / 1000) + pttl;
+            // A TTL (-1: none) reaching the state's end; 0 for a key in its last ms.
+            expect([step, pttl >= 0, expiresLeastMs * 1000 >= endUs]).toEqual([step, true, true]);
+            // No longer than the state needs, but for the step, the TTL's rounding up (2 ms),
+            // the slack for Redis's cached clock, and the time between a script's TIME and its
+            // write (loose: the host is shared).
+            const over = c.stepUs + 2000 + REDIS_TIME_SLACK_MS * 1000 + 50_000;
+            expect([step, expiresMostMs * 1000 - endUs <= over]).toEqual([step, true]);
+          }
           checked++;
         }
       });
@@ -194,6 +246,48 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       await limiter.close();
     });
   }
+
+  it('SlidingWindow with segments: a grant in a segment a refund emptied sets the TTL again', async () => {
+    // Segments of 200 ms: a TTL kept where it had to grow falls short by far more than its
+    // slack.
+    const limiter = new red.SlidingWindow({
+      redis,
+      limit: 10,
+      windowMs: 600,
+      segments: 3,
+      prefix: 'ttl-refunded',
+    });
+    const [key] = limiter.redisKeys('k') as [string];
+    // Each step in the segment it means: just after a segment starts.
+    const segmentStart = async () => {
+      const [s, us] = await redis.time();
+      const now = Number(s) * 1e6 + Number(us);
+      await new Promise((r) => setTimeout(r, (200_000 - (now % 200_000)) / 1000 + 5));
+    };
+    await segmentStart();
+    expect(await limiter.tryAcquire('k')).toBe(true);
+    await segmentStart();
+    expect(await limiter.tryAcquire('k')).toBe(true);
+    // The current segment's count back to 0: the state ends a segment earlier, and so does
+    // the TTL the refund sets. A grant in the same segment: it ends a segment later again.
+    await limiter.refund('k');
+    expect(await limiter.tryAcquire('k')).toBe(true);
+    const [s0, us0, , , value, pttl] = (await redis.callBuffer('EVAL', CHECK, 1, key)) as [
+      Buffer,
+      Buffer,
+      Buffer,
+      Buffer,
+      Buffer,
+      number,
+    ];
+    const [, seg] = /^(\d+) 3 0 0 1 1$/.exec(value.toString()) ?? [];
+    expect(seg).toBeDefined();
+    const endUs = (Number(seg) + 3) * 200_000;
+    expect(
+      (Math.floor((Number(s0) * 1e6 + Number(us0)) / 1000) + pttl) * 1000,
+    ).toBeGreaterThanOrEqual(endUs);
+    await limiter.close();
+  });
 
   const HOT: [string, (redis: IoRedis) => Limiter][] = [
     // Fills in 10 s: a step of 1 s; spent far below its rate, it stays full.
@@ -213,6 +307,20 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       'SlidingWindow',
       (redis) => new red.SlidingWindow({ redis, limit: 4000, windowMs: 60_000, prefix: 'hot' }),
     ],
+    // Segments of 15 s: the TTL is set when a grant starts a segment's count. (A prefix of
+    // its own: the key's name is the two-window SlidingWindow's.)
+    [
+      'SlidingWindow with segments',
+      (redis) =>
+        new red.SlidingWindow({
+          redis,
+          limit: 4000,
+          windowMs: 60_000,
+          segments: 4,
+          prefix: 'hot-segments',
+        }),
+    ],
+    // Not SlidingLog: each grant is the newest entry, so its state ends later each time.
   ];
   for (const [name, make] of HOT) {
     it(`${name}: a hot key's calls alone set its TTL once per window or step, not per call`, async () => {

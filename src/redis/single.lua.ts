@@ -1,12 +1,15 @@
 /**
- * What the single-call scripts share (gcra-single.lua.ts, fixed-window-single.lua.ts): the
- * hot path of one call, tryAcquire() or consume(), as a script of its own per limiter.
+ * What the single-call scripts share (gcra-single, fixed-window-single,
+ * sliding-window-single, sliding-window-segments-single and sliding-log-single .lua.ts):
+ * the hot path of one call, tryAcquire(), consume() or a fleet lease, as a script of its
+ * own per limiter.
  *
  * Why not the shared driver: Redis builds every function of a script on each run, and
  * every argument costs the client an encoding and Redis a parse and a Lua string. So these
- * scripts define no function on the grant path, make three `redis.call`s (TIME, GET, SET …
- * PX), and carry the limiter's parameters as constants in their source — one script (one
- * SHA1) per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL.
+ * scripts define no function on the grant path, make as few `redis.call`s as the state
+ * allows (a bucket or window three: TIME, GET, SET … PX), and carry the limiter's
+ * parameters as constants in their source — one script (one SHA1) per parameter set,
+ * loaded on first use by the runner's NOSCRIPT → EVAL.
  *
  * ARGV (trailing ones omitted): 1 permits (absent: 1), 2 time in µs (absent: Redis TIME).
  * They read and write the key exactly as the algorithm's shared script and its batch form

@@ -2,6 +2,7 @@ import { readLogOptions } from '../algorithms/sliding-log.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_LOG_SCRIPT } from './sliding-log.lua.js';
+import { slidingLogSingleScript } from './sliding-log-single.lua.js';
 
 const SCRIPT = new Script('atomic-limiter:sliding-log', SLIDING_LOG_SCRIPT, true);
 
@@ -29,6 +30,9 @@ export class SlidingLog extends RedisLimiter {
     this.limit = limit;
     this.windowMs = windowMs;
     this.args = [String(limit), String(windowMs * 1000)];
+    const single = { limit, windowUs: windowMs * 1000, slackMs: this.ttlSlackMs };
+    this.useSingleScripts('sliding-log', (op) => slidingLogSingleScript(op, single));
+    if (this.block > 0) this.useLeaseScript('sliding-log', slidingLogSingleScript('b', single));
     this.startFleet();
   }
 

@@ -4,6 +4,7 @@ import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { Script } from './runner.js';
 import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
+import { slidingWindowSegmentsSingleScript } from './sliding-window-segments-single.lua.js';
 import { slidingWindowSingleScript } from './sliding-window-single.lua.js';
 
 const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT, true);
@@ -54,11 +55,8 @@ export class SlidingWindow extends RedisLimiter {
     this.segments = segments;
     // A wide window keeps its previous count as the in-memory wide table does.
     const prevQuantum = wide ? wideSlidingBits(limit, windowMs * 1000).prevQuantum : 1;
-    this.args =
-      segments === undefined
-        ? [String(limit), String(windowMs * 1000), String(prevQuantum)]
-        : [String(limit), String(Math.round(windowMs * 1000) / segments), String(segments)];
     if (segments === undefined) {
+      this.args = [String(limit), String(windowMs * 1000), String(prevQuantum)];
       const single = {
         limit,
         windowUs: windowMs * 1000,
@@ -68,6 +66,19 @@ export class SlidingWindow extends RedisLimiter {
       this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
       if (this.block > 0) {
         this.useLeaseScript('sliding-window', slidingWindowSingleScript('b', single));
+      }
+    } else {
+      const segmentUs = Math.round(windowMs * 1000) / segments;
+      this.args = [String(limit), String(segmentUs), String(segments)];
+      const single = { limit, segmentUs, segments, slackMs: this.ttlSlackMs };
+      this.useSingleScripts('sliding-window-segments', (op) =>
+        slidingWindowSegmentsSingleScript(op, single),
+      );
+      if (this.block > 0) {
+        this.useLeaseScript(
+          'sliding-window-segments',
+          slidingWindowSegmentsSingleScript('b', single),
+        );
       }
     }
     this.startFleet();
