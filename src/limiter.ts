@@ -368,11 +368,21 @@ export abstract class Limiter implements SlotPolicy {
     if (core.lastWord === NO_SLOT) return this.tableFullDecision(allowed, key!);
     const state = core.lastState;
     const stamp = core.lastStamp;
+    let remaining = this.available(state, stamp, nowUs);
+    let retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
+    if (retryUs === 0) {
+      // Refused with the permits there: waiters queued ahead take them first (FIFO). What is
+      // left is what they leave, and the wait is until theirs and these fit (at most the
+      // limit's worth: past it, the least the queue ahead takes to drain).
+      const queued = this.queues.waitingPermits(core.lastWord);
+      remaining = Math.max(0, remaining - queued);
+      retryUs = this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
+    }
     return {
       allowed: false,
-      remaining: this.available(state, stamp, nowUs),
+      remaining,
       limit: this.limit,
-      retryAfterMs: this.retryAfterUs(state, stamp, nowUs, permits) / 1000,
+      retryAfterMs: retryUs / 1000,
       resetAfterMs: this.untilFreshUs(state, stamp, nowUs) / 1000,
       reason: 'limited',
     };

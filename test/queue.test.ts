@@ -160,6 +160,28 @@ describe('acquire()', () => {
     expect(tb.tryAcquire('k')).toBe(true);
   });
 
+  it('a consume() refused for the waiters ahead says what they leave and when it fits', async () => {
+    const clock = new ManualClock();
+    const tb = new TokenBucket({ capacity: 4, refillPerSecond: 1, queueLimit: 10, clock });
+    tb.tryAcquire('k', 4);
+    const first = track(tb.acquire('k', 2));
+    const second = track(tb.acquire('k', 1));
+    clock.set(2500); // 2.5 tokens: the first waiter's 2 are there, the queue holds 3
+    // Not "1 left, retry now": the waiters take the tokens first, and 3 + 1 fit at 4000.
+    expect(tb.consume('k')).toEqual({
+      allowed: false,
+      remaining: 0,
+      limit: 4,
+      retryAfterMs: 1500,
+      resetAfterMs: 1500,
+      reason: 'limited',
+    });
+    await first.p;
+    clock.set(3000);
+    await second.p;
+    expect(tb.consume('k')).toMatchObject({ allowed: false, remaining: 0, retryAfterMs: 1000 });
+  });
+
   it("lets tryAcquire take free permits past waiters with 'newest-first' (.NET semantics)", async () => {
     const c = new Concurrency({ limit: 2, queueLimit: 5, queueOrder: 'newest-first' });
     await c.acquire('k', 2);
