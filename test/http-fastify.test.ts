@@ -130,6 +130,22 @@ describe('fastifyRateLimit with Fastify 5', () => {
     );
   });
 
+  it('one config object for a route before the plugin and one after: each limited by its own', async () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 10, windowMs: 60_000, clock });
+    const own = new FixedWindow({ limit: 10, windowMs: 60_000, clock });
+    const config = { rateLimit: { limiter: own, key: () => 'k' } };
+    const app = Fastify();
+    app.get('/before', { config }, async () => 'before');
+    await app.register(fastifyRateLimit, { limiter });
+    app.get('/after', { config }, async () => 'after');
+    const port = await start(app);
+    await request(port, { path: '/before' });
+    await request(port, { path: '/after' });
+    expect(own.stats('k').admitted).toBe(2);
+    expect(limiter.stats('k').admitted).toBe(0);
+  });
+
   it('two plugins around a route: the one before it and the one after both count it once', async () => {
     const clock = new ManualClock();
     const a = new FixedWindow({ limit: 10, windowMs: 60_000, clock });

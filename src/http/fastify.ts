@@ -220,8 +220,11 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     if (h === undefined) return;
     addOnRequest(route, h.limiter, h.hook);
     // For the routes other plugins meet late (below): the limiters counting this one.
-    const counting = (routeConfig[COUNTING] ??= new Set()) as Set<unknown>;
+    // A set of this route's own: a config object may serve several routes, and Fastify
+    // copies it (shallowly) into each route's context as the route is added.
+    const counting = new Set(routeConfig[COUNTING] as Set<unknown> | undefined);
     counting.add(h.limiter);
+    routeConfig[COUNTING] = counting;
   });
   // Routes added before this plugin loaded (declared first, or right after an
   // `app.register()` that was not awaited) never reach onRoute: one app-level hook finds
