@@ -2,8 +2,10 @@ import {
   LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
+  saveOrDelete,
   saveState,
   searchRetry,
+  TRY_REPLY,
   toReply,
   ttlTo,
   verdictLua,
@@ -49,22 +51,17 @@ else
 end
 -- save(): the key lives until its window ends, or goes; in the stored state's window the
 -- TTL is already that.
-if count > 0 then
-  ${saveState(
+${saveOrDelete(
+  'count > 0',
+  saveState(
     encodeState(['sw', 'sc', 'adm', 'rej']),
     'stored == win',
     ttlTo('(win + 1) * W', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',
-  )}
-else
-  redis.call('DEL', KEYS[1])
-end
+  ),
+)}
 `;
-  if (op === 't') {
-    return `${head}if ok then return 1 end
-return 0
-`;
-  }
+  if (op === 't') return `${head}${TRY_REPLY}`;
   return `${head}
 local avail = ${limit} - count
 local fresh = 0

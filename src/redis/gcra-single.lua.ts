@@ -3,8 +3,10 @@ import {
   LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
+  saveOrDelete,
   saveState,
   searchRetry,
+  TRY_REPLY,
   toReply,
   ttlTo,
   verdictLua,
@@ -93,23 +95,18 @@ else
 end
 ${op === 't' ? '' : "-- What was asked (a refusal's wait is for it).\nlocal cost = P * K\n"}-- save(): the key lives until the end of the step in which the bucket is fresh again, or
 -- goes; a state ending in the stored one's step keeps its TTL.
-if tat and tat > u then
-  local ends = math.ceil(${endUs('tat')} / STEP_US)
+${saveOrDelete(
+  'tat and tat > u',
+  `local ends = math.ceil(${endUs('tat')} / STEP_US)
   ${saveState(
     encodeState(fields),
     fast ? 'oldEnds and ends <= oldEnds' : 'old and ends <= math.ceil(old / SCALE / STEP_US)',
     ttlTo('ends * STEP_US', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',
-  )}
-else
-  redis.call('DEL', KEYS[1])
-end
+  )}`,
+)}
 `;
-  if (op === 't') {
-    return `${head}if ok then return 1 end
-return 0
-`;
-  }
+  if (op === 't') return `${head}${TRY_REPLY}`;
   const avail = p.leaky
     ? `if ahead == 0 then avail = ${luaNumber(p.limit)} else avail = 0 end`
     : `avail = math.max(0, math.min(${luaNumber(p.limit)}, math.floor((TAU - ahead) / K)))`;

@@ -114,6 +114,23 @@ export function saveState(
 }
 
 /**
+ * Lua: `save` (saveState() and what it needs) while `live` (the state saved is not fresh
+ * yet), else the key goes: a fresh state is no state.
+ */
+export function saveOrDelete(live: string, save: string): string {
+  return `if ${live} then
+  ${save}
+else
+  redis.call('DEL', KEYS[1])
+end`;
+}
+
+/** Lua: a tryAcquire() script's reply, after its head decided `ok`. */
+export const TRY_REPLY = `if ok then return 1 end
+return 0
+`;
+
+/**
  * Lua: the driver's ttlTo() (driver.lua.ts), a TTL in ms lasting until `endUs` (a Lua
  * expression, µs on NOW's clock), with the limiter's slack; at most 2^53 ms (see there).
  */

@@ -3,6 +3,7 @@ import {
   luaNumber,
   SINGLE_ARGS,
   searchRetry,
+  TRY_REPLY,
   toReply,
   ttlTo,
   verdictLua,
@@ -100,11 +101,7 @@ else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
 `;
-  if (op === 't') {
-    return `${head}if ok then return 1 end
-return 0
-`;
-  }
+  if (op === 't') return `${head}${TRY_REPLY}`;
   return `${head}
 -- What is known of the list as saved, and need not be read: its first \`pushed\` entries
 -- are NOW's stamp, and it holds \`size\` entries (math.huge: not known).

@@ -2,8 +2,10 @@ import {
   LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
+  saveOrDelete,
   saveState,
   searchRetry,
+  TRY_REPLY,
   toReply,
   ttlTo,
   verdictLua,
@@ -94,23 +96,18 @@ for j = ${n}, shift + 1, -1 do
     break
   end
 end
-if fresh > 0 then
-  -- A refusal saves the stored state again (its rejected count aside), which ends where it did.
-  ${saveState(
+-- A refusal saves the stored state again (its rejected count aside), which ends where it did.
+${saveOrDelete(
+  'fresh > 0',
+  saveState(
     `string.format('%d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, ${n})`,
     '(not ok or full)',
     ttlTo('NOW + fresh', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',
-  )}
-else
-  redis.call('DEL', KEYS[1])
-end
+  ),
+)}
 `;
-  if (op === 't') {
-    return `${head}if ok then return 1 end
-return 0
-`;
-  }
+  if (op === 't') return `${head}${TRY_REPLY}`;
   return `${head}
 local avail = math.max(0, ${limit} - used)
 ${toReply('fresh')}

@@ -3,8 +3,10 @@ import {
   LEASE_ARGS,
   luaNumber,
   SINGLE_ARGS,
+  saveOrDelete,
   saveState,
   searchRetry,
+  TRY_REPLY,
   toReply,
   ttlTo,
   verdictLua,
@@ -77,24 +79,19 @@ if curr > 0 then
 elseif prev > 0 then
   fresh = math.max(0, (win + 1) * W - NOW)
 end
-if fresh > 0 then
-  -- A grant saves a state counting in NOW's window (it ends a window later); a refusal saves
-  -- the stored state again, which ends where it did.
-  ${saveState(
+-- A grant saves a state counting in NOW's window (it ends a window later); a refusal saves
+-- the stored state again, which ends where it did.
+${saveOrDelete(
+  'fresh > 0',
+  saveState(
     encodeState(['sw', 'sp', 'sc', 'adm', 'rej']),
     'ends and (not ok or win + 2 <= ends)',
     ttlTo('NOW + fresh', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',
-  )}
-else
-  redis.call('DEL', KEYS[1])
-end
+  ),
+)}
 `;
-  if (op === 't') {
-    return `${head}if ok then return 1 end
-return 0
-`;
-  }
+  if (op === 't') return `${head}${TRY_REPLY}`;
   return `${head}
 ${
   // A grant saved the previous count as it is read back (in steps, for a wide window).
