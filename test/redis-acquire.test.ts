@@ -150,6 +150,47 @@ describe('acquire() on Redis', () => {
     await lease.release().catch(() => {});
   });
 
+  it('Concurrency: a release published while the first subscription is being made still wakes its waiter', async () => {
+    // Two waiters pause at once: the first asks for the Pub/Sub subscription, the second
+    // finds it asked for but not made yet. A release then reaches nobody: the second must
+    // wait for the subscription too and try again, not sleep until a lease expires.
+    const { port } = redis.options as { port: number };
+    const holders = new Redis(port, '127.0.0.1');
+    const monitor = await new Redis(port, '127.0.0.1').monitor();
+    try {
+      const p = prefix();
+      const holding = new Concurrency({ redis: holders, limit: 1, prefix: p, leaseMs: 60_000 });
+      const waiting = new Concurrency({ redis, limit: 1, prefix: p, queueLimit: 5 });
+      // Both script forms loaded: the tries below are one EVALSHA each.
+      await Promise.all([waiting.tryAcquire('x'), waiting.tryAcquire('y')]);
+      await Promise.all([waiting.release('x'), waiting.release('y')]);
+      const leaseA = await holding.acquire('A');
+      const leaseB = await holding.acquire('B');
+      let triesOfB = 0;
+      let released: Promise<void> | undefined;
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        const waitTry = args[0]?.toUpperCase() === 'EVALSHA' && args.includes('w');
+        // B's second refused try: its waiter pauses now, while A's makes the subscription.
+        if (waitTry && args.some((a) => a.includes('{B}')) && ++triesOfB === 2) {
+          released = leaseB.release();
+        }
+      });
+      // Without the fix B sleeps until A's lease expires: a TimeoutError after 3 s.
+      const a = waiting.acquire('A', 1, { timeoutMs: 3000 });
+      const b = await waiting.acquire('B', 1, { timeoutMs: 3000 });
+      expect(released).toBeDefined();
+      await released;
+      await b.release();
+      await leaseA.release();
+      await (await a).release();
+      await waiting.close();
+      await holding.close();
+    } finally {
+      holders.disconnect();
+      monitor.disconnect();
+    }
+  });
+
   it("a chain's lease over a Redis Concurrency reports a release Redis cannot take, never drops it", async () => {
     const own = await RedisServer.start();
     const client = new Redis(own.port, '127.0.0.1', { enableOfflineQueue: false });

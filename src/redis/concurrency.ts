@@ -44,6 +44,8 @@ export class Concurrency extends RedisLimiter {
   private readonly idPrefix = randomBytes(6).toString('base64url');
   private nextId = 0;
   private subscription: Promise<Subscription> | undefined;
+  /** Whether `subscription` is made (Redis confirmed it), not only asked for. */
+  private subscribed = false;
   private readonly listening = new Map<string, Set<Waiter>>();
   private idleTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -156,9 +158,14 @@ export class Concurrency extends RedisLimiter {
       }
     });
     const s = this.subscription;
-    s.catch(() => {
-      if (this.subscription === s) this.subscription = undefined;
-    });
+    s.then(
+      () => {
+        if (this.subscription === s) this.subscribed = true;
+      },
+      () => {
+        if (this.subscription === s) this.subscription = undefined;
+      },
+    );
     return s;
   }
 
@@ -183,6 +190,7 @@ export class Concurrency extends RedisLimiter {
     this.idleTimer = undefined;
     const s = this.subscription;
     this.subscription = undefined;
+    this.subscribed = false;
     return s ? s.then((x) => x.close()).catch(() => {}) : Promise.resolve();
   }
 
@@ -192,7 +200,10 @@ export class Concurrency extends RedisLimiter {
    * release between the try and the wait is not missed.
    */
   protected override async pause(w: Waiter, r: { hintUs: number }): Promise<void> {
-    if (!this.subscription) {
+    // Not only when none was asked for: while another waiter's subscription is being made,
+    // a release published meanwhile reaches nobody, so this one waits for it to be made
+    // and tries again too.
+    if (!this.subscribed) {
       try {
         await this.subscribe();
         return; // subscribed now: try again at once
