@@ -25,7 +25,7 @@ async function thread() {
   const { TokenBucket, attach } = await import('../dist/redis.js');
   const { RateLimiterRedis } = await import('rate-limiter-flexible');
   const { subject, port, n, handle, hammerMs } = workerData;
-  const redis = new Redis(port, '127.0.0.1');
+  const redis = new Redis(port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
   let call;
   let limiter;
   if (subject === 'fleet' || subject === 'fleetTurns' || subject === 'refused') {
@@ -141,7 +141,7 @@ export async function runFleet({ quick = false } = {}) {
   const { Redis } = await import('ioredis');
   const { TokenBucket } = await import('../dist/redis.js');
   const admin = new Redis(server.port, '127.0.0.1');
-  const owner = new Redis(server.port, '127.0.0.1');
+  const owner = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
   try {
     const n = quick ? 20_000 : 100_000;
     const nRedis = quick ? 2_000 : 5_000;

@@ -143,7 +143,7 @@ export async function runRedis({ quick = false } = {}) {
   const { RateLimiterRedis } = await import('rate-limiter-flexible');
   const clients = [];
   const client = () => {
-    const c = new Redis(server.port, '127.0.0.1');
+    const c = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     clients.push(c);
     return c;
   };

@@ -23,7 +23,7 @@ const PREFIX = `example-fleet-${process.env.EXAMPLE_RUN ?? process.pid}`;
 
 /** A worker thread: the machine's limiter over the same blocks, with its own client. */
 async function thread() {
-  const redis = new Redis(URL_);
+  const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
   const limiter = attach(workerData.handle, { redis });
   let admitted = 0;
   for (let i = 0; i < REQUESTS; i += 10) {
@@ -37,7 +37,7 @@ async function thread() {
 
 /** A machine: the limiter, two threads; close() gives its unspent permits back. */
 async function machine(name) {
-  const redis = new Redis(URL_);
+  const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
   const limiter = new SlidingLog({ redis, prefix: PREFIX, ...OPTIONS });
   const file = fileURLToPath(import.meta.url);
   const counts = await Promise.all(
@@ -73,7 +73,7 @@ async function main() {
         }),
     ),
   );
-  const redis = new Redis(URL_);
+  const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
   const check = new SlidingLog({ redis, prefix: PREFIX, ...OPTIONS, block: undefined });
   const { available } = await check.stats(CUSTOMER);
   await check.reset(CUSTOMER);

@@ -21,8 +21,8 @@ const CUSTOMER = 'customer:7';
 const PREFIX = `example-${process.env.EXAMPLE_RUN ?? process.pid}`;
 
 async function machine(name) {
-  const redis = new Redis(URL_);
-  const gate = new Redis(URL_);
+  const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
+  const gate = new Redis(URL_, { autoResendUnfulfilledCommands: false });
   const perCustomer = new SlidingLog({ redis, limit: LIMIT, windowMs: WINDOW_MS, prefix: PREFIX });
   process.send({ ready: name });
   await gate.blpop(`${PREFIX}:go:${name}`, 0);
@@ -57,7 +57,7 @@ async function main() {
           ready.add(m.ready);
           if (ready.size === names.length) {
             // Open the gate for both at once.
-            const redis = new Redis(URL_);
+            const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
             for (const n of names) await redis.rpush(`example-${run}:go:${n}`, '1');
             redis.disconnect();
           }
@@ -79,7 +79,7 @@ async function main() {
     `  together: ${total} (limit ${LIMIT}); a refusal says retry after ${Math.ceil(refused.retryAfterMs / 1000)} s`,
   );
   // Clean up this run's keys.
-  const redis = new Redis(URL_);
+  const redis = new Redis(URL_, { autoResendUnfulfilledCommands: false });
   await new SlidingLog({
     redis,
     limit: LIMIT,

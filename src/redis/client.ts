@@ -20,6 +20,15 @@ export interface Adapter {
   sendOne(call: Command): Promise<unknown>;
   /** Subscribes to `channel` on a connection of its own; resolves once subscribed. */
   subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription>;
+  /**
+   * False while the client connects or reconnects: a command given to it then waits in its
+   * offline queue and goes to Redis when it is ready again — maybe long after the call
+   * answered by its deadline, charging a decision nobody got. True when a command goes out
+   * now, or fails at once (a client closed for good, or one that connects on first use).
+   */
+  ready(): boolean;
+  /** Calls `f` once, when the client is ready again. */
+  onceReady(f: () => void): void;
 }
 
 export interface Command {
@@ -61,12 +70,51 @@ function argv(call: Command): string[] {
   return [call.script, String(call.keys.length), ...call.keys, ...call.args];
 }
 
+// ioredis statuses in which a command waits in the offline queue: connecting (`connect`:
+// the connection is up, its ready check not done) and reconnecting (`close` comes first).
+const IOREDIS_WAITING = new Set(['connecting', 'connect', 'reconnecting', 'close']);
+
+let warnedResend = false;
+
+/**
+ * ioredis sends the commands a dropped connection left unanswered again once it reconnects
+ * (`autoResendUnfulfilledCommands`, on by default): a decision whose reply was lost — it ran
+ * on Redis — runs twice, charging its permits twice. Nothing of a command tells ioredis not
+ * to, so a client that does it gets a warning, once per process.
+ */
+function warnIfResending(client: AnyClient, cluster: boolean): void {
+  const options = client.options as Record<string, unknown> | undefined;
+  const own = (cluster ? options?.redisOptions : options) as Record<string, unknown> | undefined;
+  if (warnedResend || own?.autoResendUnfulfilledCommands === false) return;
+  warnedResend = true;
+  process.emitWarning(
+    'atomic-limiter/redis: this ioredis client sends commands a dropped connection left unanswered again when it reconnects, so a decision whose reply was lost is charged twice; create it with { autoResendUnfulfilledCommands: false }' +
+      (cluster ? ' in redisOptions' : ''),
+    { code: 'ATOMIC_LIMITER_REDIS_RESEND' },
+  );
+}
+
 class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
-  ) {}
+  ) {
+    warnIfResending(client, cluster);
+    const options = client.options as Record<string, unknown> | undefined;
+    // Without an offline queue a command fails at once while not connected: nothing waits.
+    this.queues = options?.enableOfflineQueue !== false;
+  }
+
+  private readonly queues: boolean;
+
+  ready(): boolean {
+    return !this.queues || !IOREDIS_WAITING.has(this.client.status as string);
+  }
+
+  onceReady(f: () => void): void {
+    (this.client.once as Fn).call(this.client, 'ready', f);
+  }
 
   sendOne(call: Command): Promise<unknown> {
     const method = (call.verb === 'EVALSHA' ? this.client.evalsha : this.client.eval) as Fn;
@@ -136,6 +184,19 @@ class NodeRedisAdapter implements Adapter {
     private readonly client: AnyClient,
     readonly cluster: boolean,
   ) {}
+
+  ready(): boolean {
+    // Open (connected, connecting or reconnecting) but not ready: its offline queue would
+    // hold the command. A client without these flags (a cluster), or without an offline
+    // queue (a command then fails at once), is taken as ready.
+    const options = this.client.options as Record<string, unknown> | undefined;
+    if (options?.disableOfflineQueue === true) return true;
+    return !(this.client.isOpen === true && this.client.isReady === false);
+  }
+
+  onceReady(f: () => void): void {
+    (this.client.once as Fn).call(this.client, 'ready', f);
+  }
 
   send(calls: readonly Command[]): Promise<unknown>[] {
     return calls.map((call) => this.sendOne(call));

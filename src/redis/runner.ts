@@ -87,6 +87,8 @@ export const MAX_BATCH = 128;
 export class Runner {
   private queue: Pending[] = [];
   private scheduled = false;
+  /** Calls held back while the client is not ready (Adapter.ready()), oldest first. */
+  private parked: Pending[] = [];
   private readonly inFlight = new Set<Pending>();
   private timer: ReturnType<typeof setTimeout> | undefined;
   private timerAt = 0;
@@ -137,6 +139,10 @@ export class Runner {
     this.scheduled = false;
     const queue = this.queue;
     if (queue.length === 0) return; // sent already by flushNow()
+    if (!this.adapter.ready()) {
+      this.park(queue);
+      return;
+    }
     if (queue.length === 1) {
       // The array stays this runner's queue: nothing of this call holds it. The bookkeeping
       // comes after the write, while Redis works (a reply settles in a later microtask).
@@ -148,6 +154,43 @@ export class Runner {
     const deadline = performance.now() + this.timeoutMs;
     for (const p of queue) this.track(p, deadline);
     this.queue = [];
+    this.sendBatches(queue);
+  };
+
+  /**
+   * Holds the calls of a tick while the client connects or reconnects, and sends those
+   * still waiting once it is ready: given to the client now, they would wait in its
+   * offline queue and run on Redis whenever it comes back, after their callers were
+   * answered by the deadline (a bucket drained by calls reported unavailable). Their
+   * deadlines run from now, as if sent.
+   */
+  private park(queue: Pending[]): void {
+    this.queue = [];
+    // Calls that timed out meanwhile go (an outage of many timeouts must not pile them up).
+    if (this.parked.length >= 64) this.parked = this.parked.filter((p) => !p.done);
+    const deadline = performance.now() + this.timeoutMs;
+    for (const p of queue) {
+      this.track(p, deadline);
+      this.parked.push(p);
+    }
+    if (!this.waitingReady) {
+      this.waitingReady = true;
+      this.adapter.onceReady(this.unpark);
+    }
+  }
+
+  private waitingReady = false;
+
+  private readonly unpark = (): void => {
+    this.waitingReady = false;
+    const calls = this.parked.filter((p) => !p.done);
+    this.parked = [];
+    if (calls.length === 1) this.sendAlone(calls[0]!, calls[0]!.alone, 'EVALSHA');
+    else if (calls.length > 1) this.sendBatches(calls);
+  };
+
+  /** Sends calls already tracked: in batches by script, parameters and hash slot. */
+  private sendBatches(queue: Pending[]): void {
     // One runner serves one limiter: its calls share the script and parameters, and group
     // by hash slot (all in one standalone), each group in its calls' order.
     const groups = new Map<number, Pending[]>();
@@ -174,7 +217,7 @@ export class Runner {
       }
     }
     this.dispatch(units);
-  };
+  }
 
   private command(u: Unit): Command {
     const first = u.calls[0]!;

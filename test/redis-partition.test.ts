@@ -1,0 +1,184 @@
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { Redis } from 'ioredis';
+import * as nodeRedis from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TokenBucket } from '../src/redis/index.js';
+import { freePort, RedisServer } from './helpers/redis.js';
+
+// A call answered "unavailable" must not run on Redis later: a client that is connecting or
+// reconnecting would keep it in its offline queue and send it when Redis is back, after its
+// caller was answered (a bucket drained by calls that were all told "unavailable"). And a
+// reply lost with its connection is charged once: never sent again.
+
+/** A TCP proxy in front of Redis that can cut the network, or one reply with its connection. */
+async function proxy(target: number) {
+  const port = await freePort();
+  let down = false;
+  let cutAfter: string | undefined;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    sockets.add(client);
+    client.on('error', () => {});
+    if (down) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect(target, '127.0.0.1');
+    sockets.add(upstream);
+    upstream.on('error', () => {});
+    let cutting = false;
+    client.on('data', (d) => {
+      // The command goes to Redis; its reply never comes back: the connection drops.
+      if (cutAfter !== undefined && d.toString('latin1').includes(cutAfter)) {
+        cutAfter = undefined;
+        cutting = true;
+      }
+      upstream.write(d);
+    });
+    upstream.on('data', (d) => {
+      if (cutting) {
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      client.write(d);
+    });
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    port,
+    partition() {
+      down = true;
+      for (const s of sockets) s.destroy();
+      sockets.clear();
+    },
+    heal() {
+      down = false;
+    },
+    /** The next command whose bytes hold `text` runs, and its reply is lost. */
+    cutReplyOf(text: string) {
+      cutAfter = text;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+type Client = Redis | ReturnType<typeof nodeRedis.createClient>;
+
+async function client(kind: string, port: number): Promise<Client> {
+  if (kind === 'ioredis') {
+    const c = new Redis(port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    c.on('error', () => {});
+    return c;
+  }
+  const c = nodeRedis.createClient({ url: `redis://127.0.0.1:${port}` });
+  c.on('error', () => {});
+  await c.connect();
+  return c;
+}
+
+function close(c: Client): void {
+  if (c instanceof Redis) c.disconnect();
+  else c.destroy();
+}
+
+describe('Redis out of reach', () => {
+  let server: RedisServer;
+  let admin: Redis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    admin = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+  });
+  afterAll(async () => {
+    admin?.disconnect();
+    await server?.close();
+  });
+
+  for (const kind of ['ioredis', 'node-redis']) {
+    it(`${kind}: calls answered "unavailable" while the client reconnects never run on Redis`, async () => {
+      const px = await proxy(server.port);
+      const c = await client(kind, px.port);
+      try {
+        const prefix = `part-${kind}`;
+        const bucket = new TokenBucket({
+          redis: c as never,
+          capacity: 20,
+          refillPerSecond: 1e-6,
+          prefix,
+          timeoutMs: 100,
+          whenUnavailable: 'allow',
+        });
+        expect((await bucket.consume('k')).allowed).toBe(true);
+        px.partition();
+        const during: (string | undefined)[] = [];
+        for (let i = 0; i < 10; i++) during.push((await bucket.consume('k')).reason);
+        expect(during).toEqual(Array(10).fill('unavailable'));
+        px.heal();
+        // Once a call goes through again, whatever the client had held back went before it
+        // on the same connection.
+        while ((await bucket.consume('probe')).reason === 'unavailable');
+        const view = new TokenBucket({ redis: admin, capacity: 20, refillPerSecond: 1e-6, prefix });
+        expect((await view.stats('k')).admitted).toBe(1);
+      } finally {
+        close(c);
+        px.close();
+      }
+    });
+
+    it(`${kind}: a reply lost with its connection is charged once, its caller told "unavailable"`, async () => {
+      const px = await proxy(server.port);
+      const c = await client(kind, px.port);
+      try {
+        const prefix = `cut-${kind}`;
+        const bucket = new TokenBucket({
+          redis: c as never,
+          capacity: 10,
+          refillPerSecond: 1e-6,
+          prefix,
+          timeoutMs: 500,
+        });
+        await bucket.consume('warm'); // its script loaded: the next call is one EVALSHA
+        px.cutReplyOf(`{${'k'}}`);
+        await expect(bucket.consume('k')).rejects.toMatchObject({
+          name: 'BackendUnavailableError',
+        });
+        while ((await bucket.consume('probe').catch(() => undefined)) === undefined);
+        const view = new TokenBucket({ redis: admin, capacity: 10, refillPerSecond: 1e-6, prefix });
+        expect((await view.stats('k')).admitted).toBe(1);
+      } finally {
+        close(c);
+        px.close();
+      }
+    });
+  }
+
+  it('an ioredis client that sends unanswered commands again is warned about, once', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'ATOMIC_LIMITER_REDIS_RESEND') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    const resending = new Redis(server.port, '127.0.0.1', { lazyConnect: true });
+    try {
+      // Created above with the option off: no warning for those.
+      new TokenBucket({ redis: admin, capacity: 1, refillPerSecond: 1 });
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).toEqual([]);
+      new TokenBucket({ redis: resending, capacity: 1, refillPerSecond: 1 });
+      new TokenBucket({ redis: resending, capacity: 1, refillPerSecond: 1 });
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(
+        /charged twice; create it with \{ autoResendUnfulfilledCommands: false \}/,
+      );
+    } finally {
+      process.off('warning', onWarning);
+      resending.disconnect();
+    }
+  });
+});
