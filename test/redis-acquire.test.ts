@@ -150,6 +150,44 @@ describe('acquire() on Redis', () => {
     await lease.release().catch(() => {});
   });
 
+  it('Concurrency: release(key) and leases mixed on one key free every permit, as in memory', async () => {
+    for (const order of ['key first', 'lease first']) {
+      const mem = new memory.Concurrency({ limit: 3 });
+      const c = new Concurrency({ redis, limit: 3, prefix: prefix() });
+      // A lease (acquire), then two plain grants (tryAcquire, consume), in both limiters.
+      const memLease = await mem.acquire('k');
+      const lease = await c.acquire('k');
+      expect([mem.tryAcquire('k'), await c.tryAcquire('k')]).toEqual([true, true]);
+      expect([mem.consume('k').allowed, (await c.consume('k')).allowed]).toEqual([true, true]);
+      if (order === 'key first') {
+        mem.release('k', 2);
+        await c.release('k', 2);
+        expect((await c.stats('k')).available).toBe(mem.stats('k').available);
+        memLease.release();
+        await lease.release();
+      } else {
+        memLease.release();
+        await lease.release();
+        expect((await c.stats('k')).available).toBe(mem.stats('k').available);
+        mem.release('k', 2);
+        await c.release('k', 2);
+      }
+      expect([order, (await c.stats('k')).available]).toEqual([order, mem.stats('k').available]);
+      expect(mem.stats('k').available).toBe(3);
+      await c.close();
+    }
+    // Past the first 32 grants: 40 leases, then a plain grant, which release(key) finds.
+    const c = new Concurrency({ redis, limit: 50, prefix: prefix() });
+    const leases = [];
+    for (let i = 0; i < 40; i++) leases.push(await c.acquire('k'));
+    expect(await c.tryAcquire('k', 2)).toBe(true);
+    await c.release('k');
+    await c.release('k');
+    for (const l of leases) await l.release();
+    expect((await c.stats('k')).available).toBe(50);
+    await c.close();
+  });
+
   it('Concurrency: a release published while the first subscription is being made still wakes its waiter', async () => {
     // Two waiters pause at once: the first asks for the Pub/Sub subscription, the second
     // finds it asked for but not made yet. A release then reaches nobody: the second must

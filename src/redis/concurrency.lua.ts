@@ -51,7 +51,11 @@ end
 
 local function save(st)
   if st.add then
-    redis.call('ZADD', KEYS[2], NOW + LEASE_US, EXTRA .. '|' .. st.add)
+    -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release()
+    -- by key frees those first, and a lease's own release() still finds its id.
+    local id = EXTRA
+    if OP == 't' or OP == 'c' then id = '~' .. EXTRA end
+    redis.call('ZADD', KEYS[2], NOW + LEASE_US, id .. '|' .. st.add)
   end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if st.held <= 0 or #last == 0 then
@@ -74,9 +78,36 @@ local function step(st, t, p)
   return {held = st.held + p, add = p}
 end
 
--- Frees up to p permits, from the leases granted first (a lease is split if need be).
+-- Frees up to p permits: those of tryAcquire()/consume() grants ('~') first, then leases,
+-- each from the one granted first (a grant is split if need be). (A lease whose permits
+-- release(key) took would free nothing on its own release(), and a grant nobody holds by
+-- id would stay held until it expires.) The '~' grants are looked for 32 at a time, in
+-- grant order: they lead where release(key) is how permits come back.
 local function free(st, p)
   local left = p
+  local at = 0
+  while left > 0 do
+    local batch = redis.call('ZRANGE', KEYS[2], at, at + 31, 'WITHSCORES')
+    if #batch == 0 then break end
+    local kept = 0
+    for i = 1, #batch, 2 do
+      local m = batch[i]
+      if left > 0 and string.sub(m, 1, 1) == '~' then
+        local n = permitsOf(m)
+        redis.call('ZREM', KEYS[2], m)
+        if n > left then
+          local id = string.match(m, '^(.*)|%d+$')
+          redis.call('ZADD', KEYS[2], batch[i + 1], id .. '|' .. (n - left))
+          kept = kept + 1
+          n = left
+        end
+        left = left - n
+      else
+        kept = kept + 1
+      end
+    end
+    at = at + kept
+  end
   while left > 0 do
     local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if #first == 0 then break end

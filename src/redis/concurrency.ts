@@ -82,7 +82,8 @@ export class Concurrency extends RedisLimiter {
   }
 
   /**
-   * Returns `permits` held for `key`, from its oldest grants. Releasing more than the key
+   * Returns `permits` held for `key`, from its grants of tryAcquire()/consume() first (a
+   * lease frees its own on its release()), oldest first. Releasing more than the key
    * holds is a RangeError, as in memory (nothing is released then). Rejects with
    * BackendUnavailableError when Redis cannot be reached: a release is never dropped.
    */
