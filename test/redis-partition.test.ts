@@ -2,7 +2,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TokenBucket } from '../src/redis/index.js';
+import { Concurrency, TokenBucket } from '../src/redis/index.js';
 import { freePort, RedisServer } from './helpers/redis.js';
 
 // A call answered "unavailable" must not run on Redis later: a client that is connecting or
@@ -156,6 +156,25 @@ describe('Redis out of reach', () => {
       }
     });
   }
+
+  it('a Concurrency grant whose call timed out, then ran, is given back at once', async () => {
+    const c = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    try {
+      const sem = new Concurrency({ redis: c, limit: 1, timeoutMs: 200, prefix: 'late' });
+      await sem.tryAcquire('warm'); // the script loaded: the next call is one EVALSHA
+      await sem.release('warm');
+      // Redis busy for longer than timeoutMs (a slow command, a fork, a failover pause).
+      await admin.call('CLIENT', 'PAUSE', '600', 'ALL');
+      await expect(sem.tryAcquire('k')).rejects.toMatchObject({ name: 'BackendUnavailableError' });
+      // Behind the paused call on its connection: once this answers, the call has run and
+      // its reply came (a grant its caller never got), and what followed it went out.
+      await c.ping();
+      expect((await sem.stats('k')).available).toBe(1);
+      await sem.close();
+    } finally {
+      c.disconnect();
+    }
+  });
 
   it('an ioredis client that sends unanswered commands again is warned about, once', async () => {
     const warnings: string[] = [];

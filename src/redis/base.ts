@@ -384,7 +384,8 @@ export abstract class RedisLimiter {
   }
 
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
-    return this.call('c', tag, permits, this.grantId()).then(
+    const id = this.grantId();
+    return this.call('c', tag, permits, id, false, this.lateGrant('c', tag, permits, id)).then(
       (reply) => this.decision(this.parse(reply)),
       (error) => this.fallback(error, key, permits),
     );
@@ -433,6 +434,7 @@ export abstract class RedisLimiter {
     permits: number,
     extra = '',
     force = false,
+    late?: (reply: unknown) => void,
   ): Promise<unknown> {
     if (this.closed && !force) return Promise.reject(new LimiterClosedError());
     const head = [
@@ -458,7 +460,16 @@ export abstract class RedisLimiter {
       head,
       this.params(),
       this.adapter.cluster ? slotOf(tag) : 0,
+      late,
     );
+  }
+
+  /**
+   * What to do with the reply of a grant ('t', 'c') that came after its call failed by
+   * timeoutMs (undefined: nothing). Concurrency gives back a grant nobody holds.
+   */
+  protected lateGrant(_op: 't' | 'c', _tag: string, _permits: number, _id: string) {
+    return undefined as ((reply: unknown) => void) | undefined;
   }
 
   protected checkPermits(method: string, permits: unknown): void {
@@ -574,7 +585,8 @@ export abstract class RedisLimiter {
       return Promise.reject(error);
     }
     if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
-    return this.call('t', tag, permits, this.grantId()).then(
+    const id = this.grantId();
+    return this.call('t', tag, permits, id, false, this.lateGrant('t', tag, permits, id)).then(
       this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
     );

@@ -142,6 +142,18 @@ export class Concurrency extends RedisLimiter {
     };
   }
 
+  /**
+   * A tryAcquire() or consume() whose call timed out and ran after all (Redis paused, a
+   * slow network) holds a grant its caller never got: released at once, by its id ('~':
+   * concurrency.lua.ts), rather than held until it expires.
+   */
+  protected override lateGrant(op: 't' | 'c', tag: string, permits: number, id: string) {
+    return (reply: unknown): void => {
+      const granted = op === 't' ? reply === 1 : Array.isArray(reply) && reply[0] === 1;
+      if (granted) this.releaseLease(tag, permits, `~${id}`).catch(reportLost);
+    };
+  }
+
   protected override undoGrant(tag: string, permits: number, id: string): void {
     this.releaseLease(tag, permits, id).catch(reportLost);
   }

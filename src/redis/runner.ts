@@ -51,6 +51,8 @@ interface Pending {
   readonly slot: number;
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
+  /** Called with a reply that came after the call had failed (timed out): see run(). */
+  readonly late: ((reply: unknown) => void) | undefined;
   /** performance.now() past which it fails as unavailable; set when the call goes out. */
   deadline: number;
   done: boolean;
@@ -105,6 +107,7 @@ export class Runner {
     head: readonly string[],
     params: readonly string[],
     slot: number,
+    late?: (reply: unknown) => void,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
       this.queue.push({
@@ -116,6 +119,7 @@ export class Runner {
         slot,
         resolve,
         reject,
+        late,
         deadline: 0,
         done: false,
       });
@@ -357,7 +361,12 @@ export class Runner {
   }
 
   private settle(p: Pending, reply: unknown): void {
-    if (p.done) return;
+    if (p.done) {
+      // The call ran after all, its caller answered already (a timeout): what it took is
+      // its limiter's to undo (a Concurrency grant nobody holds).
+      p.late?.(reply);
+      return;
+    }
     p.done = true;
     this.inFlight.delete(p);
     p.resolve(reply);
