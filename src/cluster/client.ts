@@ -127,8 +127,13 @@ interface Waiter {
 interface Fetch {
   min: number;
   waiters: Waiter[];
-  /** performance.now() when the request was made: before the primary took its permits. */
+  /**
+   * performance.now() when the request was made: before the primary took its permits (−1:
+   * not made yet).
+   */
   sentAt: number;
+  /** Sent, then reset() of its key: the primary took its permits before the reset. */
+  stale: boolean;
 }
 
 const TRUE = Promise.resolve(true);
@@ -309,7 +314,7 @@ export class Client implements ClusterLimiter, Caller {
    * full block per round trip, and the block never holds more than `block`.
    */
   private topUp(key: Key | undefined): void {
-    const f: Fetch = { min: 1, waiters: [], sentAt: 0 };
+    const f: Fetch = { min: 1, waiters: [], sentAt: -1, stale: false };
     this.fetching.set(key, f);
     queueMicrotask(() => {
       const max = this.block - (this.blocks.get(key)?.left ?? 0);
@@ -356,7 +361,7 @@ export class Client implements ClusterLimiter, Caller {
    * the call that asked (it is served first), others may join while it is in flight.
    */
   private fetch(key: Key | undefined, min: number, max: number, first: Waiter): void {
-    const f: Fetch = { min, waiters: [first], sentAt: 0 };
+    const f: Fetch = { min, waiters: [first], sentAt: -1, stale: false };
     this.fetching.set(key, f);
     this.request(key, f, max);
   }
@@ -374,6 +379,9 @@ export class Client implements ClusterLimiter, Caller {
 
   private fetched(key: Key | undefined, f: Fetch, grant: Grant): void {
     if (this.fetching.get(key) === f) this.fetching.delete(key);
+    // Taken before a reset of the key, which wiped them: spent or given back now, they
+    // would count twice in the fresh key's allowance. (Its waiters left it at the reset.)
+    if (f.stale) return;
     let b = this.blocks.get(key);
     if (this.closed) {
       // The waiters were rejected by close(); what came goes back.
@@ -494,7 +502,30 @@ export class Client implements ClusterLimiter, Caller {
 
   reset(key?: Key): Promise<void> {
     if (this.closed) return this.refusedWhenClosed();
-    return this.channel.call(this, RESET, key, 1, 0, this.checkKeyOnly) as Promise<void>;
+    const done = this.channel.call(this, RESET, key, 1, 0, this.checkKeyOnly) as Promise<void>;
+    this.forgetBlock(key);
+    return done;
+  }
+
+  /**
+   * reset() of `key`: the key starts afresh at the primary, so the permits of its block,
+   * counted before the reset, go too — not given back, which would credit them to the
+   * fresh key. A request already sent lands in nothing; the calls waiting for it ask
+   * again, after the reset (their requests leave behind it, in call order). A top-up not
+   * sent yet leaves behind the reset too, and stays.
+   */
+  private forgetBlock(key: Key | undefined): void {
+    const b = this.blocks.get(key);
+    if (b !== undefined) {
+      this.blocks.delete(key);
+      b.left = 0;
+    }
+    const f = this.fetching.get(key);
+    if (f === undefined || f.sentAt < 0) return;
+    f.stale = true;
+    this.fetching.delete(key);
+    for (const w of f.waiters) this.wait(key, w.permits, w.done, w.fail);
+    f.waiters = [];
   }
 
   async acquire(

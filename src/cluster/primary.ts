@@ -46,15 +46,33 @@ export interface Served {
   concurrency: boolean;
 }
 
+/** A Concurrency lease from acquire() a worker holds. */
+interface Held {
+  lease: Lease;
+  limiter: AnyLimiter;
+  key: Key | undefined;
+  /** A reset of its key voided it: the worker's exit gives nothing back for it. */
+  voided: boolean;
+}
+
+/** An acquire() call pending at the primary. */
+interface Waiting {
+  controller: AbortController;
+  limiter: AnyLimiter;
+  key: Key | undefined;
+  /** Its key was reset while it was pending (it may have been granted before that). */
+  reset: boolean;
+}
+
 interface WorkerState {
   worker: Worker;
   dead: boolean;
   /** acquire() outcomes waiting for this tick's message: [id, ok, value, …]. */
   out: unknown[];
   /** Leases from acquire() the worker still holds, by lease id. */
-  leases: Map<number, Lease>;
+  leases: Map<number, Held>;
   /** Pending acquire() calls, by call id, to abort when the worker goes. */
-  waiting: Map<number, AbortController>;
+  waiting: Map<number, Waiting>;
   /** Concurrency permits taken by tryAcquire/consume and not yet released. */
   held: Map<Releasable, Map<Key | undefined, number>>;
 }
@@ -88,8 +106,8 @@ export class Dispatcher {
     s.dead = true;
     // Each give-back may throw (the limiter was closed meanwhile: nothing left to give
     // back); none may stop the others, nor reach the 'exit' event's emitter.
-    for (const controller of s.waiting.values()) attempt(() => controller.abort());
-    for (const lease of s.leases.values()) attempt(() => lease.release());
+    for (const w of s.waiting.values()) attempt(() => w.controller.abort());
+    for (const held of s.leases.values()) if (!held.voided) attempt(() => held.lease.release());
     for (const [limiter, keys] of s.held) {
       for (const [key, n] of keys) attempt(() => limiter.release(key, n));
     }
@@ -199,16 +217,19 @@ export class Dispatcher {
         const leaseId = c[i + 1];
         i += 2;
         if (typeof leaseId !== 'number') continue;
-        const lease = s.leases.get(leaseId);
+        const held = s.leases.get(leaseId);
         s.leases.delete(leaseId);
-        if (lease) attempt(() => lease.release()); // no answer: a closed limiter is fine
+        // Voided by a reset or not: the worker's own release acts on the key as it is now,
+        // as a Lease's release() after reset() does in memory. No answer: a closed limiter
+        // is fine.
+        if (held) attempt(() => held.lease.release());
         continue;
       }
       if (op === ABORT) {
         const id = c[i + 1];
         i += 2;
-        const controller = typeof id === 'number' ? s.waiting.get(id) : undefined;
-        if (controller) attempt(() => controller.abort());
+        const w = typeof id === 'number' ? s.waiting.get(id) : undefined;
+        if (w) attempt(() => w.controller.abort());
         continue;
       }
       const width = typeof op === 'number' ? CALL_WIDTHS[op] : undefined;
@@ -299,6 +320,7 @@ export class Dispatcher {
       }
       case RESET:
         limiter.reset(key);
+        if (served.concurrency) this.voidHolds(limiter, key);
         v.push(0);
         return;
       default:
@@ -342,7 +364,14 @@ export class Dispatcher {
   ): void {
     if (typeof id !== 'number') return; // cannot be answered
     const controller = new AbortController();
-    s.waiting.set(id, controller);
+    const w: Waiting = { controller, limiter: served.limiter, key, reset: false };
+    s.waiting.set(id, w);
+    // A lease granted within this call is recorded only when its promise's reaction runs,
+    // after the rest of the batch (and of the batches received with it): a reset of its
+    // key in between must void it too. Such a reaction runs before the microtask queued
+    // below. A lease granted later has its reaction run in the microtasks of the turn that
+    // granted it, before any other batch is handled: no reset comes between the two.
+    let grantedAtCall = true;
     served.limiter
       .acquire(key, permits, {
         signal: controller.signal,
@@ -351,12 +380,15 @@ export class Dispatcher {
       .then(
         (lease) => {
           s.waiting.delete(id);
+          const voided = grantedAtCall && w.reset;
           if (s.dead) {
-            attempt(() => lease.release()); // the worker is gone
+            if (!voided) attempt(() => lease.release()); // the worker is gone
             return;
           }
           const leaseId = ++this.leaseIds;
-          if (served.concurrency) s.leases.set(leaseId, lease);
+          if (served.concurrency) {
+            s.leases.set(leaseId, { lease, limiter: served.limiter, key, voided });
+          }
           this.settleAcquire(s, id, 1, leaseId);
         },
         (error) => {
@@ -364,6 +396,9 @@ export class Dispatcher {
           this.settleAcquire(s, id, 0, toWire(error));
         },
       );
+    queueMicrotask(() => {
+      grantedAtCall = false;
+    });
   }
 
   /** acquire() outcomes of one tick leave in one message. */
@@ -381,6 +416,25 @@ export class Dispatcher {
     let keys = s.held.get(limiter);
     if (!keys) s.held.set(limiter, (keys = new Map()));
     keys.set(key, (keys.get(key) ?? 0) + n);
+  }
+
+  /**
+   * A reset of a Concurrency key through this bridge: what the workers hold of it went with
+   * the key's state (as reset() voids the holder records of threads), so none of it is
+   * given back when they exit — else a dead worker's permits taken before the reset would
+   * free permits taken after it. (A reset() called on the limiter itself, here or on
+   * another thread, does not pass here: the limiter tells nobody of it.)
+   */
+  private voidHolds(limiter: AnyLimiter, key: Key | undefined): void {
+    for (const t of this.states.values()) {
+      t.held.get(limiter as Releasable)?.delete(key);
+      for (const held of t.leases.values()) {
+        if (held.limiter === limiter && held.key === key) held.voided = true;
+      }
+      for (const w of t.waiting.values()) {
+        if (w.limiter === limiter && w.key === key) w.reset = true;
+      }
+    }
   }
 
   // Permits given back: first from what this worker holds, then (a worker may release
