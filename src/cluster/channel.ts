@@ -1,11 +1,12 @@
 /**
  * A worker process's side of the wire: one per process, shared by every client. Calls made
- * in one tick leave in one batch (see protocol.ts); answers come back in call order.
+ * in one tick leave in one batch (in several when one would pass the primary's bounds, see
+ * protocol.ts); answers come back in call order.
  */
 import { performance } from 'node:perf_hooks';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { Key } from '../limiter.js';
-import type { Decision } from '../options.js';
+import type { AlgorithmName, Decision } from '../options.js';
 import {
   ABORT,
   ACQUIRE,
@@ -20,9 +21,10 @@ import {
   isOurs,
   MARK,
   MAX_CALLS_PER_BATCH,
+  MAX_RECORD_VALUES,
   type Message,
   NAME,
-  type REFUND,
+  REFUND,
   RELEASE,
   RESET,
   readAnswer,
@@ -59,6 +61,12 @@ export interface Pending {
   /** ACQUIRE: its id, and its own timeout (the primary waits first). */
   id: number;
   timeoutMs: number;
+  /**
+   * ACQUIRE: the batch it left in (0: none yet) and the answered calls before it there, to
+   * tell whether the primary ran it when it refuses the batch.
+   */
+  batch: number;
+  at: number;
   /** Runs once the description is known, before sending; a throw rejects the call. */
   check: Check | undefined;
 }
@@ -72,6 +80,17 @@ interface Batch {
 
 const ignore = () => {};
 const MAX_UNANSWERED_BATCHES = 10_000;
+/**
+ * Rate limiters whose give-back does not depend on when the permits were taken (the
+ * primary's GIVE ignores the time there): a grant nobody waits for any more goes back by a
+ * REFUND, which is what a GIVE with its time would do. A window's give-back needs that
+ * time, which no answer but TAKE's carries: see giveBackLate().
+ */
+const TIMELESS: ReadonlySet<AlgorithmName | undefined> = new Set<AlgorithmName>([
+  'TokenBucket',
+  'LeakyBucket',
+  'SlidingLog',
+]);
 /** setTimeout's longest delay; a later deadline is reached in more than one step. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -81,6 +100,8 @@ export class Channel {
   /** Calls made before the first 'ready', in order. */
   private early: Pending[] = [];
   private out: Value[] = [];
+  /** The records in `out`, NAME included (see room()). */
+  private outRecords = 0;
   private outCalls: Pending[] = [];
   private outName: string | undefined;
   /** The smallest timeoutMs among `outCalls`: their batch's first deadline once it leaves. */
@@ -164,6 +185,8 @@ export class Channel {
         id: 0,
         timeoutMs: caller.timeoutMs,
         check,
+        batch: 0,
+        at: 0,
       };
       this.start(p);
     });
@@ -200,6 +223,8 @@ export class Channel {
         // trip after the primary's own timeoutMs (none: as long as it takes).
         timeoutMs: waitMs === undefined ? Number.POSITIVE_INFINITY : waitMs + caller.timeoutMs,
         check,
+        batch: 0,
+        at: 0,
       };
       this.start(p);
     });
@@ -290,6 +315,8 @@ export class Channel {
       id: 0,
       timeoutMs: Number.POSITIVE_INFINITY,
       check: undefined,
+      batch: 0,
+      at: 0,
     });
   }
 
@@ -297,7 +324,8 @@ export class Channel {
    * Rejects every call of `caller` still waiting (its client was closed), and makes sure
    * none of them runs at the primary afterwards: those not sent yet leave this tick's
    * batch, and acquire() calls waiting there are aborted (a grant would take permits that
-   * nobody spends). Calls already sent are answered; their late grants go back.
+   * nobody spends). Calls already sent are answered; their late grants go back where that
+   * is sound (giveBackLate()).
    */
   closeCaller(caller: Caller, error: Error): void {
     for (const p of this.early) if (p.caller === caller) this.settle(p, error);
@@ -324,6 +352,7 @@ export class Channel {
     const calls = this.outCalls;
     const out: Value[] = [];
     const kept: Pending[] = [];
+    let records = 0; // in `out`: never more than before, so within the bounds still
     let name: Value = null; // the name the records at i address
     let named: string | undefined; // the last name written to `out`
     let k = 0; // the next call of `calls`: one per record but NAME, ACQUIRE, ABORT, DROP
@@ -345,33 +374,55 @@ export class Channel {
         if (named !== name) {
           named = name as string;
           out.push(NAME, named);
+          records++;
         }
         for (let j = i; j < i + width; j++) out.push(c[j] as Value);
-        if (p !== undefined && op !== ACQUIRE) kept.push(p);
+        records++;
+        if (p !== undefined) {
+          if (op === ACQUIRE) p.at = kept.length;
+          else kept.push(p);
+        }
       }
       i += width;
     }
     this.out = out;
+    this.outRecords = records;
     this.outCalls = kept;
     this.outName = named;
   }
 
-  private record(name: string, op: number, value: number): void {
-    if (this.closed || !process.connected) return;
+  /**
+   * Makes room in this tick's batch for a record of `width` values addressed to `name`,
+   * and counts it. The batch leaves first when the record, with the NAME it may need, would
+   * take it past MAX_CALLS_PER_BATCH records or MAX_RECORD_VALUES values: the primary
+   * refuses a larger batch whole, and nothing of it runs — neither its calls nor the
+   * give-backs (DROP, RELEASE, GIVE) it carries.
+   */
+  private room(name: string, width: number): void {
+    const named = this.outName === name;
+    if (
+      this.outRecords + (named ? 1 : 2) > MAX_CALLS_PER_BATCH ||
+      this.out.length + width + (named ? 0 : 2) > MAX_RECORD_VALUES
+    ) {
+      this.flush();
+    }
     if (this.outName !== name) {
       this.out.push(NAME, name);
       this.outName = name;
+      this.outRecords++;
     }
+    this.outRecords++;
+  }
+
+  private record(name: string, op: number, value: number): void {
+    if (this.closed || !process.connected) return;
+    this.room(name, 2);
     this.out.push(op, value);
     this.schedule();
   }
 
   private push(p: Pending): void {
-    const name = p.caller.name;
-    if (this.outName !== name) {
-      this.out.push(NAME, name);
-      this.outName = name;
-    }
+    this.room(p.caller.name, CALL_WIDTHS[p.op] as number);
     const key = p.key === undefined ? null : p.key;
     switch (p.op) {
       case STATS:
@@ -383,6 +434,8 @@ export class Channel {
         this.out.push(p.op, key, p.permits, p.extra);
         break;
       case ACQUIRE:
+        p.batch = this.seq + 1; // the next batch to leave holds it
+        p.at = this.outCalls.length;
         this.out.push(ACQUIRE, p.id, key, p.permits, p.extra);
         this.schedule();
         return; // answered on its own, by id
@@ -391,14 +444,13 @@ export class Channel {
     }
     this.outCalls.push(p);
     if (p.timeoutMs < this.outTimeoutMs) this.outTimeoutMs = p.timeoutMs;
-    if (this.outCalls.length >= MAX_CALLS_PER_BATCH) this.flush();
-    else this.schedule();
+    this.schedule();
   }
 
   private schedule(): void {
     if (this.flushing) return;
     this.flushing = true;
-    // Every call made in this tick leaves in one message.
+    // Every call made in this tick leaves in one message (room() may have sent some).
     queueMicrotask(() => this.flush());
   }
 
@@ -408,6 +460,7 @@ export class Channel {
     const calls = this.outCalls;
     const c = this.out;
     this.out = [];
+    this.outRecords = 0;
     this.outCalls = [];
     this.outName = undefined;
     const timeoutMs = this.outTimeoutMs;
@@ -466,9 +519,14 @@ export class Channel {
 
   private onResults(s: number, v: unknown[], e: WireError | undefined): void {
     const batch = this.sent.get(s);
-    if (!batch) return;
+    // A batch of only acquire() calls is not tracked: it is answered by id, or refused.
+    if (!batch) {
+      if (e) this.refused(s, 0, fromWire(e));
+      return;
+    }
     this.sent.delete(s);
     let i = 0;
+    let answered = 0;
     for (const p of batch.calls) {
       if (i >= v.length) {
         const error = e
@@ -477,6 +535,7 @@ export class Channel {
         if (!p.settled) this.settle(p, error);
         continue;
       }
+      answered++;
       const x = v[i];
       if (typeof x === 'object' && x !== null) {
         i++;
@@ -491,6 +550,24 @@ export class Channel {
         p.resolve(value);
       } else this.late(p, value);
     }
+    if (e) this.refused(s, answered, fromWire(e));
+  }
+
+  /**
+   * Batch `s` came back with an error after `answered` answers: the primary ran its records
+   * up to the one it refused (none, for a batch refused whole). Its acquire() calls settle
+   * with `error` too, or they would wait for an outcome by id that never comes. One with
+   * more answered calls before it than came was not run. One with exactly as many may have
+   * run before the refused record: it is aborted there and stays known, so that a grant
+   * that comes anyway goes back.
+   */
+  private refused(s: number, answered: number, error: Error): void {
+    for (const [id, p] of this.acquiring) {
+      if (p.batch !== s || p.at < answered) continue; // it ran: its outcome comes
+      if (p.at > answered) this.acquiring.delete(id);
+      else if (!p.settled) this.record(p.caller.name, ABORT, id);
+      this.settle(p, error);
+    }
   }
 
   /** An answer after its caller stopped waiting: permits it granted go back. */
@@ -498,9 +575,22 @@ export class Channel {
     if (p.op === TAKE) {
       const { granted, takenUs } = value as Grant;
       if (granted > 0) this.giveBack(p.caller, GIVE, p.key, granted, takenUs);
-    } else if (p.caller.concurrency && (p.op === TRY || p.op === CONSUME)) {
+    } else if (p.op === TRY || p.op === CONSUME) {
       const allowed = p.op === TRY ? value === true : (value as Decision).allowed;
-      if (allowed) this.giveBack(p.caller, RELEASE, p.key, p.permits);
+      if (allowed) this.giveBackLate(p);
+    }
+  }
+
+  /**
+   * Gives back the permits of a TRY, CONSUME or acquire() grant nobody waits for any more:
+   * a Concurrency's are released, a bucket's or SlidingLog's refunded (TIMELESS). A
+   * window's stay counted in the window they were taken in: the answer does not say which,
+   * and credited to a later one they would admit more there than its limit.
+   */
+  private giveBackLate(p: Pending): void {
+    if (p.caller.concurrency) this.giveBack(p.caller, RELEASE, p.key, p.permits);
+    else if (TIMELESS.has(this.served?.get(p.caller.name)?.algorithm)) {
+      this.giveBack(p.caller, REFUND, p.key, p.permits);
     }
   }
 
@@ -517,6 +607,7 @@ export class Channel {
           this.inFlight--;
           p.resolve(leaseId);
         } else if (p.caller.concurrency) this.drop(p.caller.name, leaseId);
+        else this.giveBackLate(p);
       } else if (!p.settled) this.settle(p, fromWire(v[i + 2] as WireError));
     }
   }

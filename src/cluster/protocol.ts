@@ -75,8 +75,9 @@ export const CALL_WIDTHS: Readonly<Record<number, number>> = {
 export const DECISION_SIZE = 6;
 
 /**
- * Bounds on what the primary accepts in one message. A worker splits its batches well
- * below them; anything larger is not ours and is refused without being walked.
+ * Bounds on one batch. The primary refuses a batch of more than MAX_RECORD_VALUES values
+ * without walking it; a worker's batch holds at most MAX_CALLS_PER_BATCH records of any
+ * kind (NAME, ACQUIRE, ABORT and DROP included) and never more values than that bound.
  */
 export const MAX_CALLS_PER_BATCH = 4096;
 export const MAX_RECORD_VALUES = 6 * MAX_CALLS_PER_BATCH;

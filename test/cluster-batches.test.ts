@@ -1,0 +1,68 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+// Real cluster processes: each scenario is a primary that forks a worker (the same script,
+// which uses the built package: `npm test` builds first) and prints its outcome as JSON.
+const BATCHES = fileURLToPath(new URL('./cluster/batches.mjs', import.meta.url));
+
+function run(scenario: string): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BATCHES, scenario], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.stderr.on('data', (c) => (err += c));
+    // Killing the primary disconnects its worker, which then exits (node:cluster).
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code ?? signal}: ${err}`));
+      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
+    });
+  });
+}
+
+const REFUSED = 'TypeError ERR_INVALID_ARG_TYPE';
+
+describe('atomic-limiter/cluster batches', () => {
+  it('splits a tick of 6000 acquire() calls over two names into batches the primary takes: every one granted once', async () => {
+    const r = await run('acquires');
+    expect(r.outcomes).toEqual({ ok: 6000 });
+    expect(r.admitted).toEqual([3000, 3000]);
+  }, 40_000);
+
+  it('delivers 13 000 lease releases made in one tick: every permit comes back', async () => {
+    const r = await run('drops');
+    expect(r.before).toBe(7000);
+    expect(r.after).toBe(20_000);
+    expect(r.sem).toMatchObject({ available: 20_000, queued: 0 });
+  }, 40_000);
+
+  it('counts NAME and DROP records in a batch: 4000 tryAcquire calls and 3000 releases of another name in one tick', async () => {
+    const r = await run('mixed');
+    expect(r.outcomes).toEqual({ true: 4000 });
+    expect(r.api).toMatchObject({ admitted: 4000, rejected: 0 });
+    expect(r.sem).toMatchObject({ available: 5000 });
+  }, 40_000);
+
+  it('settles every call of a batch the primary refuses with its error, acquire() calls included', async () => {
+    const r = await run('refused');
+    expect(r.first).toEqual([REFUSED, REFUSED, REFUSED]);
+    expect(r.second).toEqual([REFUSED, REFUSED]);
+    // The acquire() placed after a refused call was not run. Those of a batch of acquire()
+    // calls only may have run before the record the primary refused: they are aborted there.
+    expect(r.aborted).toHaveLength(2);
+  }, 40_000);
+
+  it('gives back the grants of a bucket and a SlidingLog answered after close(); a window keeps its own', async () => {
+    const r = await run('late');
+    expect(r.outcomes).toEqual(Array(9).fill('ERR_CLUSTER_UNAVAILABLE'));
+    // tryAcquire 4, consume 3, acquire 2 on keys t, c, a.
+    expect(r.bucket).toEqual([10, 10, 10]);
+    expect(r.log).toEqual([10, 10, 10]);
+    expect(r.win).toEqual([6, 7, 8]);
+  }, 40_000);
+});
