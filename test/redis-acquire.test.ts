@@ -193,8 +193,10 @@ describe('acquire() on Redis', () => {
     // finds it asked for but not made yet. A release then reaches nobody: the second must
     // wait for the subscription too and try again, not sleep until a lease expires.
     const { port } = redis.options as { port: number };
-    const holders = new Redis(port, '127.0.0.1');
-    const monitor = await new Redis(port, '127.0.0.1').monitor();
+    const holders = new Redis(port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    const monitor = await new Redis(port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+    }).monitor();
     try {
       const p = prefix();
       const holding = new Concurrency({ redis: holders, limit: 1, prefix: p, leaseMs: 60_000 });
@@ -231,7 +233,10 @@ describe('acquire() on Redis', () => {
 
   it("a chain's lease over a Redis Concurrency reports a release Redis cannot take, never drops it", async () => {
     const own = await RedisServer.start();
-    const client = new Redis(own.port, '127.0.0.1', { enableOfflineQueue: false });
+    const client = new Redis(own.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      enableOfflineQueue: false,
+    });
     client.on('error', () => {});
     const warnings: string[] = [];
     const onWarning = (w: Error & { code?: string }) => {

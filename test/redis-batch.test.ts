@@ -716,7 +716,10 @@ describe('a batch per hash slot on a three-master Redis Cluster', () => {
     [
       'ioredis Cluster',
       async (ports) => {
-        const c = new IoCluster(ports.map((port) => ({ host: '127.0.0.1', port })));
+        const c = new IoCluster(
+          ports.map((port) => ({ host: '127.0.0.1', port })),
+          { redisOptions: { autoResendUnfulfilledCommands: false } },
+        );
         return { c, close: () => c.disconnect() };
       },
     ],

@@ -22,14 +22,14 @@ const STANDALONE: [string, Factory][] = [
   [
     'ioredis 5 Redis',
     async ([port]) => {
-      const c = new IoRedis5(port!, '127.0.0.1');
+      const c = new IoRedis5(port!, '127.0.0.1', { autoResendUnfulfilledCommands: false });
       return { client: c, close: async () => void c.disconnect() };
     },
   ],
   [
     'ioredis 6 Redis',
     async ([port]) => {
-      const c = new IoRedis6.Redis(port!, '127.0.0.1');
+      const c = new IoRedis6.Redis(port!, '127.0.0.1', { autoResendUnfulfilledCommands: false });
       return { client: c, close: async () => void c.disconnect() };
     },
   ],
@@ -55,14 +55,20 @@ const CLUSTER: [string, Factory][] = [
   [
     'ioredis 5 Cluster',
     async (ports) => {
-      const c = new IoCluster5(ports.map((port) => ({ host: '127.0.0.1', port })));
+      const c = new IoCluster5(
+        ports.map((port) => ({ host: '127.0.0.1', port })),
+        { redisOptions: { autoResendUnfulfilledCommands: false } },
+      );
       return { client: c, close: async () => void c.disconnect() };
     },
   ],
   [
     'ioredis 6 Cluster',
     async (ports) => {
-      const c = new IoRedis6.Cluster(ports.map((port) => ({ host: '127.0.0.1', port })));
+      const c = new IoRedis6.Cluster(
+        ports.map((port) => ({ host: '127.0.0.1', port })),
+        { redisOptions: { autoResendUnfulfilledCommands: false } },
+      );
       return { client: c, close: async () => void c.disconnect() };
     },
   ],

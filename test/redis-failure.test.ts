@@ -13,7 +13,10 @@ const CLIENTS: [string, (port: number) => Promise<{ client: unknown; close(): vo
   [
     'ioredis',
     async (port) => {
-      const c = new Redis(port, '127.0.0.1', { retryStrategy: () => 50 });
+      const c = new Redis(port, '127.0.0.1', {
+        autoResendUnfulfilledCommands: false,
+        retryStrategy: () => 50,
+      });
       c.on('error', () => {});
       return { client: c, close: () => c.disconnect() };
     },
@@ -126,7 +129,7 @@ describe('Redis goes away and comes back', () => {
   }
 
   it('a script error is an error naming the script, never an allow, whatever the policy', async () => {
-    const redis = new Redis(server.port, '127.0.0.1');
+    const redis = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     try {
       const l = new TokenBucket({
         redis,

@@ -30,7 +30,7 @@ function countCalls(limiter: object): () => number {
 describe('fleet mode faults: the blockTtlMs sweep', () => {
   it('reports a give-back it cannot make as a process warning, never an unhandled rejection', async () => {
     const own = await RedisServer.start();
-    const client = new Redis(own.port, '127.0.0.1');
+    const client = new Redis(own.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     client.on('error', () => {});
     // The sweep's failed give-back ends as one or the other.
     let onWarning: ((w: Error & { code?: string }) => void) | undefined;
@@ -81,8 +81,11 @@ describe('fleet mode faults: Redis unavailable', () => {
     // Two ways Redis fails: no answer within timeoutMs (the offline queue), and a refusal
     // at once (no offline queue).
     const clients = [
-      new Redis(own.port, '127.0.0.1'),
-      new Redis(own.port, '127.0.0.1', { enableOfflineQueue: false }),
+      new Redis(own.port, '127.0.0.1', { autoResendUnfulfilledCommands: false }),
+      new Redis(own.port, '127.0.0.1', {
+        autoResendUnfulfilledCommands: false,
+        enableOfflineQueue: false,
+      }),
     ];
     try {
       for (const client of clients) {
@@ -119,7 +122,7 @@ describe('fleet mode faults: Redis unavailable', () => {
 
   it('calls waiting for a lease leased ahead that found Redis unavailable take its answer', async () => {
     const own = await RedisServer.start();
-    const client = new Redis(own.port, '127.0.0.1');
+    const client = new Redis(own.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     client.on('error', () => {});
     try {
       await client.ping();
@@ -159,7 +162,7 @@ describe('fleet mode faults: Redis unavailable', () => {
     const clock = new ManualClock(0);
     // A thread whose fetch goes to a client that reads no reply (its timeoutMs long), and
     // one over the same blocks with a short timeoutMs and a working client.
-    const hung = new Redis(server.port, '127.0.0.1');
+    const hung = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     await hung.ping();
     const slow = new TokenBucket({
       redis: hung,

@@ -55,7 +55,7 @@ async function evalCalls(): Promise<number> {
 
 beforeAll(async () => {
   server = await RedisServer.start();
-  redis = new Redis(server.port, '127.0.0.1');
+  redis = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
 });
 
 afterAll(async () => {

@@ -298,7 +298,7 @@ describe('fleet mode: lease sizes', () => {
     const x = new TokenBucket({ ...opts, block: 8 });
     // A second thread's limiter over the same blocks, whose client reads nothing: its
     // lease's reply waits unread, as a thread busy spending leaves it.
-    const slow = new Redis(server.port, '127.0.0.1');
+    const slow = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     const y = attach(x.handle, { redis: slow });
     const check = new TokenBucket(opts);
     let admitted = 0;
@@ -502,7 +502,10 @@ describe('fleet mode: bad input', () => {
 describe('fleet mode: Redis unavailable', () => {
   it('spends permits in hand, then applies whenUnavailable', async () => {
     const own = await RedisServer.start();
-    const client = new Redis(own.port, '127.0.0.1', { maxRetriesPerRequest: 0 });
+    const client = new Redis(own.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+    });
     try {
       const clock = new ManualClock(0);
       const fw = new FixedWindow({

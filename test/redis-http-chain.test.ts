@@ -56,7 +56,10 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
     // A server of its own, stopped while a request that waited for its lease is in its
     // handler; a client that does not reconnect, so the release fails at once.
     const lone = await RedisServer.start();
-    const client = new Redis(lone.port, '127.0.0.1', { retryStrategy: () => null });
+    const client = new Redis(lone.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: () => null,
+    });
     client.on('error', () => {});
     const limiter = new redisLimiters.Concurrency({
       redis: client,

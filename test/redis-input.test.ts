@@ -7,7 +7,13 @@ import * as red from '../src/redis/index.js';
 // here is lazy and has never connected: any command would make it connect (status moves
 // off 'wait'), so an unchanged status proves no call was made.
 
-const lazy = () => new Redis({ lazyConnect: true, port: 1, enableOfflineQueue: false });
+const lazy = () =>
+  new Redis({
+    autoResendUnfulfilledCommands: false,
+    lazyConnect: true,
+    port: 1,
+    enableOfflineQueue: false,
+  });
 
 function caught(f: () => unknown): unknown {
   try {

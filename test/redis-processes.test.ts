@@ -26,8 +26,8 @@ function child(port: number, id: number, skew: boolean): string {
   return `${skew ? SKEW : ''}
 const { Redis } = await import(${JSON.stringify(IOREDIS)});
 const { SlidingLog, TokenBucket } = await import(${JSON.stringify(REDIS_DIST)});
-const redis = new Redis(${port}, '127.0.0.1');
-const gate = new Redis(${port}, '127.0.0.1');
+const redis = new Redis(${port}, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+const gate = new Redis(${port}, '127.0.0.1', { autoResendUnfulfilledCommands: false });
 const log = new SlidingLog({ redis, limit: 100, windowMs: 3_600_000, prefix: 'procs' });
 const bucket = new TokenBucket({ redis, capacity: 50, refillPerSecond: 1e-6, prefix: 'procs' });
 console.log('ready');
@@ -79,7 +79,7 @@ describe('processes sharing one Redis', () => {
   const children: ChildProcess[] = [];
   beforeAll(async () => {
     server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
+    redis = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
   });
   afterAll(async () => {
     for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
@@ -105,7 +105,7 @@ describe('processes sharing one Redis', () => {
     const holder = start(`
 const { Redis } = await import(${JSON.stringify(IOREDIS)});
 const { Concurrency } = await import(${JSON.stringify(REDIS_DIST)});
-const redis = new Redis(${server.port}, '127.0.0.1');
+const redis = new Redis(${server.port}, '127.0.0.1', { autoResendUnfulfilledCommands: false });
 const jobs = new Concurrency({ redis, limit: 1, leaseMs: 700, prefix: 'lease' });
 await jobs.acquire('job');
 console.log('held');
@@ -129,7 +129,7 @@ setInterval(() => {}, 1000);
     const kid = start(`
 const { Redis } = await import(${JSON.stringify(IOREDIS)});
 const { Concurrency } = await import(${JSON.stringify(REDIS_DIST)});
-const redis = new Redis(${server.port}, '127.0.0.1');
+const redis = new Redis(${server.port}, '127.0.0.1', { autoResendUnfulfilledCommands: false });
 const jobs = new Concurrency({ redis, limit: 1, queueLimit: 1, prefix: 'exit' });
 const first = await jobs.acquire('job');
 const second = jobs.acquire('job'); // waits: subscribes to releases

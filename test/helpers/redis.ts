@@ -125,7 +125,7 @@ export function withRedisServer(use: (server: RedisServer, redis: Redis) => void
   let redis: Redis | undefined;
   beforeAll(async () => {
     server = await RedisServer.start();
-    redis = new Redis(server.port, '127.0.0.1');
+    redis = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     use(server, redis);
   });
   afterAll(async () => {

@@ -6,7 +6,7 @@ import { ManualClock } from '../../dist/index.js';
 import { TokenBucket } from '../../dist/redis.js';
 
 const [port, prefix, mode, attempts] = process.argv.slice(2);
-const redis = new Redis(Number(port), '127.0.0.1');
+const redis = new Redis(Number(port), '127.0.0.1', { autoResendUnfulfilledCommands: false });
 // Every process's ManualClock reads the same time: the scripts decide on it, exactly.
 const clock = new ManualClock(1_000_000);
 const limiter = new TokenBucket({

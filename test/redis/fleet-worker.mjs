@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { attach } from '../../dist/redis.js';
 
 const { handle, port, mode, attempts } = workerData;
-const redis = new Redis(port, '127.0.0.1');
+const redis = new Redis(port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
 const limiter = attach(handle, { redis });
 let admitted = 0;
 if (mode === 'hold') {
