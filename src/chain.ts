@@ -2,7 +2,7 @@ import { warnGiveBackFailed } from './errors.js';
 import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
 import type { AcquireOptions, Decision, Lease } from './options.js';
-import { permitsError, show, typeError } from './validate.js';
+import { acquireOptions, permitsError, show, typeError } from './validate.js';
 
 /**
  * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
@@ -40,6 +40,31 @@ function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
 }
 
 /**
+ * A chain nested in another reports when each of its members took a call's permits, so
+ * that the outer chain's rollback gives them back to the windows they came from as well
+ * (its plain refund() would credit the current ones): by its Decision or Lease, the
+ * times of that call. And a call's times of the members that are chains, by the call's
+ * own times array (only for chains with such members).
+ */
+const reportedTimes = new WeakMap<object, Float64Array>();
+const nestedTimes = new WeakMap<Float64Array, (Float64Array | undefined)[]>();
+
+/** A copy of `times`, with the nested chains' times it holds. */
+function copyTimes(times: Float64Array): Float64Array {
+  const copy = times.slice();
+  const nested = nestedTimes.get(times);
+  if (nested !== undefined) nestedTimes.set(copy, [...nested]);
+  return copy;
+}
+
+/** Notes in `times` what member `i`, a chain, reported for the call that gave `answer`. */
+function noteNested(times: Float64Array, i: number, answer: object): void {
+  let nested = nestedTimes.get(times);
+  if (nested === undefined) nestedTimes.set(times, (nested = []));
+  nested[i] = reportedTimes.get(answer);
+}
+
+/**
  * Several limiters acting as one: a request is granted by all of them or by none. Each is
  * asked in order; when one refuses (or throws), the permits already taken from the earlier
  * ones are given back — to the window they were taken in, so a rollback that crosses a
@@ -62,10 +87,30 @@ export class Chain<M extends ChainMember = ChainMember> {
   }
   // When each in-memory member took its permits (its clock), for the rollback.
   private readonly takenUs: Float64Array;
+  /** Whether a member is a chain (whose times are noted: see reportedTimes). */
+  private readonly hasChains: boolean;
+  /** Set once this chain is a member of another: it reports its calls' times. */
+  private reports = false;
 
   constructor(limiters: readonly M[]) {
     this.limiters = [...limiters];
     this.takenUs = new Float64Array(this.limiters.length);
+    this.hasChains = false;
+    for (const l of this.limiters) {
+      if (l instanceof Chain) {
+        l.reports = true;
+        this.hasChains = true;
+      }
+    }
+  }
+
+  /**
+   * @internal Gives back what a call took, each member to the window its permits came from
+   * (`times`, as reported: see reportedTimes); without them, a refund.
+   */
+  refundTimes(key: Key | undefined, permits: number, times: Float64Array | undefined): Maybe<void> {
+    if (times === undefined) return this.refund(key, permits) as Maybe<void>;
+    return this.undo(this.limiters.length, key, permits, times);
   }
 
   private check(permits: number): void {
@@ -88,9 +133,12 @@ export class Chain<M extends ChainMember = ChainMember> {
   ): Maybe<void> {
     // Latest first; in-memory members give back to the window their permits came from.
     // `leased`: acquire() released the Concurrency members' leases, which gave theirs back.
+    const nested = this.hasChains ? nestedTimes.get(times) : undefined;
     return this.each(upTo - 1, -1, (l, j) => {
       if (leased && holdsLease(l)) return undefined;
-      return l instanceof Limiter ? l.refundTaken(key, permits, times[j]!) : l.refund(key, permits);
+      if (l instanceof Limiter) return l.refundTaken(key, permits, times[j]!);
+      if (l instanceof Chain) return l.refundTimes(key, permits, nested?.[j]);
+      return l.refund(key, permits);
     });
   }
 
@@ -129,17 +177,18 @@ export class Chain<M extends ChainMember = ChainMember> {
         return this.fail(i, key, permits, error, times);
       }
       if (isThenable(d)) {
-        const own = times === this.takenUs ? times.slice() : times;
+        const own = times === this.takenUs ? copyTimes(times) : times;
         return Promise.resolve(d).then(
           (x) => this.next(i, key, permits, decisions, x, own),
           (error) => this.fail(i, key, permits, error, own),
         );
       }
       if (l instanceof Limiter) times[i] = l.lastDecisionUs;
+      else if (this.hasChains && l instanceof Chain) noteNested(times, i, d);
       decisions.push(d);
       if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
     }
-    return this.granted(decisions);
+    return this.granted(decisions, times);
   }
 
   private next(
@@ -150,6 +199,7 @@ export class Chain<M extends ChainMember = ChainMember> {
     d: Decision,
     times: Float64Array,
   ): Maybe<ChainDecision> {
+    if (this.hasChains && this.limiters[i] instanceof Chain) noteNested(times, i, d);
     decisions.push(d);
     if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
     return this.consumeFrom(i + 1, key, permits, decisions, times);
@@ -187,7 +237,7 @@ export class Chain<M extends ChainMember = ChainMember> {
     throw error;
   }
 
-  private granted(decisions: Decision[]): ChainDecision {
+  private granted(decisions: Decision[], times: Float64Array): ChainDecision {
     let remaining = Number.POSITIVE_INFINITY;
     let resetAfterMs = 0;
     let limit = Number.POSITIVE_INFINITY;
@@ -196,7 +246,7 @@ export class Chain<M extends ChainMember = ChainMember> {
       resetAfterMs = Math.max(resetAfterMs, d.resetAfterMs);
       limit = Math.min(limit, d.limit);
     }
-    return {
+    const result: ChainDecision = {
       allowed: true,
       remaining,
       limit,
@@ -204,6 +254,8 @@ export class Chain<M extends ChainMember = ChainMember> {
       resetAfterMs,
       decisions,
     };
+    if (this.reports) reportedTimes.set(result, copyTimes(times));
+    return result;
   }
 
   /** Gives `permits` back to every limiter of the chain. */
@@ -262,14 +314,22 @@ export class Chain<M extends ChainMember = ChainMember> {
     this.check(permits);
     const leases: Lease[] = [];
     const times = new Float64Array(this.limiters.length);
+    // One deadline for the whole call: each member waits only for what is left of it.
+    const { timeoutMs } = acquireOptions('chain', options);
+    const deadline = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
     for (let i = 0; i < this.limiters.length; i++) {
       const l = this.limiters[i]!;
       if (typeof l.acquire !== 'function') {
         throw typeError(`chain.acquire: limiter ${i} has no acquire() method`);
       }
       try {
-        const lease = await l.acquire(key, permits, options);
+        const left =
+          deadline === undefined
+            ? options
+            : { ...options, timeoutMs: Math.max(0, deadline - performance.now()) };
+        const lease = await l.acquire(key, permits, left);
         if (l instanceof Limiter) times[i] = l.lastDecisionUs;
+        else if (this.hasChains && l instanceof Chain) noteNested(times, i, lease);
         leases.push(lease);
       } catch (error) {
         // Each earlier member gives its permits back once: a Concurrency member by its
@@ -291,7 +351,9 @@ export class Chain<M extends ChainMember = ChainMember> {
         throw error;
       }
     }
-    return new ChainLease(leases);
+    const lease = new ChainLease(leases);
+    if (this.reports) reportedTimes.set(lease, times);
+    return lease;
   }
 }
 

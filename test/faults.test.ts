@@ -1,5 +1,5 @@
 import { Worker } from 'node:worker_threads';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { enter, run, TRY } from '../src/decision.js';
 import {
   type AnyLimiter,
@@ -169,6 +169,66 @@ describe('window refunds land in the window the permits came from (issue #9, ite
     let admitted = 0;
     for (let i = 0; i < 20; i++) if (sw.tryAcquire('k')) admitted++;
     expect(admitted).toBe(4);
+  });
+
+  it('a nested chain rolled back after the boundary gives nothing to the next window', async () => {
+    for (const depth of [1, 2]) {
+      const clock = new ManualClock(999);
+      const perSecond = new FixedWindow({ limit: 20, windowMs: 1000, clock });
+      const closing = new FixedWindow({ limit: 20, windowMs: 1_000_000, clock });
+      closing.tryAcquire('k', 20);
+      // An asynchronous member (a Redis limiter, say) that refuses after the boundary.
+      const late = {
+        limit: 20,
+        consume: async (key?: string | number, permits?: number) => {
+          clock.set(1000);
+          // The new window fills up before this member refuses.
+          expect(perSecond.tryAcquire('k', 20)).toBe(true);
+          return closing.consume(key, permits);
+        },
+        refund: (key?: string | number, permits?: number) => closing.refund(key, permits),
+      };
+      const inner = depth === 1 ? chain(perSecond) : chain(chain(perSecond));
+      expect(await chain(inner, late).tryAcquire('k', 5)).toBe(false);
+      // Window [1000, 2000) is full; the rollback of window 0's 5 must not open it.
+      let admitted = 0;
+      for (let i = 0; i < 40; i++) if (perSecond.tryAcquire('k')) admitted++;
+      expect([depth, admitted]).toEqual([depth, 0]);
+    }
+  });
+
+  it('chain().acquire() gives its members one deadline: each waits only for what is left', async () => {
+    let now = 1000;
+    const spy = vi.spyOn(performance, 'now').mockImplementation(() => now);
+    try {
+      const asked: (number | undefined)[] = [];
+      const member = (tookMs: number) => ({
+        limit: 5,
+        consume: () => ({
+          allowed: true,
+          remaining: 4,
+          limit: 5,
+          retryAfterMs: 0,
+          resetAfterMs: 0,
+        }),
+        refund: () => {},
+        acquire: async (_key?: string | number, _permits?: number, o?: { timeoutMs?: number }) => {
+          asked.push(o?.timeoutMs);
+          now += tookMs; // this member's wait
+          return { release() {}, [Symbol.dispose]() {} };
+        },
+      });
+      await chain(member(120), member(100), member(0)).acquire('k', 1, { timeoutMs: 300 });
+      expect(asked).toEqual([300, 180, 80]);
+      asked.length = 0;
+      await chain(member(10)).acquire('k');
+      expect(asked).toEqual([undefined]);
+      await expect(chain(member(0)).acquire('k', 1, { timeoutMs: -1 })).rejects.toThrow(
+        /chain\.acquire: option "timeoutMs" must be from 0/,
+      );
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('a refund in the window the permits were taken in still gives them back', () => {
