@@ -63,6 +63,12 @@ const LOCK_LEASE_MS = 500;
  */
 export const GEN_SAFE_SPAN = 2 * 12;
 const CACHE_MAX_ENTRIES = 1 << 20;
+/**
+ * The cache keeps the key strings it holds alive: past this many characters of keys (~16
+ * MB of strings) it starts over, so that keys a client chooses (4 KB each at most) cannot
+ * grow every thread's heap without bound (50 000 such keys held ~190 MB).
+ */
+const CACHE_MAX_CHARS = 1 << 23;
 
 function nowMsLow(): number {
   return (Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff) | 1;
@@ -75,6 +81,8 @@ function nowMsLow(): number {
  */
 export class SlotTable {
   private readonly cache = new Map<Key, number>();
+  /** The characters of the string keys in `cache` (see CACHE_MAX_CHARS). */
+  private cacheChars = 0;
   /** The cache's entry last read or written (undefined: none), and its slot reference. */
   private lastKey: Key | undefined = undefined;
   private lastRef = NO_SLOT;
@@ -132,6 +140,7 @@ export class SlotTable {
    */
   private clearCache(control: number): void {
     this.cache.clear();
+    this.cacheChars = 0;
     this.lastKey = undefined;
     this.epoch = control & ~1;
   }
@@ -175,7 +184,7 @@ export class SlotTable {
     }
     const control = Atomics.load(this.i32, H_CONTROL);
     if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
-    this.cache.delete(key);
+    if (this.cache.delete(key) && typeof key === 'string') this.cacheChars -= key.length;
     if (key === this.lastKey) this.lastKey = undefined;
     return this.lookup(key, nowUs, policy, true);
   }
@@ -215,7 +224,12 @@ export class SlotTable {
     for (let k = 0; k < n && found === NO_SLOT; k++) found = this.scanBoth(k, fp0, fp1);
     if (found === NO_SLOT && insert && policy) found = this.insert(fp0, fp1, nowUs, policy);
     if (found !== NO_SLOT) {
-      if (this.cache.size >= CACHE_MAX_ENTRIES) this.cache.clear();
+      const chars = typeof key === 'string' ? key.length : 0;
+      if (this.cache.size >= CACHE_MAX_ENTRIES || this.cacheChars + chars > CACHE_MAX_CHARS) {
+        this.cache.clear();
+        this.cacheChars = 0;
+      }
+      if (!this.cache.has(key)) this.cacheChars += chars;
       this.cache.set(key, found);
       this.lastKey = key;
       this.lastRef = found;

@@ -70,4 +70,21 @@ describe('the shared key table', () => {
     expect(n).toBe(100_000);
     for (let i = 0; i < 100_000; i += 997) expect(bucket.tryAcquire(i)).toBe(false);
   });
+
+  it("a thread's cache of key lookups holds a bounded amount of key text", () => {
+    // Keys a client chooses may be 4 KB each: the per-thread key → slot cache must not keep
+    // every one alive (50 000 of them held ~190 MB before it had a budget).
+    const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1, keys: 1024 });
+    const cache = (limiter as unknown as { table: { cache: Map<string, number> } }).table.cache;
+    let most = 0;
+    for (let i = 0; i < 6000; i++) {
+      const key = `${i}:`.padEnd(4000, 'k');
+      expect(limiter.tryAcquire(key)).toBe(true);
+      expect(limiter.tryAcquire(key)).toBe(true); // answered from the cache or the table alike
+      most = Math.max(most, cache.size);
+    }
+    expect(most * 4000).toBeLessThanOrEqual(2 ** 23);
+    expect(most).toBeGreaterThan(1000); // a budget, not a cache turned off
+    limiter.close();
+  });
 });
