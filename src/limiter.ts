@@ -527,6 +527,9 @@ export abstract class Limiter implements SlotPolicy {
             key === undefined ? -1 : this.lastGeneration(),
             this.table.epoch,
           );
+          // 'newest-first' may have evicted the head waiter, which under a ManualClock
+          // listens for the clock's ticks alone (its time moves only by advance()/set()).
+          if (!this.core.fifo && this.clock instanceof ManualClock) this.clock.tick();
         } catch (error) {
           Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
           throw error;

@@ -208,6 +208,35 @@ describe('acquire()', () => {
     expect(newest.state()).toBe('pending');
   });
 
+  it('an evicted head waiter rejects at once under a ManualClock too, the clock left still', async () => {
+    // The head waiter of a ManualClock listens for the clock's ticks: eviction must reach it.
+    const clock = new ManualClock();
+    for (const limiter of [
+      new TokenBucket({
+        capacity: 1,
+        refillPerSecond: 1,
+        queueLimit: 1,
+        queueOrder: 'newest-first',
+        clock,
+      }),
+      new Concurrency({ limit: 1, queueLimit: 1, queueOrder: 'newest-first', clock }),
+    ]) {
+      expect(limiter.tryAcquire('k')).toBe(true);
+      const oldest = limiter.acquire('k');
+      await settleMicrotasks();
+      const newest = track(limiter.acquire('k'));
+      await expect(oldest).rejects.toMatchObject({ code: 'ERR_QUEUE_FULL' });
+      expect([limiter.algorithm, newest.state(), limiter.stats('k').queued]).toEqual([
+        limiter.algorithm,
+        'pending',
+        1,
+      ]);
+      limiter.close();
+      await newest.p.catch(() => {});
+    }
+    expect(clock.nowUs()).toBe(0);
+  });
+
   it('removes an aborted waiter and serves the next one, with the AbortError Node reports', async () => {
     const c = new Concurrency({ limit: 1, queueLimit: 5 });
     const held = await c.acquire('k');
