@@ -1,4 +1,10 @@
-import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
+import {
+  type Clock,
+  type ClockHandle,
+  ManualClock,
+  MonotonicClock,
+  monotonicClock,
+} from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
 import { DEFAULT_MAX_BYTES, MAX_BUFFER_BYTES } from './layout.js';
 import {
@@ -200,7 +206,9 @@ export function readCommon(
     MAX_BUFFER_BYTES,
     DEFAULT_MAX_BYTES,
   );
-  const clock = opts.clock ?? monotonicClock;
+  // Every MonotonicClock reads the one monotonic time line: any of them is the default.
+  const given = opts.clock ?? monotonicClock;
+  const clock = given instanceof MonotonicClock ? monotonicClock : given;
   if (
     typeof clock !== 'object' ||
     clock === null ||
@@ -208,7 +216,7 @@ export function readCommon(
     !(clock === monotonicClock || clock instanceof ManualClock || clock instanceof CoarseClock)
   ) {
     throw typeError(
-      `${owner}: option "clock" must be a ManualClock or a CoarseClock (or omitted for the monotonic clock), got ${show(clock)}`,
+      `${owner}: option "clock" must be a ManualClock, a CoarseClock or a MonotonicClock (the default), got ${show(clock)}`,
     );
   }
   return {

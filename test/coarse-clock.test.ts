@@ -389,7 +389,13 @@ describe('CoarseClock', () => {
         }),
     ).toThrow(TypeError);
     expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, clock: {} as never })).toThrow(
-      /option "clock" must be a ManualClock or a CoarseClock/,
+      /option "clock" must be a ManualClock, a CoarseClock or a MonotonicClock/,
+    );
+    // The default clock, given by name, is the default.
+    const given = new TokenBucket({ capacity: 1, refillPerSecond: 1, clock: new MonotonicClock() });
+    expect(given.tryAcquire()).toBe(true);
+    expect(given.handle.clock).toEqual(
+      new TokenBucket({ capacity: 1, refillPerSecond: 1 }).handle.clock,
     );
   });
 });
