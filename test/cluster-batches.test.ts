@@ -1,29 +1,12 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runScenario } from './helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks a worker (the same script,
 // which uses the built package: `npm test` builds first) and prints its outcome as JSON.
 const BATCHES = fileURLToPath(new URL('./cluster/batches.mjs', import.meta.url));
 
-function run(scenario: string): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BATCHES, scenario], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c) => (out += c));
-    child.stderr.on('data', (c) => (err += c));
-    // Killing the primary disconnects its worker, which then exits (node:cluster).
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code ?? signal}: ${err}`));
-      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
-    });
-  });
-}
+const run = (scenario: string) => runScenario(BATCHES, scenario);
 
 const REFUSED = 'TypeError ERR_INVALID_ARG_TYPE';
 

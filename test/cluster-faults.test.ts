@@ -1,32 +1,15 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluster/index.js';
 import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
+import { runScenario } from './helpers/child.js';
 
 // Real cluster processes (issue #9): each scenario is a primary that forks workers (the
 // same script, which uses the built package: `npm test` builds first) and prints its
 // outcome as JSON.
 const FAULTS = fileURLToPath(new URL('./cluster/faults.mjs', import.meta.url));
 
-function run(scenario: string): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [FAULTS, scenario], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c) => (out += c));
-    child.stderr.on('data', (c) => (err += c));
-    // Killing the primary disconnects its workers, which then exit (node:cluster).
-    const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code ?? signal}: ${err}`));
-      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
-    });
-  });
-}
+const run = (scenario: string) => runScenario(FAULTS, scenario, 50_000);
 
 describe('atomic-limiter/cluster faults (issue #9)', () => {
   it('survives 8 of 10 workers killed mid-traffic, serves the other two, and gets back every permit the dead held', async () => {

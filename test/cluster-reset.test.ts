@@ -1,29 +1,12 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runScenario } from './helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks workers (the same script,
 // which uses the built package: `npm test` builds first) and prints its outcome as JSON.
 const RESET = fileURLToPath(new URL('./cluster/reset.mjs', import.meta.url));
 
-function run(scenario: string): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [RESET, scenario], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c) => (out += c));
-    child.stderr.on('data', (c) => (err += c));
-    // Killing the primary disconnects its workers, which then exit (node:cluster).
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code ?? signal}: ${err}`));
-      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
-    });
-  });
-}
+const run = (scenario: string) => runScenario(RESET, scenario);
 
 describe('atomic-limiter/cluster: reset() of a Concurrency key voids what workers held of it', () => {
   it('a worker that held a permit before the reset gives nothing back when it dies (tryAcquire)', async () => {

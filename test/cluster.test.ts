@@ -1,28 +1,12 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runScenario } from './helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks workers (the same script)
 // and prints its outcome as JSON.
 const SCENARIO = fileURLToPath(new URL('./cluster/scenario.mjs', import.meta.url));
 
-function run(scenario: string): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SCENARIO, scenario], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (c) => (out += c));
-    child.stderr.on('data', (c) => (err += c));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code}: ${err}`));
-      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
-    });
-  });
-}
+const run = (scenario: string) => runScenario(SCENARIO, scenario);
 
 describe('atomic-limiter/cluster', () => {
   it('admits exactly the limit across three worker processes that called before the primary served', async () => {

@@ -39,3 +39,31 @@ export function runChild(script: string, killAfterMs: number): Promise<ChildOutc
     });
   });
 }
+
+/**
+ * Runs a cluster scenario: `script` (a primary that forks workers of the same script and
+ * prints its outcome as JSON on its last line of output) with `scenario` as its argument.
+ * Rejects when it exits otherwise than with 0, with what it wrote to stderr. Killing the
+ * primary disconnects its workers, which then exit too (node:cluster).
+ */
+export function runScenario(
+  script: string,
+  scenario: string,
+  killAfterMs = 30_000,
+): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, scenario], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.stderr.on('data', (c) => (err += c));
+    const timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code !== 0) reject(new Error(`scenario ${scenario} exited ${code ?? signal}: ${err}`));
+      else resolve(JSON.parse(out.trim().split('\n').pop() as string));
+    });
+  });
+}
