@@ -373,6 +373,30 @@ describe('fleet mode: lease sizes', () => {
   });
 });
 
+describe('fleet mode: leaseAhead: false', () => {
+  it('leases a block only when one is empty: a process holds at most block − 1', async () => {
+    const clock = new ManualClock(0);
+    const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f10' };
+    const tb = new TokenBucket({ ...opts, block: 8, leaseAhead: false });
+    const check = new TokenBucket(opts);
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    let admitted = 0;
+    let most = 0;
+    for (let i = 0; i < 60; i++) {
+      if (await tb.tryAcquire('k')) admitted++;
+      const held = opts.capacity - admitted - (await check.stats('k')).available;
+      expect([i, held >= 0 && held <= 8 - 1]).toEqual([i, true]);
+      most = Math.max(most, held);
+    }
+    expect(admitted).toBe(60);
+    expect(most).toBe(7); // a block, less the permit that fetched it
+    // One round trip per block (the stats calls aside: one each, 60 in all).
+    expect((await evalCalls()) - 60).toBe(Math.ceil(60 / 8));
+    await tb.close();
+    expect((await check.stats('k')).available).toBe(opts.capacity - 60);
+  });
+});
+
 describe('fleet mode: cached refusals', () => {
   it('answers a refused key locally until retryAfterMs, counted down exactly', async () => {
     const clock = new ManualClock(0);
@@ -487,6 +511,14 @@ describe('fleet mode: bad input', () => {
     expect(() => new FixedWindow({ ...base, block: 4, blockTtlMs: 0 })).toThrow(/"blockTtlMs"/);
     expect(() => new Concurrency({ redis, limit: 10, block: 2 })).toThrow(TypeError);
     expect(() => new Concurrency({ redis, limit: 10, block: 2 })).toThrow(/"block"/);
+    expect(() => new FixedWindow({ ...base, block: 4, leaseAhead: 'no' as never })).toThrow(
+      /option "leaseAhead" must be a boolean/,
+    );
+    expect(() => new FixedWindow({ ...base, leaseAhead: false })).toThrow(RangeError);
+    expect(() => new FixedWindow({ ...base, leaseAhead: false })).toThrow(/needs "block"/);
+    expect(() => new Concurrency({ redis, limit: 10, leaseAhead: false } as never)).toThrow(
+      /"leaseAhead"/,
+    );
   });
 
   it('attach() refuses what is not a Redis rate limiter handle', () => {

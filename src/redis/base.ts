@@ -66,6 +66,14 @@ export interface RedisOptions {
    * of more permits held unspent (README, "Fleet mode"). Not for LeakyBucket.
    */
   maxBlock?: number;
+  /**
+   * Fleet mode: lease the next block in the background as one runs low (default true), so
+   * that a busy key's threads need not wait for a round trip — a process may then hold up to
+   * `2 × L + L / 4` of a hot key (README, "Fleet mode"). False: a block is leased only when
+   * one is empty, and a process holds at most `block − 1` of a key (`maxBlock − 1` when
+   * leases grow). Only with `block`.
+   */
+  leaseAhead?: boolean;
 }
 
 /** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
@@ -82,6 +90,7 @@ export const REDIS_OPTIONS = [
   'blockTtlMs',
   'blockKeys',
   'maxBlock',
+  'leaseAhead',
 ] as const;
 
 export interface RedisCommon {
@@ -97,6 +106,8 @@ export interface RedisCommon {
   readonly maxBlock: number;
   readonly blockTtlMs: number;
   readonly blockKeys: number;
+  /** Fleet mode: whether blocks are leased ahead (see RedisOptions.leaseAhead). */
+  readonly leaseAhead: boolean;
   /** The blocks to open (attach()), or undefined: new ones. */
   readonly blocks: BlocksHandle | undefined;
   /** The options as given (the handle carries them to other threads). */
@@ -174,7 +185,12 @@ export function readRedisCommon(
   }
   // Fleet mode's other options mean nothing without blocks: a forgotten "block" is not
   // passed over in silence.
-  for (const name of ['blockTtlMs', 'blockKeys'] as const) {
+  if (opts.leaseAhead !== undefined && typeof opts.leaseAhead !== 'boolean') {
+    throw typeError(
+      `${owner}: option "leaseAhead" must be a boolean, got ${show(opts.leaseAhead)}`,
+    );
+  }
+  for (const name of ['blockTtlMs', 'blockKeys', 'leaseAhead'] as const) {
     if (opts[name] !== undefined && block === undefined) {
       throw rangeError(
         `${owner}: option "${name}" is for fleet mode and needs "block", got ${show(opts[name])} without "block"`,
@@ -188,6 +204,7 @@ export function readRedisCommon(
       maxBlock: maxBlock || ((block as number | undefined) ?? 0),
       blockTtlMs,
       blockKeys,
+      leaseAhead: opts.leaseAhead !== false,
       blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
       options: opts,
       adapter,
@@ -344,10 +361,10 @@ export abstract class RedisLimiter {
       lost: reportLost,
     };
     if (c.blocks) {
-      this.fleet = new Fleet(new Blocks(c.blocks), host, most, leasesGrow);
+      this.fleet = new Fleet(new Blocks(c.blocks), host, most, leasesGrow, c.leaseAhead);
       return;
     }
-    const fleet = new Fleet(new Blocks(c.blockKeys), host, most, leasesGrow);
+    const fleet = new Fleet(new Blocks(c.blockKeys), host, most, leasesGrow, c.leaseAhead);
     this.fleet = fleet;
     this.ownsBlocks = true;
     // Blocks nobody touches still age out: their permits go back. Nobody awaits the sweep,

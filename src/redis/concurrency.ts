@@ -51,7 +51,7 @@ export class Concurrency extends RedisLimiter {
 
   constructor(options: ConcurrencyOptions) {
     const { opts, common } = readRedisCommon('Concurrency', options, ['limit', 'leaseMs']);
-    for (const name of ['block', 'blockTtlMs', 'blockKeys', 'maxBlock']) {
+    for (const name of ['block', 'blockTtlMs', 'blockKeys', 'maxBlock', 'leaseAhead']) {
       if (opts[name] !== undefined) {
         // A lease is held, not spent: there is nothing to hand out in blocks.
         throw typeError(

@@ -79,6 +79,8 @@ export class Fleet {
      * lease is a burst (LeakyBucket: an empty bucket grants any count at once).
      */
     private readonly pairs: boolean,
+    /** Whether blocks are leased ahead as they run low (`leaseAhead`), or only when empty. */
+    private readonly ahead = true,
   ) {}
 
   /** Once every lease this thread has out has landed in the blocks (or failed). */
@@ -134,6 +136,7 @@ export class Fleet {
     // threads spending this one need not wait for a round trip; an eighth left with that
     // lease still out, a second one (a key spending faster than a round trip); for a key
     // that needed that second one, both at the quarter, in one call (Blocks.claimAhead()).
+    if (!this.ahead) return true;
     const size = b.leaseSize(s, this.host.block);
     if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size, now);
     return true;
