@@ -189,6 +189,18 @@ export async function runFleet({ quick = false } = {}) {
     });
     const fleetGrown = await runSubject(server.port, admin, 'fleet', n, grownLimiter.handle);
     await grownLimiter.close();
+    // The same without leasing ahead (leaseAhead: false): at most block − 1 held per process,
+    // a round trip's wait each time the block runs out.
+    const strictLimiter = new TokenBucket({
+      redis: owner,
+      capacity: 2 ** 24,
+      refillPerSecond: 1e6,
+      block: BLOCK,
+      leaseAhead: false,
+      prefix: 'fb-strict',
+    });
+    const fleetStrict = await runSubject(server.port, admin, 'fleet', n, strictLimiter.handle);
+    await strictLimiter.close();
     const rlf = await runSubject(server.port, admin, 'rlf', nRedis);
     // A refused hot key: 1 permit, 1 per second; the threads hammer it for hammerMs.
     const hammerMs = quick ? 1000 : 2000;
@@ -217,12 +229,13 @@ export async function runFleet({ quick = false } = {}) {
       fleetOverRlf: fleet.decisionsPerSecond / rlf.decisionsPerSecond,
       fleetTurnsOverPlain: fleetTurns.decisionsPerSecond / plain.decisionsPerSecond,
       fleetGrownOverPlain: fleetGrown.decisionsPerSecond / plain.decisionsPerSecond,
+      fleetStrictOverPlain: fleetStrict.decisionsPerSecond / plain.decisionsPerSecond,
     };
     return {
       threads: THREADS,
       block: BLOCK,
       rounds: ROUNDS,
-      subjects: { fleet, fleetTurns, fleetGrown, plain, rlf, refused },
+      subjects: { fleet, fleetTurns, fleetGrown, fleetStrict, plain, rlf, refused },
       ratios,
       goals: {
         throughput: { text: '≥ 20× plain Redis', met: ratios.fleetOverPlain >= 20 },
