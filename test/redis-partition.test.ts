@@ -170,6 +170,11 @@ describe('Redis out of reach', () => {
       // its reply came (a grant its caller never got), and what followed it went out.
       await c.ping();
       expect((await sem.stats('k')).available).toBe(1);
+      // An acquire()'s try the same way: its grant, a lease nobody holds, goes back too.
+      await admin.call('CLIENT', 'PAUSE', '600', 'ALL');
+      await expect(sem.acquire('k')).rejects.toMatchObject({ name: 'BackendUnavailableError' });
+      await c.ping();
+      expect((await sem.stats('k')).available).toBe(1);
       await sem.close();
     } finally {
       c.disconnect();

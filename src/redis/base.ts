@@ -485,7 +485,7 @@ export abstract class RedisLimiter {
    * What to do with the reply of a grant ('t', 'c') that came after its call failed by
    * timeoutMs (undefined: nothing). Concurrency gives back a grant nobody holds.
    */
-  protected lateGrant(_op: 't' | 'c', _tag: string, _permits: number, _id: string) {
+  protected lateGrant(_op: 't' | 'c' | 'w', _tag: string, _permits: number, _id: string) {
     return undefined as ((reply: unknown) => void) | undefined;
   }
 
@@ -861,7 +861,10 @@ export abstract class RedisLimiter {
     const id = this.grantId();
     w.woken = false;
     // 'w': a caller about to wait is not counted as refused (as in memory).
-    const pending = this.call('w', w.tag, w.permits, id).then((reply) => this.parse(reply));
+    const late = this.lateGrant('w', w.tag, w.permits, id);
+    const pending = this.call('w', w.tag, w.permits, id, false, late).then((reply) =>
+      this.parse(reply),
+    );
     pending.then(
       (r) => {
         if (r.allowed && w.done) this.undoGrant(w.tag, w.permits, id, r.nowUs);

@@ -147,10 +147,14 @@ export class Concurrency extends RedisLimiter {
    * slow network) holds a grant its caller never got: released at once, by its id ('~':
    * concurrency.lua.ts), rather than held until it expires.
    */
-  protected override lateGrant(op: 't' | 'c', tag: string, permits: number, id: string) {
+  protected override lateGrant(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
+    // Only where the caller cannot have gone on: under 'allow' or a fallback limiter it
+    // may have, and the late grant then counts what it does.
+    if (this.whenUnavailable !== 'throw' && this.whenUnavailable !== 'deny') return undefined;
     return (reply: unknown): void => {
       const granted = op === 't' ? reply === 1 : Array.isArray(reply) && reply[0] === 1;
-      if (granted) this.releaseLease(tag, permits, `~${id}`).catch(reportLost);
+      // An acquire()'s grant ('w') is a lease's: its id has no '~' (concurrency.lua.ts).
+      if (granted) this.releaseLease(tag, permits, op === 'w' ? id : `~${id}`).catch(reportLost);
     };
   }
 
