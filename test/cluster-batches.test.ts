@@ -40,12 +40,13 @@ describe('atomic-limiter/cluster batches', () => {
     expect(r.aborted).toHaveLength(2);
   }, 40_000);
 
-  it('gives back the grants of a bucket and a SlidingLog answered after close(); a window keeps its own', async () => {
+  it("gives back the grants of a bucket answered after close(); a window's and a log's stay counted", async () => {
     const r = await run('late');
     expect(r.outcomes).toEqual(Array(9).fill('ERR_CLUSTER_UNAVAILABLE'));
     // tryAcquire 4, consume 3, acquire 2 on keys t, c, a.
     expect(r.bucket).toEqual([10, 10, 10]);
-    expect(r.log).toEqual([10, 10, 10]);
+    // A log's refund would take back its newest entries, not necessarily the late grant's.
+    expect(r.log).toEqual([6, 7, 8]);
     expect(r.win).toEqual([6, 7, 8]);
   }, 40_000);
 });

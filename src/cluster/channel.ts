@@ -84,12 +84,13 @@ const MAX_UNANSWERED_BATCHES = 10_000;
  * Rate limiters whose give-back does not depend on when the permits were taken (the
  * primary's GIVE ignores the time there): a grant nobody waits for any more goes back by a
  * REFUND, which is what a GIVE with its time would do. A window's give-back needs that
- * time, which no answer but TAKE's carries: see giveBackLate().
+ * time, which no answer but TAKE's carries: see giveBackLate(). Not a SlidingLog: its
+ * refund takes back the newest entries, which may be an admission made since the late
+ * grant — the late grant's own entry would then stay, and its window admit one more.
  */
 const TIMELESS: ReadonlySet<AlgorithmName | undefined> = new Set<AlgorithmName>([
   'TokenBucket',
   'LeakyBucket',
-  'SlidingLog',
 ]);
 /** setTimeout's longest delay; a later deadline is reached in more than one step. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -583,9 +584,9 @@ export class Channel {
 
   /**
    * Gives back the permits of a TRY, CONSUME or acquire() grant nobody waits for any more:
-   * a Concurrency's are released, a bucket's or SlidingLog's refunded (TIMELESS). A
-   * window's stay counted in the window they were taken in: the answer does not say which,
-   * and credited to a later one they would admit more there than its limit.
+   * a Concurrency's are released, a bucket's refunded (TIMELESS). A window's or a
+   * SlidingLog's stay counted where they were taken: the answer does not say when that was,
+   * and credited later they would admit more there than the limit.
    */
   private giveBackLate(p: Pending): void {
     if (p.caller.concurrency) this.giveBack(p.caller, RELEASE, p.key, p.permits);

@@ -81,8 +81,8 @@ if (cluster.isPrimary) {
     console.log(JSON.stringify({ ...r, aborted }));
     w.kill();
   } else if (scenario === 'late') {
-    // Calls answered after their client was closed: a bucket's and a log's grants go back,
-    // a window's stay counted in it (the answers do not say when they were taken). The
+    // Calls answered after their client was closed: a bucket's grants go back,
+    // a window's and a log's stay counted (the answers do not say when they were taken). The
     // clock stands still: nothing refills meanwhile.
     const clock = new ManualClock();
     const bucket = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
