@@ -157,6 +157,75 @@ describe('Redis out of reach', () => {
     });
   }
 
+  it('ioredis lazyConnect: first calls made while Redis is out of reach never run later', async () => {
+    const px = await proxy(server.port);
+    px.partition();
+    const c = new Redis(px.port, '127.0.0.1', {
+      lazyConnect: true,
+      autoResendUnfulfilledCommands: false,
+    });
+    c.on('error', () => {});
+    try {
+      const prefix = 'part-lazy';
+      const bucket = new TokenBucket({
+        redis: c,
+        capacity: 20,
+        refillPerSecond: 1e-6,
+        prefix,
+        timeoutMs: 100,
+        whenUnavailable: 'allow',
+      });
+      const during: (string | undefined)[] = [];
+      for (let i = 0; i < 4; i++) during.push((await bucket.consume('k')).reason);
+      expect(during).toEqual(Array(4).fill('unavailable'));
+      px.heal();
+      while ((await bucket.consume('probe')).reason === 'unavailable');
+      const view = new TokenBucket({ redis: admin, capacity: 20, refillPerSecond: 1e-6, prefix });
+      expect((await view.stats('k')).admitted).toBe(0);
+    } finally {
+      c.disconnect();
+      px.close();
+    }
+  });
+
+  it('limiters sharing a client wait for it with one listener, and all go on when it is ready', async () => {
+    const px = await proxy(server.port);
+    const c = new Redis(px.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    c.on('error', () => {});
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const buckets = Array.from(
+        { length: 12 },
+        (_, i) =>
+          new TokenBucket({
+            redis: c,
+            capacity: 5,
+            refillPerSecond: 1e-6,
+            prefix: `share-${i}`,
+            timeoutMs: 5000,
+          }),
+      );
+      await Promise.all(buckets.map((b) => b.consume('k')));
+      px.partition();
+      // Twelve limiters, each with a call held back while the client reconnects.
+      // The client has seen its connection go: calls made now are held back.
+      while (c.status === 'ready') await new Promise((r) => setImmediate(r));
+      const held = buckets.map((b) => b.consume('k'));
+      await new Promise((r) => setImmediate(r));
+      expect(c.listenerCount('ready')).toBeLessThanOrEqual(2); // ioredis's own, and ours
+      px.heal();
+      const answers = await Promise.all(held);
+      expect(answers.map((d) => d.allowed)).toEqual(Array(12).fill(true));
+      expect(warnings).not.toContain('MaxListenersExceededWarning');
+    } finally {
+      process.off('warning', onWarning);
+      c.disconnect();
+      px.close();
+    }
+  });
+
   it('a Concurrency grant whose call timed out, then ran, is given back at once', async () => {
     const c = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     try {

@@ -70,9 +70,31 @@ function argv(call: Command): string[] {
   return [call.script, String(call.keys.length), ...call.keys, ...call.args];
 }
 
-// ioredis statuses in which a command waits in the offline queue: connecting (`connect`:
-// the connection is up, its ready check not done) and reconnecting (`close` comes first).
-const IOREDIS_WAITING = new Set(['connecting', 'connect', 'reconnecting', 'close']);
+// ioredis statuses in which a command waits in the offline queue: not connected yet
+// (`wait`: lazyConnect, connected by the first command), connecting (`connect`: the
+// connection is up, its ready check not done) and reconnecting (`close` comes first).
+const IOREDIS_WAITING = new Set(['wait', 'connecting', 'connect', 'reconnecting', 'close']);
+
+/**
+ * The runners waiting for a client to be ready, by client: one 'ready' listener per client
+ * however many limiters share it (a listener each would pass EventEmitter's warning
+ * threshold at eleven).
+ */
+const readyWaiters = new WeakMap<object, (() => void)[]>();
+
+function onceReady(client: AnyClient, f: () => void): void {
+  const waiting = readyWaiters.get(client);
+  if (waiting !== undefined) {
+    waiting.push(f);
+    return;
+  }
+  readyWaiters.set(client, [f]);
+  (client.once as Fn).call(client, 'ready', () => {
+    const all = readyWaiters.get(client) ?? [];
+    readyWaiters.delete(client);
+    for (const g of all) g();
+  });
+}
 
 let warnedResend = false;
 
@@ -113,7 +135,11 @@ class IoRedisAdapter implements Adapter {
   }
 
   onceReady(f: () => void): void {
-    (this.client.once as Fn).call(this.client, 'ready', f);
+    onceReady(this.client, f);
+    // A lazyConnect client connects on its first command, which is held back: connect it.
+    if (this.client.status === 'wait') {
+      Promise.resolve((this.client.connect as Fn).call(this.client)).catch(() => {});
+    }
   }
 
   sendOne(call: Command): Promise<unknown> {
@@ -195,7 +221,7 @@ class NodeRedisAdapter implements Adapter {
   }
 
   onceReady(f: () => void): void {
-    (this.client.once as Fn).call(this.client, 'ready', f);
+    onceReady(this.client, f);
   }
 
   send(calls: readonly Command[]): Promise<unknown>[] {
