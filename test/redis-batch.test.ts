@@ -718,7 +718,7 @@ describe('a batch per hash slot on a three-master Redis Cluster', () => {
       async (ports) => {
         const c = new IoCluster(
           ports.map((port) => ({ host: '127.0.0.1', port })),
-          { redisOptions: { autoResendUnfulfilledCommands: false } },
+          { redisOptions: { autoResendUnfulfilledCommands: false }, retryDelayOnFailover: 0 },
         );
         return { c, close: () => c.disconnect() };
       },

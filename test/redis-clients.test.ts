@@ -57,7 +57,7 @@ const CLUSTER: [string, Factory][] = [
     async (ports) => {
       const c = new IoCluster5(
         ports.map((port) => ({ host: '127.0.0.1', port })),
-        { redisOptions: { autoResendUnfulfilledCommands: false } },
+        { redisOptions: { autoResendUnfulfilledCommands: false }, retryDelayOnFailover: 0 },
       );
       return { client: c, close: async () => void c.disconnect() };
     },
@@ -67,7 +67,7 @@ const CLUSTER: [string, Factory][] = [
     async (ports) => {
       const c = new IoRedis6.Cluster(
         ports.map((port) => ({ host: '127.0.0.1', port })),
-        { redisOptions: { autoResendUnfulfilledCommands: false } },
+        { redisOptions: { autoResendUnfulfilledCommands: false }, retryDelayOnFailover: 0 },
       );
       return { client: c, close: async () => void c.disconnect() };
     },
@@ -196,4 +196,38 @@ describe('every cluster client against a three-master Redis Cluster', () => {
       }
     });
   }
+});
+
+describe('an ioredis Cluster that would send a command again', () => {
+  it('is warned about once: retryDelayOnFailover above 0 replays after "Connection is closed"', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'ATOMIC_LIMITER_REDIS_RESEND') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    const nodes = [{ host: '127.0.0.1', port: 1 }];
+    const safe = new IoCluster5(nodes, {
+      lazyConnect: true,
+      redisOptions: { autoResendUnfulfilledCommands: false },
+      retryDelayOnFailover: 0,
+    });
+    const replaying = new IoCluster5(nodes, {
+      lazyConnect: true,
+      redisOptions: { autoResendUnfulfilledCommands: false },
+    });
+    try {
+      new TokenBucket({ redis: safe, capacity: 1, refillPerSecond: 1 });
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).toEqual([]);
+      new TokenBucket({ redis: replaying, capacity: 1, refillPerSecond: 1 });
+      new TokenBucket({ redis: replaying, capacity: 1, refillPerSecond: 1 });
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(/retryDelayOnFailover: 0/);
+    } finally {
+      process.off('warning', onWarning);
+      safe.disconnect();
+      replaying.disconnect();
+    }
+  });
 });

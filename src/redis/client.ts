@@ -107,11 +107,17 @@ let warnedResend = false;
 function warnIfResending(client: AnyClient, cluster: boolean): void {
   const options = client.options as Record<string, unknown> | undefined;
   const own = (cluster ? options?.redisOptions : options) as Record<string, unknown> | undefined;
-  if (warnedResend || own?.autoResendUnfulfilledCommands === false) return;
+  // A Cluster also sends a command again after "Connection is closed" while
+  // retryDelayOnFailover is above 0 (its default is 100).
+  const resends =
+    own?.autoResendUnfulfilledCommands !== false ||
+    (cluster && options?.retryDelayOnFailover !== 0);
+  if (warnedResend || !resends) return;
   warnedResend = true;
   process.emitWarning(
-    'atomic-limiter/redis: this ioredis client sends commands a dropped connection left unanswered again when it reconnects, so a decision whose reply was lost is charged twice; create it with { autoResendUnfulfilledCommands: false }' +
-      (cluster ? ' in redisOptions' : ''),
+    cluster
+      ? 'atomic-limiter/redis: this ioredis Cluster sends commands a dropped connection left unanswered again, so a decision whose reply was lost is charged twice; create it with { redisOptions: { autoResendUnfulfilledCommands: false }, retryDelayOnFailover: 0 }'
+      : 'atomic-limiter/redis: this ioredis client sends commands a dropped connection left unanswered again when it reconnects, so a decision whose reply was lost is charged twice; create it with { autoResendUnfulfilledCommands: false }',
     { code: 'ATOMIC_LIMITER_REDIS_RESEND' },
   );
 }
