@@ -85,6 +85,25 @@ describe.each(['node:http', 'express', 'fastify'])(
       expect(limiter.stats('all').available).toBe(3);
     });
 
+    it('with a dozen requests on it: one listener on the connection, and every permit back', async () => {
+      const limiter = new Concurrency({ limit: 20 });
+      const { port, parked } = await serve(framework, { limiter, key: () => 'all' });
+      const warnings: string[] = [];
+      const onWarning = (w: Error) => warnings.push(w.name);
+      process.on('warning', onWarning);
+      try {
+        const socket = await pipelined(port, 12);
+        await until(() => parked.length === 12, 'the twelve requests in the handler');
+        expect(limiter.stats('all').available).toBe(8);
+        expect(parked[0]!.req.socket.listenerCount('close')).toBeLessThan(10);
+        socket.destroy();
+        await until(() => limiter.stats('all').available === 20, 'every permit back');
+        expect(warnings).not.toContain('MaxListenersExceededWarning');
+      } finally {
+        process.off('warning', onWarning);
+      }
+    });
+
     it('takes its waiting requests out of the queue; the next client is served in their place', async () => {
       const clock = new ManualClock();
       const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 1, queueLimit: 5, clock });

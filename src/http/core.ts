@@ -81,7 +81,7 @@ function whenGone(req: IncomingMessage, res: ServerResponse, f: () => void): () 
   const detach = (): void => {
     done = true;
     res.off('close', gone);
-    socket?.off('close', gone);
+    if (socket) socketWatchers.get(socket)?.delete(gone);
   };
   function gone(): void {
     if (done) return;
@@ -93,9 +93,24 @@ function whenGone(req: IncomingMessage, res: ServerResponse, f: () => void): () 
     return detach;
   }
   res.on('close', gone);
-  socket.on('close', gone);
+  let watchers = socketWatchers.get(socket);
+  if (watchers === undefined) {
+    // One listener per connection, however many of its requests are held (a pipelined
+    // connection may hold many: a listener each would pass EventEmitter's threshold).
+    const set = new Set<() => void>();
+    watchers = set;
+    socketWatchers.set(socket, set);
+    socket.once('close', () => {
+      socketWatchers.delete(socket);
+      for (const g of set) g();
+    });
+  }
+  watchers.add(gone);
   return detach;
 }
+
+/** whenGone()'s callbacks waiting for a connection to close, by connection. */
+const socketWatchers = new WeakMap<object, Set<() => void>>();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
