@@ -82,11 +82,12 @@ end
 -- each from the one granted first (a grant is split if need be). (A lease whose permits
 -- release(key) took would free nothing on its own release(), and a grant nobody holds by
 -- id would stay held until it expires.) The '~' grants are looked for 32 at a time, in
--- grant order: they lead where release(key) is how permits come back.
+-- grant order, among the first 128 grants: they lead where release(key) is how permits
+-- come back, and the search stays bounded where leases are many (past it, the oldest go).
 local function free(st, p)
   local left = p
   local at = 0
-  while left > 0 do
+  while left > 0 and at < 128 do
     local batch = redis.call('ZRANGE', KEYS[2], at, at + 31, 'WITHSCORES')
     if #batch == 0 then break end
     local kept = 0
