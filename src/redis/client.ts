@@ -104,8 +104,7 @@ let warnedResend = false;
  * on Redis — runs twice, charging its permits twice. Nothing of a command tells ioredis not
  * to, so a client that does it gets a warning, once per process.
  */
-function warnIfResending(client: AnyClient, cluster: boolean): void {
-  const options = client.options as Record<string, unknown> | undefined;
+function warnIfResending(options: Record<string, unknown> | undefined, cluster: boolean): void {
   const own = (cluster ? options?.redisOptions : options) as Record<string, unknown> | undefined;
   // A Cluster also sends a command again after "Connection is closed" while
   // retryDelayOnFailover is above 0 (its default is 100).
@@ -128,8 +127,8 @@ class IoRedisAdapter implements Adapter {
     private readonly client: AnyClient,
     readonly cluster: boolean,
   ) {
-    warnIfResending(client, cluster);
     const options = client.options as Record<string, unknown> | undefined;
+    warnIfResending(options, cluster);
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.enableOfflineQueue !== false;
   }
@@ -215,15 +214,18 @@ class NodeRedisAdapter implements Adapter {
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
-  ) {}
+  ) {
+    const options = client.options as Record<string, unknown> | undefined;
+    // Without an offline queue a command fails at once while not connected: nothing waits.
+    this.queues = options?.disableOfflineQueue !== true;
+  }
+
+  private readonly queues: boolean;
 
   ready(): boolean {
     // Open (connected, connecting or reconnecting) but not ready: its offline queue would
-    // hold the command. A client without these flags (a cluster), or without an offline
-    // queue (a command then fails at once), is taken as ready.
-    const options = this.client.options as Record<string, unknown> | undefined;
-    if (options?.disableOfflineQueue === true) return true;
-    return !(this.client.isOpen === true && this.client.isReady === false);
+    // hold the command. A client without these flags (a cluster) is taken as ready.
+    return !this.queues || !(this.client.isOpen === true && this.client.isReady === false);
   }
 
   onceReady(f: () => void): void {
