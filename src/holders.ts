@@ -35,9 +35,11 @@ function nowMs(): number {
  * permits come back only by release.
  *
  * While the limiter is not shared (its `handle` never read: see Core.shared) no other
- * thread can reach the buffer, so none could outlive this one to reap its records: this
- * thread only counts what it holds per slot, in plain fields, and writes its records when
- * the limiter becomes shared (share()), before any other thread can see the buffer.
+ * thread can reach the buffer, so none could outlive this one to reap its records, and
+ * every permit the slots hold is this thread's: it keeps no records at all (no per-grant
+ * bookkeeping on the decision path). When the limiter becomes shared, share() writes a
+ * record for every slot that holds permits, read from the slots themselves, before any
+ * other thread can see the buffer.
  */
 export class Holders {
   /** This thread's record per slot reference, with what this thread holds through it. */
@@ -64,7 +66,6 @@ export class Holders {
     if (ref === this.lastRef) return this.lastMine;
     const m = this.mine.get(ref);
     if (m !== undefined) {
-      if (!this.shared) this.forgetLast();
       this.lastRef = ref;
       this.lastMine = m;
     }
@@ -72,34 +73,14 @@ export class Holders {
   }
 
   /**
-   * Not shared: drops the last slot's entry if it holds nothing. Such entries are dropped
-   * here rather than when their count reaches 0, so that a key taken and released in a
-   * loop keeps its entry; every other entry holds permits (no heartbeat sweeps them).
+   * The limiter became shared: writes a record, as granted() would have, of what each slot
+   * holds — all of it this thread's until now — and starts the heartbeat that keeps them
+   * this thread's. `holding` calls `record` once per slot that holds permits.
    */
-  private forgetLast(): void {
-    if (this.lastMine !== undefined && this.lastMine.held === 0) this.mine.delete(this.lastRef);
-  }
-
-  /**
-   * The limiter became shared: writes a record of what this thread holds on each slot,
-   * as granted() would have, and starts the heartbeat that keeps them this thread's.
-   */
-  share(): void {
+  share(holding: (record: (ref: number, permits: number) => void) => void): void {
     if (this.shared) return;
     this.shared = true;
-    this.lastRef = -1;
-    this.lastMine = undefined;
-    // A snapshot: granted() may touch the map.
-    for (const [ref, m] of [...this.mine]) {
-      const held = m.held;
-      if (held === 0) {
-        this.mine.delete(ref);
-        continue;
-      }
-      // The entry has no record yet (m.r < 0): granted() claims one and records them.
-      m.held = 0;
-      this.granted(ref, held);
-    }
+    holding((ref, permits) => this.granted(ref, permits));
   }
 
   private rec(r: number): number {
@@ -124,17 +105,13 @@ export class Holders {
 
   /** Records that this thread was granted `permits` on slot `ref`. */
   granted(ref: number, permits: number): void {
+    if (!this.shared) return; // every permit is this thread's: see the class comment
     let m = this.mineOf(ref);
     if (m === undefined) {
       m = { r: -1, held: 0, ghost: 0 };
       this.mine.set(ref, m);
-      if (!this.shared) this.forgetLast();
       this.lastRef = ref;
       this.lastMine = m;
-    }
-    if (!this.shared) {
-      m.held += permits;
-      return;
     }
     if (m.r < 0 || !this.intact(m.r, ref)) {
       this.lost(m, ref);
@@ -206,14 +183,8 @@ export class Holders {
    * the give-back does not happen.
    */
   releasing(ref: number, permits: number): number {
+    if (!this.shared) return 0; // no records: see the class comment
     const m = this.mineOf(ref);
-    if (!this.shared) {
-      // Every permit of the buffer is this thread's: no record anywhere to take them off.
-      if (m === undefined) return 0;
-      const n = Math.min(m.held, permits);
-      m.held -= n;
-      return n;
-    }
     let own = 0;
     if (m !== undefined && m.r >= 0 && m.held > 0) {
       // An empty record stays this thread's until its heartbeat frees it: a key taken and
@@ -232,7 +203,7 @@ export class Holders {
    * threads' records stay off: a permit lost if that thread dies, never one given twice.)
    */
   unreleasing(ref: number, permits: number): void {
-    if (permits === 0) return;
+    if (permits === 0 || !this.shared) return;
     const m = this.mineOf(ref);
     if (this.shared && m !== undefined && m.r >= 0 && !this.intact(m.r, ref)) {
       if (this.i32[this.rec(m.r) + H_TOKEN] === -this.queues.threadToken) {
@@ -252,10 +223,7 @@ export class Holders {
    * adding to it in the meantime adds to a void record, never to another key's.
    */
   voidSlot(w: number): void {
-    if (!this.shared) {
-      for (const [ref, m] of this.mine) if (ref >>> 4 === w) m.held = 0;
-      return;
-    }
+    if (!this.shared) return; // no records: the slot's state is all there is
     const i32 = this.i32;
     for (let r = 0; r < this.layout.holders; r++) {
       const rw = this.rec(r);

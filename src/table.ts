@@ -647,6 +647,16 @@ export class SlotTable {
     return seg.lockBase + Math.floor((s - seg.first) / STRIPE_SLOTS);
   }
 
+  /** The hot (state) word of every slot in the segments that exist now, the default key's first. */
+  forEachHotWord(visit: (w: number) => void): void {
+    visit(this.layout.hotBase + this.layout.hotOffset);
+    const n = this.mapped();
+    for (let k = 0; k < n; k++) {
+      const seg = this.layout.segments[k]!;
+      for (let s = seg.first; s < seg.first + seg.slots; s++) visit(this.hotOf(seg, s));
+    }
+  }
+
   /** Slots in the segments that exist now. */
   slotCount(): number {
     const n = this.mapped();

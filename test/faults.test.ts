@@ -644,26 +644,38 @@ describe.concurrent('a terminated worker thread gives back its Concurrency permi
     await living.worker.terminate();
   }, 60_000);
 
-  it('so do permits it took while the limiter was its own, before its handle was read', async ({
-    expect,
-  }) => {
-    // Until then the thread keeps no holder records (no other thread could reap them);
-    // reading the handle writes them.
-    const worker = new Worker(new URL('./workers/maker.mjs', import.meta.url), {
-      workerData: { key: 'k', limit: 3, permits: 2 },
-    });
-    const handle = await new Promise<LimiterHandle>((resolve, reject) => {
-      worker.once('message', resolve);
-      worker.once('error', reject);
-    });
-    const limiter = attach(handle) as Concurrency;
-    expect(limiter.stats('k').available).toBe(1);
-    await worker.terminate();
-    const lease = await limiter.acquire('k', 3, { timeoutMs: 30_000 });
-    expect(limiter.stats('k').available).toBe(0);
-    lease.release();
-    expect(limiter.stats('k').available).toBe(3);
-  }, 60_000);
+  it.for<[string, number]>([
+    ['32-bit', 3],
+    ['wide', 2 ** 31 - 1],
+  ])(
+    'so do permits it took while the limiter was its own, before its handle was read (%s)',
+    { timeout: 60_000 },
+    async ([, limit], { expect }) => {
+      // Until then the thread keeps no holder records (no other thread could reap them);
+      // reading the handle writes one per slot holding permits, read from the slots: the
+      // default key's, a key partly released, and 40 keys in segments the table grew into.
+      const many = Array.from({ length: 40 }, (_, i) => [`g${i}`, 1, 0] as const);
+      const takes = [[null, 2, 0], ['k', 3, 1], ['none', 2, 2], ...many];
+      const worker = new Worker(new URL('./workers/maker.mjs', import.meta.url), {
+        workerData: { options: { limit, keys: 8, maxKeys: 1024, queueLimit: limit }, takes },
+      });
+      const handle = await new Promise<LimiterHandle>((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      });
+      const limiter = attach(handle) as Concurrency;
+      const held = (key?: string) => limit - limiter.stats(key).available;
+      expect([held(), held('k'), held('none'), held('g0'), held('g39')]).toEqual([2, 2, 0, 1, 1]);
+      await worker.terminate();
+      // Everything the dead thread held comes back: a lease of a whole limit, then every key
+      // free (the 40 in grown segments too).
+      const lease = await limiter.acquire('k', limit, { timeoutMs: 30_000 });
+      expect(limiter.stats('k').available).toBe(0);
+      lease.release();
+      for (const key of [undefined, 'k', 'none', 'g0', 'g17', 'g39']) expect(held(key)).toBe(0);
+      expect(many.every(([key]) => held(key) === 0)).toBe(true);
+    },
+  );
 });
 
 describe.concurrent('holder records never give a permit back twice (review 2)', () => {

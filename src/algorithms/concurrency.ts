@@ -54,7 +54,15 @@ export class Concurrency extends Limiter {
   }
 
   protected override becameShared(): void {
-    this.holders.share();
+    // Until now this thread was the only one: every permit a slot holds is its own.
+    this.holders.share((record) =>
+      this.table.forEachHotWord((w) => {
+        const s = this.i32[w + S_STATE]!;
+        if ((s & PAYLOAD_MASK) === RESERVED) return;
+        const held = this.held(this.core.wide ? widePayload(s, this.i32[w - 1]!) : s);
+        if (held > 0) record(w * 16 + (s >>> GEN_SHIFT), held);
+      }),
+    );
   }
 
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
