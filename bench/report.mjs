@@ -424,7 +424,7 @@ function clusterSection(c, nativeFigures = {}) {
         { title: 'primary CPU', align: 'right' },
       ],
       [
-        row('atomic-limiter/cluster tryAcquire (batched per tick)', c.ours.tryAcquire),
+        row('atomic-limiter/cluster tryAcquire (batched)', c.ours.tryAcquire),
         row('atomic-limiter/cluster consume (a Decision)', c.ours.consume),
         row(
           `atomic-limiter/cluster tryAcquire, blocks of ${c.permitBlocks.block}`,

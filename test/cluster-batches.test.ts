@@ -40,6 +40,24 @@ describe('atomic-limiter/cluster batches', () => {
     expect(r.aborted).toHaveLength(2);
   }, 40_000);
 
+  it('sends a message per third of the calls in flight, every call once, each loop answered in order', async () => {
+    const r = await run('inflight');
+    // 64 loops awaiting 40 calls each of a bucket of 1000 that never refills: exactly 1000
+    // granted, and a loop that was refused is never granted again (answers in call order).
+    const loops = r.loops as boolean[][];
+    expect(loops.flat().filter(Boolean)).toHaveLength(1000);
+    expect(r.api).toMatchObject({ admitted: 1000, rejected: 1560 });
+    for (const seen of loops) {
+      const first = seen.indexOf(false);
+      expect(first < 0 || seen.slice(first).every((v) => !v)).toBe(true);
+    }
+    // Each call travelled once; no message held more than a third of the 64 in flight
+    // (rounded up): the primary decides one while the worker makes the next.
+    const sizes = r.sizes as number[];
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(2560);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(22);
+  }, 40_000);
+
   it("gives back the grants of a bucket answered after close(); a window's and a log's stay counted", async () => {
     const r = await run('late');
     expect(r.outcomes).toEqual(Array(9).fill('ERR_CLUSTER_UNAVAILABLE'));

@@ -81,6 +81,16 @@ interface Batch {
 const ignore = () => {};
 const MAX_UNANSWERED_BATCHES = 10_000;
 /**
+ * A tick's calls leave as soon as a batch holds a third of the calls in flight (and at
+ * least EARLY_BATCH_MIN), not all at the tick's end: the primary decides the first batch
+ * while this process still makes the tick's other calls, so the two processes work at
+ * once instead of in turns. With about three batches out, each process always has one to
+ * work on; smaller batches would cost more per call than the overlap saves (measured in
+ * the README, *Beyond one process*).
+ */
+const EARLY_BATCH_PARTS = 3;
+const EARLY_BATCH_MIN = 8;
+/**
  * Rate limiters whose give-back does not depend on when the permits were taken (the
  * primary's GIVE ignores the time there): a grant nobody waits for any more goes back by a
  * REFUND, which is what a GIVE with its time would do. A window's give-back needs that
@@ -445,13 +455,16 @@ export class Channel {
     }
     this.outCalls.push(p);
     if (p.timeoutMs < this.outTimeoutMs) this.outTimeoutMs = p.timeoutMs;
-    this.schedule();
+    const n = this.outCalls.length;
+    if (n >= EARLY_BATCH_MIN && n * EARLY_BATCH_PARTS >= this.inFlight) this.flush();
+    else this.schedule();
   }
 
   private schedule(): void {
     if (this.flushing) return;
     this.flushing = true;
-    // Every call made in this tick leaves in one message (room() may have sent some).
+    // The calls of this tick not sent yet leave in one message (push() and room() may have
+    // sent some).
     queueMicrotask(() => this.flush());
   }
 

@@ -80,6 +80,19 @@ if (cluster.isPrimary) {
     const r = await done(w);
     console.log(JSON.stringify({ ...r, aborted }));
     w.kill();
+  } else if (scenario === 'inflight') {
+    // 64 loops each awaiting its own calls: 2560 tryAcquire calls of a bucket of 1000 that
+    // never refills (the clock stands still). The primary counts the calls of each message.
+    const api = new TokenBucket({ capacity: 1000, refillPerSecond: 1, clock: new ManualClock() });
+    serveCluster({ api });
+    const w = cluster.fork();
+    const sizes = [];
+    w.on('message', (m) => {
+      if (m?.t === 'c') sizes.push(m.c.filter((v) => v === 'k').length);
+    });
+    const r = await done(w);
+    console.log(JSON.stringify({ ...r, sizes, api: api.stats('k') }));
+    w.kill();
   } else if (scenario === 'late') {
     // Calls answered after their client was closed: a bucket's grants go back,
     // a window's and a log's stay counted (the answers do not say when they were taken). The
@@ -157,6 +170,18 @@ if (cluster.isPrimary) {
   const second = await Promise.all(only);
   // Any abort left before this message: it was queued before the calls were rejected.
   process.send({ done: true, first, second });
+} else if (scenario === 'inflight') {
+  const api = connectCluster('api');
+  await api.ready();
+  // Each loop's answers, in the order of its calls.
+  const loops = await Promise.all(
+    Array.from({ length: 64 }, async () => {
+      const seen = [];
+      for (let i = 0; i < 40; i++) seen.push(await api.tryAcquire('k'));
+      return seen;
+    }),
+  );
+  process.send({ done: true, loops });
 } else if (scenario === 'late') {
   const names = ['bucket', 'log', 'win'];
   const clients = names.map((name) => connectCluster(name));
