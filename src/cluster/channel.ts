@@ -114,6 +114,8 @@ export class Channel {
   /** The records in `out`, NAME included (see room()). */
   private outRecords = 0;
   private outCalls: Pending[] = [];
+  /** The calls of `outCalls` somebody awaits (not give-backs): what may send it early. */
+  private outAwaited = 0;
   private outName: string | undefined;
   /** The smallest timeoutMs among `outCalls`: their batch's first deadline once it leaves. */
   private outTimeoutMs = Number.POSITIVE_INFINITY;
@@ -399,6 +401,7 @@ export class Channel {
     this.out = out;
     this.outRecords = records;
     this.outCalls = kept;
+    this.outAwaited = kept.filter((p) => !p.settled).length;
     this.outName = named;
   }
 
@@ -455,7 +458,8 @@ export class Channel {
     }
     this.outCalls.push(p);
     if (p.timeoutMs < this.outTimeoutMs) this.outTimeoutMs = p.timeoutMs;
-    const n = this.outCalls.length;
+    // Give-backs (settled from the start) are not in flight: they never send a batch early.
+    const n = p.settled ? this.outAwaited : ++this.outAwaited;
     if (n >= EARLY_BATCH_MIN && n * EARLY_BATCH_PARTS >= this.inFlight) this.flush();
     else this.schedule();
   }
@@ -476,6 +480,7 @@ export class Channel {
     this.out = [];
     this.outRecords = 0;
     this.outCalls = [];
+    this.outAwaited = 0;
     this.outName = undefined;
     const timeoutMs = this.outTimeoutMs;
     this.outTimeoutMs = Number.POSITIVE_INFINITY;

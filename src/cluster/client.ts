@@ -86,8 +86,9 @@ export interface ClusterLimiter {
   reset(key?: Key): Promise<void>;
   /**
    * Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls.
-   * None of its calls runs at the primary afterwards: those made in this tick are not sent,
-   * and its acquire() calls waiting there are aborted.
+   * None of its calls runs at the primary afterwards: those not sent yet are not sent (with
+   * many calls in flight, some of this tick's may have left already), and its acquire()
+   * calls waiting there are aborted.
    */
   close(): void;
 }

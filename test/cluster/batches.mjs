@@ -80,18 +80,35 @@ if (cluster.isPrimary) {
     const r = await done(w);
     console.log(JSON.stringify({ ...r, aborted }));
     w.kill();
-  } else if (scenario === 'inflight') {
-    // 64 loops each awaiting its own calls: 2560 tryAcquire calls of a bucket of 1000 that
-    // never refills (the clock stands still). The primary counts the calls of each message.
+  } else if (scenario === 'give-back') {
+    // A client with permit blocks of 100 keys closes: its give-backs, counted by message.
     const api = new TokenBucket({ capacity: 1000, refillPerSecond: 1, clock: new ManualClock() });
+    serveCluster({ api });
+    const w = cluster.fork();
+    let closing = false;
+    let messages = 0;
+    w.on('message', (m) => {
+      if (m?.closing) closing = true;
+      else if (m?.t === 'c' && closing) messages++;
+    });
+    const r = await done(w);
+    const available = Array.from({ length: 100 }, (_, i) => api.stats(`k${i}`).available);
+    console.log(JSON.stringify({ ...r, messages, available }));
+    w.kill();
+  } else if (scenario === 'inflight') {
+    // 64 loops each awaiting its own calls: 40 consume() calls each of a key of its own,
+    // 1 to 4 permits a call, from buckets of 60 that never refill (the clock stands still).
+    // The primary counts the calls of each message.
+    const api = new TokenBucket({ capacity: 60, refillPerSecond: 1, clock: new ManualClock() });
     serveCluster({ api });
     const w = cluster.fork();
     const sizes = [];
     w.on('message', (m) => {
-      if (m?.t === 'c') sizes.push(m.c.filter((v) => v === 'k').length);
+      if (m?.t === 'c') sizes.push(m.c.filter((v) => typeof v === 'string' && v[0] === 'k').length);
     });
     const r = await done(w);
-    console.log(JSON.stringify({ ...r, sizes, api: api.stats('k') }));
+    const admitted = Array.from({ length: 64 }, (_, i) => api.stats(`k${i}`).admitted);
+    console.log(JSON.stringify({ ...r, sizes, admitted }));
     w.kill();
   } else if (scenario === 'late') {
     // Calls answered after their client was closed: a bucket's grants go back,
@@ -170,14 +187,26 @@ if (cluster.isPrimary) {
   const second = await Promise.all(only);
   // Any abort left before this message: it was queued before the calls were rejected.
   process.send({ done: true, first, second });
+} else if (scenario === 'give-back') {
+  const blocked = connectCluster('api', { block: 4 });
+  const other = connectCluster('api');
+  await Promise.all([blocked.ready(), other.ready()]);
+  for (let i = 0; i < 100; i++) await blocked.tryAcquire(`k${i}`); // a block of 4, 1 spent
+  process.send({ closing: true });
+  blocked.close(); // 100 give-backs of 3 permits: nobody awaits them
+  await other.stats('k0'); // answered after them (one channel, in order)
+  process.send({ done: true });
 } else if (scenario === 'inflight') {
   const api = connectCluster('api');
   await api.ready();
-  // Each loop's answers, in the order of its calls.
+  // Each loop's answers, in the order of its calls: the permits left, or -1 when refused.
   const loops = await Promise.all(
-    Array.from({ length: 64 }, async () => {
+    Array.from({ length: 64 }, async (_, i) => {
       const seen = [];
-      for (let i = 0; i < 40; i++) seen.push(await api.tryAcquire('k'));
+      for (let j = 0; j < 40; j++) {
+        const d = await api.consume(`k${i}`, 1 + (i % 4));
+        seen.push(d.allowed ? d.remaining : -1);
+      }
       return seen;
     }),
   );
