@@ -205,7 +205,7 @@ export class Holders {
   unreleasing(ref: number, permits: number): void {
     if (permits === 0 || !this.shared) return;
     const m = this.mineOf(ref);
-    if (this.shared && m !== undefined && m.r >= 0 && !this.intact(m.r, ref)) {
+    if (m !== undefined && m.r >= 0 && !this.intact(m.r, ref)) {
       if (this.i32[this.rec(m.r) + H_TOKEN] === -this.queues.threadToken) {
         this.lost(m, ref); // reset() voided the key's permits meanwhile: these too
         return;

@@ -86,7 +86,7 @@ const MAX_UNANSWERED_BATCHES = 10_000;
  * while this process still makes the tick's other calls, so the two processes work at
  * once instead of in turns. With about three batches out, each process always has one to
  * work on; smaller batches would cost more per call than the overlap saves (measured in
- * the README, *Beyond one process*).
+ * the README, *Benchmarks*, under *Cluster*).
  */
 const EARLY_BATCH_PARTS = 3;
 const EARLY_BATCH_MIN = 8;
