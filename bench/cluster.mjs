@@ -162,13 +162,23 @@ async function measureAll(calls, quick) {
   }
   const samples = Object.fromEntries(Object.keys(calls).map((k) => [k, { one: [], many: [] }]));
   // Rounds interleave the subjects' measurements, so a noisy moment hits all of them.
-  // Each round starts one subject further on: a subject measured right after another
-  // library's runs slower (measured: the first of ours in a round ran 1.5–2.5× its time in
-  // later places), so no subject keeps one place.
+  // Each round takes the subjects in an order of its own (shuffled, the same in every run):
+  // a subject measured right after the batched echo ran 1.5–2.5× its time elsewhere
+  // (tryAcquire while it came there, consume once the two were swapped), so no subject
+  // keeps a place, nor the one before it.
   const entries = Object.entries(calls);
+  let seed = 0x2545f491;
+  const random = () => {
+    seed = (Math.imul(seed ^ (seed >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) | 0;
+    return (seed >>> 0) / 2 ** 32;
+  };
   for (let r = 0; r < z.rounds; r++) {
-    const shift = (r * 3) % entries.length;
-    for (const [name, call] of [...entries.slice(shift), ...entries.slice(0, shift)]) {
+    const order = [...entries];
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = Math.floor(random() * (i + 1));
+      [order[i], order[j]] = [order[j], order[i]];
+    }
+    for (const [name, call] of order) {
       await oneAtATime(call, z.oneAtATime, samples[name].one);
       samples[name].many.push(await inFlight(call, z.inFlightCalls));
     }
