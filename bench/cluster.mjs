@@ -216,17 +216,29 @@ function summarize(runs) {
   };
 }
 
-async function workerMain(quick) {
-  const calls = { echo: echoCall(), batchedEcho: batchedEchoCall() };
+/**
+ * The subjects of one worker process. Plain calls, the peer and the floors in one worker;
+ * permit blocks in another, as a program uses one mode or the other: once a block client
+ * had made calls in a worker, that worker's plain `tryAcquire` ran at twice its cost in
+ * some processes (bench/README.md, *Cluster*).
+ */
+async function workerMain(quick, set) {
   const { connectCluster } = await import('../dist/cluster.js');
+  if (set === 'blocks') {
+    // Permit blocks: one trip to the primary per block of permits, the rest spent locally.
+    const blocked = connectCluster('api', { timeoutMs: 30_000, block: BLOCK });
+    const calls = {
+      tryAcquireBlocks: () => blocked.tryAcquire(KEY),
+      consumeBlocks: () => blocked.consume(KEY),
+      acquireBlocks: () => blocked.acquire(KEY),
+    };
+    process.send({ benchDone: true, results: await measureAll(calls, quick) });
+    return;
+  }
+  const calls = { echo: echoCall(), batchedEcho: batchedEchoCall() };
   const api = connectCluster('api', { timeoutMs: 30_000 });
   calls.tryAcquire = () => api.tryAcquire(KEY);
   calls.consume = () => api.consume(KEY);
-  // Permit blocks: one trip to the primary per block of permits, the rest spent locally.
-  const blocked = connectCluster('api', { timeoutMs: 30_000, block: BLOCK });
-  calls.tryAcquireBlocks = () => blocked.tryAcquire(KEY);
-  calls.consumeBlocks = () => blocked.consume(KEY);
-  calls.acquireBlocks = () => blocked.acquire(KEY);
   const { RateLimiterCluster } = await import('rate-limiter-flexible');
   const rlf = new RateLimiterCluster({
     keyPrefix: 'bench',
@@ -252,22 +264,28 @@ async function primaryMain(quick) {
     else if (m?.benchCalls) w.send({ benchBatch: new Array(m.benchCalls.length / 3).fill(1) });
     else if (m?.benchCpu) w.send({ benchCpuUs: cpuUs() });
   });
-  cluster.setupPrimary({
-    exec: SELF,
-    args: ['--one-run', ...(quick ? ['--quick'] : [])],
-  });
   const started = performance.now();
-  const worker = cluster.fork();
-  const results = await new Promise((resolve, reject) => {
-    worker.on('message', (m) => m?.benchDone && resolve(m.results));
-    worker.once('exit', (code, signal) =>
-      reject(new Error(`bench worker exited early (${code ?? signal})`)),
+  const results = {};
+  for (const set of ['plain', 'blocks']) {
+    cluster.setupPrimary({
+      exec: SELF,
+      args: ['--one-run', `--set=${set}`, ...(quick ? ['--quick'] : [])],
+    });
+    const worker = cluster.fork();
+    Object.assign(
+      results,
+      await new Promise((resolve, reject) => {
+        worker.on('message', (m) => m?.benchDone && resolve(m.results));
+        worker.once('exit', (code, signal) =>
+          reject(new Error(`bench worker exited early (${code ?? signal})`)),
+        );
+      }),
     );
-  });
-  await new Promise((resolve) => {
-    worker.once('exit', resolve);
-    worker.kill();
-  });
+    await new Promise((resolve) => {
+      worker.once('exit', resolve);
+      worker.kill();
+    });
+  }
   console.log(
     JSON.stringify({
       results,
@@ -381,5 +399,5 @@ if (isEntry || cluster.isWorker) {
   if (!process.argv.includes('--one-run') && cluster.isPrimary) {
     console.log(JSON.stringify(await runCluster({ quick }), null, 2));
   } else if (cluster.isPrimary) await primaryMain(quick);
-  else await workerMain(quick);
+  else await workerMain(quick, process.argv.find((a) => a.startsWith('--set='))?.slice(6));
 }

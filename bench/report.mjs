@@ -408,7 +408,7 @@ function clusterSection(c, nativeFigures = {}) {
   const r = c.ratios;
   const native = nativeFigures['ipc.roundtrip.process-send'];
   return [
-    `== Cluster: a worker process asking the primary's limiter over IPC (node:cluster, 1 worker, every call allowed)`,
+    `== Cluster: a worker process asking the primary's limiter over IPC (node:cluster; plain calls, the peer and the floors in one worker, permit blocks in another; every call allowed)`,
     `one at a time: each call awaited before the next, p50 / p99 per call. ${c.inFlight} in flight: ${c.inFlight} loops each`,
     'awaiting its own calls; per call = wall ÷ calls, and the CPU time the worker and the primary',
     `spent per call meanwhile. Both libraries in one cluster, every subject measured in turn, ${c.rounds} rounds per run, ${c.runs} run(s), samples pooled;`,
