@@ -4,7 +4,8 @@
 //   node bench/cluster.mjs --one-run [--quick]      one cluster run, prints one JSON line
 //
 // Both libraries in one cluster: a primary serving ours and rate-limiter-flexible's, with
-// limits so large that every call is allowed, and one worker process measuring
+// limits so large that every call is allowed, and a worker process measuring plain calls,
+// the peer and the floors (then another measuring permit blocks the same way)
 //   (i)  one call at a time: each call awaited before the next (p50 / p99 per call), and
 //   (ii) 64 calls in flight: 64 loops each awaiting its own calls; per-call cost = wall ÷ calls,
 // every subject in turn, round after round, so that a noisy moment of this shared machine
@@ -162,22 +163,14 @@ async function measureAll(calls, quick) {
   }
   const samples = Object.fromEntries(Object.keys(calls).map((k) => [k, { one: [], many: [] }]));
   // Rounds interleave the subjects' measurements, so a noisy moment hits all of them.
-  // Each round takes the subjects in an order of its own (shuffled, the same in every run):
-  // a subject measured right after the batched echo ran 1.5–2.5× its time elsewhere
-  // (tryAcquire while it came there, consume once the two were swapped), so no subject
-  // keeps a place, nor the one before it.
+  // Each round takes the subjects in an order of its own, from a balanced (Williams) design:
+  // over its rows every subject comes after every other equally often, in every place. A fixed
+  // order charged a subject for the one before it (a subject measured right after the
+  // batched echo ran 1.5–2.5× its time elsewhere, once), and for its place.
   const entries = Object.entries(calls);
-  let seed = 0x2545f491;
-  const random = () => {
-    seed = (Math.imul(seed ^ (seed >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) | 0;
-    return (seed >>> 0) / 2 ** 32;
-  };
+  const rows = williams(entries.length);
   for (let r = 0; r < z.rounds; r++) {
-    const order = [...entries];
-    for (let i = order.length - 1; i > 0; i--) {
-      const j = Math.floor(random() * (i + 1));
-      [order[i], order[j]] = [order[j], order[i]];
-    }
+    const order = rows[r % rows.length].map((i) => entries[i]);
     for (const [name, call] of order) {
       await oneAtATime(call, z.oneAtATime, samples[name].one);
       samples[name].many.push(await inFlight(call, z.inFlightCalls));
@@ -193,6 +186,19 @@ async function measureAll(calls, quick) {
     };
   }
   return out;
+}
+
+/**
+ * The rows of a Williams design for `n` subjects: in each, the subjects in an order; over
+ * all rows every subject comes right after every other equally often (once in n rows when
+ * n is even, twice in 2n when odd) and takes every place.
+ */
+function williams(n) {
+  const first = [0];
+  for (let lo = 1, hi = n - 1; first.length < n; ) first.push(first.length % 2 ? lo++ : hi--);
+  const rows = Array.from({ length: n }, (_, k) => first.map((x) => (x + k) % n));
+  if (n % 2 === 1) for (let k = 0; k < n; k++) rows.push([...rows[k]].reverse());
+  return rows;
 }
 
 /** p50 / p99 / mean per call one at a time, and the median in-flight round. */
@@ -327,7 +333,7 @@ export async function runCluster({ quick }) {
   for (let i = 0; i < (quick ? 1 : 2); i++) runs.push(await runOne(quick));
   const pooled = (name) => summarize(runs.map((r) => r.results[name]));
   // rlf ÷ `name` with 64 in flight: the median of the rounds' own ratios (the two measured
-  // one after the other in each round).
+  // in the same round of the same worker).
   const roundRatio = (name) =>
     median(
       runs.flatMap(({ results }) =>
@@ -357,10 +363,12 @@ export async function runCluster({ quick }) {
       inFlight64,
       consumeOneAtATimeP50: r.oneAtATime.p50Us / o.consume.oneAtATime.p50Us,
       consumeInFlight64: roundRatio('consume'),
+      // The blocks run in a worker of their own, after rlf's: no shared rounds, so the
+      // ratio of the medians.
       blocksInFlight64: {
-        tryAcquire: roundRatio('tryAcquireBlocks'),
-        consume: roundRatio('consumeBlocks'),
-        acquire: roundRatio('acquireBlocks'),
+        tryAcquire: r.inFlight64.perCallUs / o.tryAcquireBlocks.inFlight64.perCallUs,
+        consume: r.inFlight64.perCallUs / o.consumeBlocks.inFlight64.perCallUs,
+        acquire: r.inFlight64.perCallUs / o.acquireBlocks.inFlight64.perCallUs,
       },
       blocksOneAtATimeMean: {
         tryAcquire: r.oneAtATime.meanUs / o.tryAcquireBlocks.oneAtATime.meanUs,

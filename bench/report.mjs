@@ -455,7 +455,7 @@ function clusterSection(c, nativeFigures = {}) {
     `permit blocks of ${c.permitBlocks.block}: mean ${fmtNs(c.ours.tryAcquireBlocks.oneAtATime.meanUs * 1000)} per decision one at a time, ${fmtNs(c.ours.tryAcquireBlocks.inFlight64.perCallUs * 1000)} with ${c.inFlight} in flight; goal ${c.permitBlocks.goal}: one at a time ${c.permitBlocks.met.oneAtATime ? 'met' : 'NOT met'}, ${c.inFlight} in flight ${c.permitBlocks.met.inFlight ? 'met' : 'NOT met'}. The trade: up to ${c.permitBlocks.block} permits per worker and key sit in a block, unavailable to other workers until spent or given back (after blockTtlMs, or on close()).`,
     ...(r.blocksInFlight64
       ? [
-          `rlf ÷ ours with blocks, ${c.inFlight} in flight: tryAcquire ${fmtRatio(r.blocksInFlight64.tryAcquire)}×, consume ${fmtRatio(r.blocksInFlight64.consume)}×, acquire ${fmtRatio(r.blocksInFlight64.acquire)}×; one at a time (mean): ${fmtRatio(r.blocksOneAtATimeMean.tryAcquire)}× / ${fmtRatio(r.blocksOneAtATimeMean.consume)}× / ${fmtRatio(r.blocksOneAtATimeMean.acquire)}×`,
+          `rlf ÷ ours with blocks (a worker of their own: median ÷ median), ${c.inFlight} in flight: tryAcquire ${fmtRatio(r.blocksInFlight64.tryAcquire)}×, consume ${fmtRatio(r.blocksInFlight64.consume)}×, acquire ${fmtRatio(r.blocksInFlight64.acquire)}×; one at a time (mean): ${fmtRatio(r.blocksOneAtATimeMean.tryAcquire)}× / ${fmtRatio(r.blocksOneAtATimeMean.consume)}× / ${fmtRatio(r.blocksOneAtATimeMean.acquire)}×`,
         ]
       : []),
   ].join('\n');

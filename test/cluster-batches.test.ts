@@ -73,6 +73,17 @@ describe('atomic-limiter/cluster batches', () => {
     expect(r.messages).toBe(1);
   }, 40_000);
 
+  it("a closed client's calls taken out of the batch no longer count toward sending it early", async () => {
+    const r = await run('close-recount');
+    expect(r.outcomes).toEqual([
+      ...Array(7).fill('ERR_CLUSTER_UNAVAILABLE'),
+      ...Array(5).fill('true'),
+    ]);
+    expect(r.api).toMatchObject({ admitted: 5 });
+    // The 5 calls of the other client: fewer than 8, one message at the tick's end.
+    expect(r.messages).toBe(1);
+  }, 40_000);
+
   it("gives back the grants of a bucket answered after close(); a window's and a log's stay counted", async () => {
     const r = await run('late');
     expect(r.outcomes).toEqual(Array(9).fill('ERR_CLUSTER_UNAVAILABLE'));

@@ -459,9 +459,14 @@ export class Channel {
     this.outCalls.push(p);
     if (p.timeoutMs < this.outTimeoutMs) this.outTimeoutMs = p.timeoutMs;
     // Give-backs (settled from the start) are not in flight: they never send a batch early.
-    const n = p.settled ? this.outAwaited : ++this.outAwaited;
-    if (n >= EARLY_BATCH_MIN && n * EARLY_BATCH_PARTS >= this.inFlight) this.flush();
-    else this.schedule();
+    if (!p.settled) {
+      const n = ++this.outAwaited;
+      if (n >= EARLY_BATCH_MIN && n * EARLY_BATCH_PARTS >= this.inFlight) {
+        this.flush();
+        return;
+      }
+    }
+    this.schedule();
   }
 
   private schedule(): void {

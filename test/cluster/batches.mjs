@@ -95,6 +95,20 @@ if (cluster.isPrimary) {
     const available = Array.from({ length: 100 }, (_, i) => api.stats(`k${i}`).available);
     console.log(JSON.stringify({ ...r, messages, available }));
     w.kill();
+  } else if (scenario === 'close-recount') {
+    // One tick: 7 calls of a client that then closes, then 5 of another; counted by message.
+    const api = new TokenBucket({ capacity: 1000, refillPerSecond: 1, clock: new ManualClock() });
+    serveCluster({ api });
+    const w = cluster.fork();
+    let marked = false;
+    let messages = 0;
+    w.on('message', (m) => {
+      if (m?.mark === 'zz') marked = true;
+      else if (m?.t === 'c' && marked) messages++;
+    });
+    const r = await done(w);
+    console.log(JSON.stringify({ ...r, messages, api: api.stats('k') }));
+    w.kill();
   } else if (scenario === 'inflight') {
     // 64 loops each awaiting its own calls: 40 consume() calls each of a key of its own,
     // 1 to 4 permits a call, from buckets of 60 that never refill (the clock stands still).
@@ -196,6 +210,16 @@ if (cluster.isPrimary) {
   blocked.close(); // 100 give-backs of 3 permits: nobody awaits them
   await other.stats('k0'); // answered after them (one channel, in order)
   process.send({ done: true });
+} else if (scenario === 'close-recount') {
+  const a = connectCluster('api');
+  const b = connectCluster('api');
+  await Promise.all([a.ready(), b.ready()]);
+  process.send({ mark: 'zz' });
+  const first = Array.from({ length: 7 }, () => a.tryAcquire('k').then(String, code));
+  a.close(); // its 7 calls leave the batch: none was in flight
+  const second = Array.from({ length: 5 }, () => b.tryAcquire('k').then(String, code));
+  const outcomes = [...(await Promise.all(first)), ...(await Promise.all(second))];
+  process.send({ done: true, outcomes });
 } else if (scenario === 'inflight') {
   const api = connectCluster('api');
   await api.ready();
