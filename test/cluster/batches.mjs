@@ -80,34 +80,22 @@ if (cluster.isPrimary) {
     const r = await done(w);
     console.log(JSON.stringify({ ...r, aborted }));
     w.kill();
-  } else if (scenario === 'give-back') {
-    // A client with permit blocks of 100 keys closes: its give-backs, counted by message.
+  } else if (scenario === 'give-back' || scenario === 'close-recount') {
+    // give-back: a client with permit blocks of 100 keys closes. close-recount: in one tick,
+    // 7 calls of a client that then closes, then 5 of another. The batches the worker sends
+    // after its { counting } message are counted.
     const api = new TokenBucket({ capacity: 1000, refillPerSecond: 1, clock: new ManualClock() });
     serveCluster({ api });
     const w = cluster.fork();
-    let closing = false;
+    let counting = false;
     let messages = 0;
     w.on('message', (m) => {
-      if (m?.closing) closing = true;
-      else if (m?.t === 'c' && closing) messages++;
+      if (m?.counting) counting = true;
+      else if (m?.t === 'c' && counting) messages++;
     });
     const r = await done(w);
     const available = Array.from({ length: 100 }, (_, i) => api.stats(`k${i}`).available);
-    console.log(JSON.stringify({ ...r, messages, available }));
-    w.kill();
-  } else if (scenario === 'close-recount') {
-    // One tick: 7 calls of a client that then closes, then 5 of another; counted by message.
-    const api = new TokenBucket({ capacity: 1000, refillPerSecond: 1, clock: new ManualClock() });
-    serveCluster({ api });
-    const w = cluster.fork();
-    let marked = false;
-    let messages = 0;
-    w.on('message', (m) => {
-      if (m?.mark === 'zz') marked = true;
-      else if (m?.t === 'c' && marked) messages++;
-    });
-    const r = await done(w);
-    console.log(JSON.stringify({ ...r, messages, api: api.stats('k') }));
+    console.log(JSON.stringify({ ...r, messages, available, api: api.stats('k') }));
     w.kill();
   } else if (scenario === 'inflight') {
     // 64 loops each awaiting its own calls: 40 consume() calls each of a key of its own,
@@ -206,7 +194,7 @@ if (cluster.isPrimary) {
   const other = connectCluster('api');
   await Promise.all([blocked.ready(), other.ready()]);
   for (let i = 0; i < 100; i++) await blocked.tryAcquire(`k${i}`); // a block of 4, 1 spent
-  process.send({ closing: true });
+  process.send({ counting: true });
   blocked.close(); // 100 give-backs of 3 permits: nobody awaits them
   await other.stats('k0'); // answered after them (one channel, in order)
   process.send({ done: true });
@@ -214,7 +202,7 @@ if (cluster.isPrimary) {
   const a = connectCluster('api');
   const b = connectCluster('api');
   await Promise.all([a.ready(), b.ready()]);
-  process.send({ mark: 'zz' });
+  process.send({ counting: true });
   const first = Array.from({ length: 7 }, () => a.tryAcquire('k').then(String, code));
   a.close(); // its 7 calls leave the batch: none was in flight
   const second = Array.from({ length: 5 }, () => b.tryAcquire('k').then(String, code));
