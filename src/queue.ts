@@ -47,6 +47,23 @@ function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
 }
 
+/** How far ahead of this thread's clock another thread's heartbeat may be and still be fresh. */
+const FUTURE_HEARTBEAT_MS = 1000;
+
+/**
+ * Whether a heartbeat (ms, modulo 2^31) written by another thread is older than
+ * `deadAfterMs` at `now`. Each thread reads the shared monotonic clock through its own
+ * calibration (clock.ts: about a microsecond apart), so a heartbeat written just after a
+ * millisecond turned can read as one millisecond ahead of this thread's `now`. Its age
+ * would then wrap to 2^31 − 1 ms, and a live thread would look dead: its held permits
+ * given back under it, its entry taken over, its waiters swept. A heartbeat up to
+ * FUTURE_HEARTBEAT_MS ahead is fresh.
+ */
+export function heartbeatStale(heartbeat: number, now: number, deadAfterMs: number): boolean {
+  const age = (now - heartbeat) & 0x7fffffff;
+  return age > deadAfterMs && age < 0x80000000 - FUTURE_HEARTBEAT_MS;
+}
+
 /**
  * The per-key FIFO wait queues of one limiter, seen from one thread. A queue is a linked
  * list of waiter records in the shared buffer, changed only under the key's queue lock (a
@@ -117,7 +134,7 @@ export class WaitQueues {
   }
 
   private isStale(heartbeat: number, now: number, deadAfterMs = DEAD_AFTER_MS): boolean {
-    return ((now - heartbeat) & 0x7fffffff) > deadAfterMs;
+    return heartbeatStale(heartbeat, now, deadAfterMs);
   }
 
   /** Whether thread entry `entry`, as the owner of `token`, is gone or silent too long. */

@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
+import {
+  attach,
+  Concurrency,
+  chain,
+  FixedWindow,
+  ManualClock,
+  MonotonicClock,
+  TokenBucket,
+} from '../src/index.js';
+import { heartbeatStale } from '../src/queue.js';
 import { admitted } from './helpers/limiters.js';
 
 describe('Concurrency', () => {
@@ -45,3 +54,42 @@ describe('chain()', () => {
     expect(() => chain()).toThrow(TypeError);
   });
 });
+
+describe('heartbeats read across threads (the 3000-keys thread test once admitted 4 of 3)', () => {
+  // Each thread reads the shared clock through its own calibration, about a microsecond
+  // apart: another thread's heartbeat, written just after a millisecond turned, can read
+  // one millisecond ahead of this thread's clock. That is a live thread, not a dead one.
+  it('a holder whose heartbeat reads a few milliseconds ahead keeps its permits when others reap', () => {
+    const limiter = new Concurrency({ limit: 3 });
+    const other = attach<Concurrency>(limiter.handle); // a second thread's view, in effect
+    for (let i = 0; i < 3; i++) expect(limiter.tryAcquire('k')).toBe(true);
+    // This thread's entry in the thread table, its heartbeat set a few milliseconds ahead
+    // of the clock (as a skew of a microsecond makes one millisecond at a turn).
+    const queues = (limiter as unknown as { queues: Queues }).queues;
+    const e = queues.layout.threadBase + queues.threadEntry * 2 + 1; // T_HEARTBEAT
+    const nowMs = Math.floor(new MonotonicClock().nowUs() / 1000);
+    Atomics.store(queues.i32, e, (nowMs + 5) & 0x7fffffff);
+    // A reap by the other view finds every holder alive: nothing comes back.
+    const holders = (other as unknown as { holders: { reap(): boolean } }).holders;
+    expect(holders.reap()).toBe(false);
+    expect(other.tryAcquire('k')).toBe(false);
+    expect(limiter.stats('k')).toMatchObject({ available: 0, admitted: 3 });
+  });
+
+  it('heartbeatStale: a little ahead is fresh, older than the limit is stale, across the wrap', () => {
+    const wrap = 0x80000000;
+    expect(heartbeatStale(1001, 1000, 10_000)).toBe(false); // 1 ms ahead
+    expect(heartbeatStale(2000, 1000, 10_000)).toBe(false); // 1 s ahead
+    expect(heartbeatStale(0, 10_000, 10_000)).toBe(false); // exactly the limit
+    expect(heartbeatStale(0, 10_001, 10_000)).toBe(true);
+    expect(heartbeatStale(wrap - 5, 10_000, 10_000)).toBe(true); // 10 005 ms old, wrapped
+    expect(heartbeatStale(5, wrap - 1, 10_000)).toBe(false); // 6 ms ahead, wrapped
+    expect(heartbeatStale(0, wrap - 2000, 10_000)).toBe(true); // 2 s ahead: not a skew
+  });
+});
+
+interface Queues {
+  i32: Int32Array;
+  layout: { threadBase: number };
+  threadEntry: number;
+}
