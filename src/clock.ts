@@ -54,6 +54,16 @@ export class MonotonicClock implements Clock {
 
 export const monotonicClock = new MonotonicClock();
 
+/**
+ * `a − b` for two times kept modulo 2^31 ms (heartbeats, lock and fetch-claim deadlines),
+ * as a signed difference: right for any two within 2^30 ms (12.4 days) of each other,
+ * across the wrap every 24.8 days — where `(a − b) | 0` reads a deadline just before the
+ * wrap as 2^31 ms away once the clock has wrapped.
+ */
+export function diff31(a: number, b: number): number {
+  return ((a - b) << 1) >> 1;
+}
+
 // ManualClock buffer: [0..8) time in µs as BigInt64, [8..12) a tick counter every change
 // bumps (waiters park on it), [12..16) magic.
 const MANUAL_MAGIC = 0x4d434c4b; // 'MCLK'

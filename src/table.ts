@@ -1,4 +1,4 @@
-import { monotonicClock } from './clock.js';
+import { diff31, monotonicClock } from './clock.js';
 import { hashKey } from './hash.js';
 import {
   coldWord,
@@ -577,7 +577,7 @@ export class SlotTable {
         if (Atomics.compareExchange(i32, word, 0, token) === 0) return token;
         continue;
       }
-      if (((now - cur) | 0) > 0) {
+      if (diff31(now, cur) > 0) {
         // The holder overstayed its lease (it died, or stalled for half a second).
         if (Atomics.compareExchange(i32, word, cur, token) === cur) {
           Atomics.add(i32, H_LOCK_STEALS, 1);

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { diff31 } from '../src/clock.js';
 import {
   attach,
   Concurrency,
@@ -85,6 +86,19 @@ describe('heartbeats read across threads (the 3000-keys thread test once admitte
     expect(heartbeatStale(wrap - 5, 10_000, 10_000)).toBe(true); // 10 005 ms old, wrapped
     expect(heartbeatStale(5, wrap - 1, 10_000)).toBe(false); // 6 ms ahead, wrapped
     expect(heartbeatStale(0, wrap - 2000, 10_000)).toBe(true); // 2 s ahead: not a skew
+  });
+});
+
+describe('diff31: times kept modulo 2^31 ms (lock and fetch-claim deadlines)', () => {
+  it('is the signed difference across the wrap, where (a − b) | 0 is not', () => {
+    const wrap = 0x80000000;
+    // A deadline 10 ms before the wrap, the clock 5 ms after it: lapsed 15 ms ago.
+    expect(diff31(5, wrap - 10)).toBe(15);
+    expect((5 - (wrap - 10)) | 0).toBeLessThan(0); // what the lock read before: not lapsed
+    // A deadline 5 ms after the wrap, the clock 10 ms before it: 15 ms to go.
+    expect(diff31(wrap - 10, 5)).toBe(-15);
+    expect(diff31(1000, 400)).toBe(600);
+    expect(diff31(400, 1000)).toBe(-600);
   });
 });
 

@@ -1,3 +1,4 @@
+import { diff31 } from '../clock.js';
 import { hashKey } from '../hash.js';
 
 /**
@@ -224,7 +225,7 @@ export class Blocks {
   private claimLeftMs(s: number, which: number): number {
     const held = Atomics.load(this.ints, s * INTS + which);
     if (held === 0) return 0;
-    return Math.max(0, (held - (Date.now() & 0x7fffffff)) | 0);
+    return Math.max(0, diff31(held, Date.now() & 0x7fffffff));
   }
 
   /** Notes that slot `s` ran dry while a lease was out. */
@@ -262,7 +263,7 @@ export class Blocks {
     const now = Date.now();
     const deadline = (now + leaseMs) & 0x7fffffff || 1;
     const held = Atomics.load(this.ints, i);
-    if (held !== 0 && ((held - (now & 0x7fffffff)) | 0) > 0) return false;
+    if (held !== 0 && diff31(held, now & 0x7fffffff) > 0) return false;
     return Atomics.compareExchange(this.ints, i, held, deadline) === held;
   }
 
