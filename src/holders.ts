@@ -73,14 +73,14 @@ export class Holders {
   }
 
   /**
-   * The limiter became shared: writes a record, as granted() would have, of what each slot
-   * holds — all of it this thread's until now — and starts the heartbeat that keeps them
-   * this thread's. `holding` calls `record` once per slot that holds permits.
+   * The limiter became shared: from now on granted() writes records. False if it was
+   * already. The caller then records, by granted(), what each slot holds — all of it this
+   * thread's until now — which starts the heartbeat that keeps them this thread's.
    */
-  share(holding: (record: (ref: number, permits: number) => void) => void): void {
-    if (this.shared) return;
+  share(): boolean {
+    if (this.shared) return false;
     this.shared = true;
-    holding((ref, permits) => this.granted(ref, permits));
+    return true;
   }
 
   private rec(r: number): number {

@@ -54,15 +54,14 @@ export class Concurrency extends Limiter {
   }
 
   protected override becameShared(): void {
+    if (!this.holders.share()) return;
     // Until now this thread was the only one: every permit a slot holds is its own.
-    this.holders.share((record) =>
-      this.table.forEachHotWord((w) => {
-        const s = this.i32[w + S_STATE]!;
-        if ((s & PAYLOAD_MASK) === RESERVED) return;
-        const held = this.held(this.core.wide ? widePayload(s, this.i32[w - 1]!) : s);
-        if (held > 0) record(w * 16 + (s >>> GEN_SHIFT), held);
-      }),
-    );
+    this.table.forEachHotWord((w) => {
+      const s = this.i32[w + S_STATE]!;
+      if ((s & PAYLOAD_MASK) === RESERVED) return;
+      const held = this.held(this.core.wide ? widePayload(s, this.i32[w - 1]!) : s);
+      if (held > 0) this.holders.granted(w * 16 + (s >>> GEN_SHIFT), held);
+    });
   }
 
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
