@@ -167,13 +167,20 @@ async function measureAll(calls, quick) {
   // over its rows every subject comes after every other equally often, in every place. A fixed
   // order charged a subject for the one before it (a subject measured right after the
   // batched echo ran 1.5–2.5× its time elsewhere, once), and for its place.
+  //
+  // Round −1 is not recorded: it puts every subject through the measured pattern once (calls
+  // one at a time, then 64 in flight, subjects taking turns). Without it, the first measured
+  // round of each of our subjects ran at 1.4–2.6 µs per call with 64 in flight, the worker's
+  // CPU as high, and the rounds after at 0.55–0.9, whatever came before it: the long
+  // warm-up above was not the pattern measured.
   const entries = Object.entries(calls);
   const rows = williams(entries.length);
-  for (let r = 0; r < z.rounds; r++) {
-    const order = rows[r % rows.length].map((i) => entries[i]);
+  for (let r = -1; r < z.rounds; r++) {
+    const order = rows[(r + rows.length) % rows.length].map((i) => entries[i]);
     for (const [name, call] of order) {
-      await oneAtATime(call, z.oneAtATime, samples[name].one);
-      samples[name].many.push(await inFlight(call, z.inFlightCalls));
+      await oneAtATime(call, z.oneAtATime, r < 0 ? [] : samples[name].one);
+      const round = await inFlight(call, z.inFlightCalls);
+      if (r >= 0) samples[name].many.push(round);
     }
   }
   // Raw samples (0.01 µs), so that runCluster can pool the runs of one subject.
@@ -224,9 +231,7 @@ function summarize(runs) {
 
 /**
  * The subjects of one worker process. Plain calls, the peer and the floors in one worker;
- * permit blocks in another, as a program uses one mode or the other: once a block client
- * had made calls in a worker, that worker's plain `tryAcquire` ran at twice its cost in
- * some processes (bench/README.md, *Cluster*).
+ * permit blocks in another, as a program uses one mode or the other.
  */
 async function workerMain(quick, set) {
   const { connectCluster } = await import('../dist/cluster.js');
