@@ -170,7 +170,7 @@ async function measureAll(calls, quick) {
   //
   // Round −1 is not recorded: it puts every subject through the measured pattern once (calls
   // one at a time, then 64 in flight, subjects taking turns). Without it, the first measured
-  // round of each of our subjects ran at 1.4–2.6 µs per call with 64 in flight, the worker's
+  // round of `tryAcquire` ran at 1.3–2.6 µs per call with 64 in flight, the worker's
   // CPU as high, and the rounds after at 0.55–0.9, whatever came before it: the long
   // warm-up above was not the pattern measured.
   const entries = Object.entries(calls);
