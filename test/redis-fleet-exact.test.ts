@@ -49,7 +49,7 @@ describe('fleet mode: windows never exceed their limit', () => {
 
   it('a FixedWindow block leased ahead is not spent after its window either', async () => {
     const clock = new ManualClock(1_000_000);
-    const o = { redis, clock, limit: 100, windowMs: 100, block: 8, prefix: 'x2' };
+    const o = { redis, clock, limit: 100, windowMs: 100, block: 8, leaseAhead: true, prefix: 'x2' };
     const a = new FixedWindow(o);
     const b = new FixedWindow(o);
     clock.advance(90);
@@ -145,7 +145,7 @@ describe('fleet mode: reset()', () => {
   it('a block leased ahead before reset() and landing after it is not kept', async () => {
     const clock = new ManualClock(0);
     const o = { redis, clock, limit: 100, windowMs: 60_000, prefix: 'x8' };
-    const a = new FixedWindow({ ...o, block: 8 });
+    const a = new FixedWindow({ ...o, block: 8, leaseAhead: true });
     const b = new FixedWindow(o);
     expect(await admitted(a, 6)).toBe(6); // the next 8 leased ahead, sent at once
     await a.reset('k');
@@ -158,7 +158,7 @@ describe('fleet mode: reset()', () => {
 describe('fleet mode: late answers', () => {
   it('a refusal that lands after the clock moved into the next window is not cached there', async () => {
     const clock = new ManualClock(1_000_000);
-    // Blocks of 2: no lease goes out ahead, so the 11th call fetches, and Redis refuses it.
+    // No lease goes out ahead, so the 11th call fetches, and Redis refuses it.
     const a = new FixedWindow({ redis, clock, limit: 10, windowMs: 1000, block: 2, prefix: 'x7' });
     expect(await admitted(a, 10)).toBe(10);
     const late = a.consume('k'); // refused in window 0 ...

@@ -131,6 +131,7 @@ describe('fleet mode faults: Redis unavailable', () => {
         capacity: 100,
         refillPerSecond: 10,
         block: 8,
+        leaseAhead: true,
         timeoutMs: 200,
         whenUnavailable: 'deny',
         prefix: 'ff4',

@@ -71,12 +71,40 @@ describe('fleet mode: blocks', () => {
       clock,
       prefix: 'f1',
     });
+    await fw.consume('warm'); // the script loaded: no NOSCRIPT to count below
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     const decisions = [];
     for (let i = 0; i < 100; i++) decisions.push(await fw.consume('k'));
     expect(decisions.every((d) => d.allowed)).toBe(true);
     // remaining is what this process may still spend without asking Redis.
     expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
+    // One lease of 10 each time the block was empty (none ahead by default): ten.
+    expect(await evalCalls()).toBe(100 / 10);
+    // The block is empty: Redis is asked, refuses, and the refusal is cached.
+    const refused = await fw.consume('k');
+    expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
+    expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
+    expect(await evalCalls()).toBe(100 / 10 + 1);
+    expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
+    expect(await evalCalls()).toBe(100 / 10 + 1);
+    await fw.close();
+  });
+
+  it('with leaseAhead, leases a block or two per round trip, and caches the last refusal', async () => {
+    const clock = new ManualClock(1_000_000);
+    const fw = new FixedWindow({
+      redis,
+      limit: 100,
+      windowMs: 60_000,
+      block: 10,
+      leaseAhead: true,
+      clock,
+      prefix: 'f1a',
+    });
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    const decisions = [];
+    for (let i = 0; i < 100; i++) decisions.push(await fw.consume('k'));
+    expect(decisions.every((d) => d.allowed)).toBe(true);
     // Asks granted a block of 10 each, or 20 once the key needed a second lease ahead (its
     // two leases ahead then go in one round trip): at least five; past the limit, at most
     // three more that Redis refused (the leases ahead of the last block): that refusal is
@@ -128,7 +156,7 @@ describe('fleet mode: blocks', () => {
   it('close() waits for the leases still out: a lease taken ahead lands, then goes back', async () => {
     const clock = new ManualClock(0);
     const options = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f3b' };
-    const tb = new TokenBucket({ ...options, block: 8 });
+    const tb = new TokenBucket({ ...options, block: 8, leaseAhead: true });
     // A block of 8; the sixth permit leaves a quarter of it, and the next block is leased
     // ahead in the background: Redis takes its 8 before this thread has them.
     for (let i = 0; i < 6; i++) expect(await tb.tryAcquire('k')).toBe(true);
@@ -140,7 +168,7 @@ describe('fleet mode: blocks', () => {
   it('a lease taken ahead reaches Redis while the thread goes on spending, before it yields', async () => {
     const clock = new ManualClock(0);
     const options = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f3c' };
-    const tb = new TokenBucket({ ...options, block: 8 });
+    const tb = new TokenBucket({ ...options, block: 8, leaseAhead: true });
     expect(await tb.tryAcquire('k')).toBe(true); // the first block: a round trip
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     // Spent from the block: promises already settled, so this thread never reaches its
@@ -188,7 +216,7 @@ describe('fleet mode: lease sizes', () => {
   it('with maxBlock, a key spent faster than a round trip gets leases up to it; none is lost', async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f7' };
-    const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128 });
+    const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128, leaseAhead: true });
     const check = new TokenBucket(opts);
     // The most a process may hold: two leases out on a quarter of one in hand, a lease
     // being at most maxBlock (128).
@@ -215,7 +243,13 @@ describe('fleet mode: lease sizes', () => {
   it('leases fall back to one block once the key cools (its block aged out)', async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 1_000_000, refillPerSecond: 1e-6, clock, prefix: 'f8' };
-    const tb = new TokenBucket({ ...opts, block: 16, maxBlock: 128, blockTtlMs: 500 });
+    const tb = new TokenBucket({
+      ...opts,
+      block: 16,
+      maxBlock: 128,
+      blockTtlMs: 500,
+      leaseAhead: true,
+    });
     const check = new TokenBucket(opts);
     for (let i = 0; i < 1000; i++) expect(await tb.tryAcquire('k')).toBe(true);
     // The last calls may have leased ahead; its reply, if it landed after the block aged
@@ -237,6 +271,7 @@ describe('fleet mode: lease sizes', () => {
       capacity: 4000,
       ratePerSecond: 1000,
       block: 8,
+      leaseAhead: true,
       clock,
       prefix: 'f10',
     });
@@ -263,7 +298,7 @@ describe('fleet mode: lease sizes', () => {
   it("a hot LeakyBucket key's leases ahead stay one block each: no burst past block", async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 8, ratePerSecond: 1, clock, prefix: 'f10b' };
-    const lb = new LeakyBucket({ ...opts, block: 8, blockTtlMs: 1e6 });
+    const lb = new LeakyBucket({ ...opts, block: 8, blockTtlMs: 1e6, leaseAhead: true });
     const plain = new LeakyBucket(opts); // on the same connection: answered after lb's leases
     // A block of 8; the leases ahead at 2 and 1 left are refused (the bucket is full): the
     // second one made the key hot.
@@ -295,7 +330,7 @@ describe('fleet mode: lease sizes', () => {
   it('two leases out at most, on an eighth of one in hand, whichever thread reads its reply late', async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9b' };
-    const x = new TokenBucket({ ...opts, block: 8 });
+    const x = new TokenBucket({ ...opts, block: 8, leaseAhead: true });
     // A second thread's limiter over the same blocks, whose client reads nothing: its
     // lease's reply waits unread, as a thread busy spending leaves it.
     const slow = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
@@ -332,7 +367,7 @@ describe('fleet mode: lease sizes', () => {
   it("a hot key's two leases ahead go in one round trip, and never a third beside them", async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9c' };
-    const tb = new TokenBucket({ ...opts, block: 8 });
+    const tb = new TokenBucket({ ...opts, block: 8, leaseAhead: true });
     const check = new TokenBucket(opts); // on the same connection: answered after tb's leases
     let admitted = 0;
     const held = async () => opts.capacity - admitted - (await check.stats('k')).available;
@@ -356,10 +391,10 @@ describe('fleet mode: lease sizes', () => {
     expect(await check.stats('k')).toMatchObject({ available: opts.capacity - admitted });
   });
 
-  it("without maxBlock, a hot key's leases stay one block (the unspent bound holds)", async () => {
+  it("with leaseAhead, without maxBlock, a hot key's leases stay one block (its bound holds)", async () => {
     const clock = new ManualClock(0);
     const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f9' };
-    const tb = new TokenBucket({ ...opts, block: 8 });
+    const tb = new TokenBucket({ ...opts, block: 8, leaseAhead: true });
     const check = new TokenBucket(opts);
     let admitted = 0;
     for (let i = 0; i < 60; i++) {
@@ -373,28 +408,35 @@ describe('fleet mode: lease sizes', () => {
   });
 });
 
-describe('fleet mode: leaseAhead: false', () => {
-  it('leases a block only when one is empty: a process holds at most block − 1', async () => {
-    const clock = new ManualClock(0);
-    const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'f10' };
-    const tb = new TokenBucket({ ...opts, block: 8, leaseAhead: false });
-    const check = new TokenBucket(opts);
-    await cli(server.port, 'CONFIG', 'RESETSTAT');
-    let admitted = 0;
-    let most = 0;
-    for (let i = 0; i < 60; i++) {
-      if (await tb.tryAcquire('k')) admitted++;
-      const held = opts.capacity - admitted - (await check.stats('k')).available;
-      expect([i, held >= 0 && held <= 8 - 1]).toEqual([i, true]);
-      most = Math.max(most, held);
-    }
-    expect(admitted).toBe(60);
-    expect(most).toBe(7); // a block, less the permit that fetched it
-    // One round trip per block (the stats calls aside: one each, 60 in all).
-    expect((await evalCalls()) - 60).toBe(Math.ceil(60 / 8));
-    await tb.close();
-    expect((await check.stats('k')).available).toBe(opts.capacity - 60);
-  });
+describe('fleet mode: without leaseAhead (the default)', () => {
+  it.for([
+    { name: 'by default', ahead: {} },
+    { name: 'leaseAhead: false', ahead: { leaseAhead: false } },
+  ])(
+    '$name, leases a block only when one is empty: a process holds at most block − 1',
+    async ({ ahead }) => {
+      const clock = new ManualClock(0);
+      const prefix = 'leaseAhead' in ahead ? 'f10s' : 'f10d';
+      const opts = { redis, capacity: 100, refillPerSecond: 1e-6, clock, prefix };
+      const tb = new TokenBucket({ ...opts, block: 8, ...ahead });
+      const check = new TokenBucket(opts);
+      await cli(server.port, 'CONFIG', 'RESETSTAT');
+      let admitted = 0;
+      let most = 0;
+      for (let i = 0; i < 60; i++) {
+        if (await tb.tryAcquire('k')) admitted++;
+        const held = opts.capacity - admitted - (await check.stats('k')).available;
+        expect([i, held >= 0 && held <= 8 - 1]).toEqual([i, true]);
+        most = Math.max(most, held);
+      }
+      expect(admitted).toBe(60);
+      expect(most).toBe(7); // a block, less the permit that fetched it
+      // One round trip per block (the stats calls aside: one each, 60 in all).
+      expect((await evalCalls()) - 60).toBe(Math.ceil(60 / 8));
+      await tb.close();
+      expect((await check.stats('k')).available).toBe(opts.capacity - 60);
+    },
+  );
 });
 
 describe('fleet mode: cached refusals', () => {
@@ -402,10 +444,10 @@ describe('fleet mode: cached refusals', () => {
     const clock = new ManualClock(0);
     const fw = new FixedWindow({ redis, limit: 5, windowMs: 1000, block: 5, clock, prefix: 'f5' });
     for (let i = 0; i < 5; i++) expect((await fw.consume('k')).allowed).toBe(true);
-    // The next block was asked for ahead, at a quarter left, and Redis refused it: cached.
-    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    // The block is spent: the next call asks Redis, which refuses; the refusal is cached.
     const first = await fw.consume('k');
     expect(first).toMatchObject({ allowed: false, reason: 'limited', retryAfterMs: 1000 });
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
     clock.advance(250);
     for (let i = 0; i < 100; i++) {
       expect(await fw.consume('k')).toMatchObject({ allowed: false, retryAfterMs: 750 });

@@ -67,11 +67,12 @@ export interface RedisOptions {
    */
   maxBlock?: number;
   /**
-   * Fleet mode: lease the next block in the background as one runs low (default true), so
-   * that a busy key's threads need not wait for a round trip — a process may then hold up to
-   * `2 × L + L / 4` of a hot key (README, "Fleet mode"). False: a block is leased only when
-   * one is empty, and a process holds at most `block − 1` of a key (`maxBlock − 1` when
-   * leases grow). Only with `block`.
+   * Fleet mode: whether to lease the next block in the background as one runs low (default
+   * false). False: a block is leased only when one is empty, and a process holds at most
+   * `block − 1` of a key (`maxBlock − 1` when leases grow): the accuracy `block` states.
+   * True: a busy key's threads need not wait for a round trip each time a block runs out,
+   * and a process may hold up to `2 × L + L / 4` of a hot key (README, "Fleet mode").
+   * Only with `block`.
    */
   leaseAhead?: boolean;
 }
@@ -204,7 +205,7 @@ export function readRedisCommon(
       maxBlock: maxBlock || ((block as number | undefined) ?? 0),
       blockTtlMs,
       blockKeys,
-      leaseAhead: opts.leaseAhead !== false,
+      leaseAhead: opts.leaseAhead === true,
       blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
       options: opts,
       adapter,
