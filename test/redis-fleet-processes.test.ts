@@ -83,12 +83,22 @@ describe('fleet mode across processes and threads', () => {
   }, 60_000);
 
   it('a process killed with SIGKILL loses at most its block', async () => {
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
     const r = run('p2', 'hold', 1);
     expect((await r.first).holding).toBe(2);
     r.proc.kill('SIGKILL');
     await r.exited;
+    // Scripts Redis ran: EVALSHA calls but those that met NOSCRIPT (a call and a failed
+    // call), and the EVAL that follows such a one.
+    const info = await cli(server.port, 'INFO', 'commandstats');
+    const ran = (cmd: string) => {
+      const m = new RegExp(`cmdstat_${cmd}:calls=(\\d+),.*?failed_calls=(\\d+)`).exec(info);
+      return Number(m?.[1] ?? 0) - Number(m?.[2] ?? 0);
+    };
+    const leases = ran('evalsha') + ran('eval');
     const available = (await checker('p2').stats('hot')).available;
-    // Two threads took one permit each from one shared block of 8 (single flight).
-    expect(available).toBe(100 - 8);
+    // Two threads took one permit each from one shared block of 8: one lease (single
+    // flight). (Once, in CI, 91 were left: the counts say how, should it come back.)
+    expect({ available, leases }, info).toEqual({ available: 100 - 8, leases: 1 });
   }, 60_000);
 });
