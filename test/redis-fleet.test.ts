@@ -61,7 +61,8 @@ withRedisServer((s, r) => {
 });
 
 describe('fleet mode: blocks', () => {
-  it('leases a block per round trip and spends it locally', async () => {
+  /** 100 decisions on key 'k' of a FixedWindow of 100 a minute in blocks of 10, counted. */
+  async function hundredInBlocks(prefix: string, ahead: { leaseAhead?: boolean } = {}) {
     const clock = new ManualClock(1_000_000);
     const fw = new FixedWindow({
       redis,
@@ -69,53 +70,42 @@ describe('fleet mode: blocks', () => {
       windowMs: 60_000,
       block: 10,
       clock,
-      prefix: 'f1',
+      prefix,
+      ...ahead,
     });
     await fw.consume('warm'); // the script loaded: no NOSCRIPT to count below
     await cli(server.port, 'CONFIG', 'RESETSTAT');
     const decisions = [];
     for (let i = 0; i < 100; i++) decisions.push(await fw.consume('k'));
     expect(decisions.every((d) => d.allowed)).toBe(true);
+    return { fw, decisions, calls: await evalCalls() };
+  }
+  const REFUSED = { allowed: false, reason: 'limited', remaining: 0 };
+  const RETRY_AFTER_MS = 60_000 - (1_000_000 % 60_000);
+
+  it('leases a block per round trip and spends it locally', async () => {
+    const { fw, decisions, calls } = await hundredInBlocks('f1');
     // remaining is what this process may still spend without asking Redis.
     expect(decisions.slice(0, 8).map((d) => d.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2]);
     // One lease of 10 each time the block was empty (none ahead by default): ten.
-    expect(await evalCalls()).toBe(100 / 10);
+    expect(calls).toBe(100 / 10);
     // The block is empty: Redis is asked, refuses, and the refusal is cached.
-    const refused = await fw.consume('k');
-    expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
-    expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
-    expect(await evalCalls()).toBe(100 / 10 + 1);
-    expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'limited' });
-    expect(await evalCalls()).toBe(100 / 10 + 1);
+    expect(await fw.consume('k')).toMatchObject({ ...REFUSED, retryAfterMs: RETRY_AFTER_MS });
+    expect(await evalCalls()).toBe(calls + 1);
+    expect(await fw.consume('k')).toMatchObject(REFUSED);
+    expect(await evalCalls()).toBe(calls + 1);
     await fw.close();
   });
 
   it('with leaseAhead, leases a block or two per round trip, and caches the last refusal', async () => {
-    const clock = new ManualClock(1_000_000);
-    const fw = new FixedWindow({
-      redis,
-      limit: 100,
-      windowMs: 60_000,
-      block: 10,
-      leaseAhead: true,
-      clock,
-      prefix: 'f1a',
-    });
-    await cli(server.port, 'CONFIG', 'RESETSTAT');
-    const decisions = [];
-    for (let i = 0; i < 100; i++) decisions.push(await fw.consume('k'));
-    expect(decisions.every((d) => d.allowed)).toBe(true);
+    const { fw, calls } = await hundredInBlocks('f1a', { leaseAhead: true });
     // Asks granted a block of 10 each, or 20 once the key needed a second lease ahead (its
     // two leases ahead then go in one round trip): at least five; past the limit, at most
     // three more that Redis refused (the leases ahead of the last block): that refusal is
-    // now cached. A lease taken ahead goes out as its own command, at once; one more call is
-    // the first EVALSHA, which met NOSCRIPT before the script was loaded.
-    const calls = await evalCalls();
-    expect(calls).toBeGreaterThanOrEqual(1 + 100 / 20);
-    expect(calls).toBeLessThanOrEqual(14);
-    const refused = await fw.consume('k');
-    expect(refused).toMatchObject({ allowed: false, reason: 'limited', remaining: 0 });
-    expect(refused.retryAfterMs).toBe(60_000 - (1_000_000 % 60_000));
+    // now cached. A lease taken ahead goes out as its own command, at once.
+    expect(calls).toBeGreaterThanOrEqual(100 / 20);
+    expect(calls).toBeLessThanOrEqual(13);
+    expect(await fw.consume('k')).toMatchObject({ ...REFUSED, retryAfterMs: RETRY_AFTER_MS });
     expect(await evalCalls()).toBe(calls);
     await fw.close();
   });
