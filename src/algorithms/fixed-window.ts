@@ -30,6 +30,8 @@ export class FixedWindow extends Limiter {
   private readonly countMask: number;
   /** 2^countBits: a wide payload's window number is counted in these. */
   private readonly countSpan: number;
+  /** 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
+  private readonly perCount: number;
   private readonly wBits: number;
   private readonly wMask: number;
 
@@ -44,6 +46,7 @@ export class FixedWindow extends Limiter {
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.countSpan = 2 ** bits.countBits;
+    this.perCount = 2 ** -bits.countBits;
     this.wBits = bits.windowBits;
     this.wMask = 2 ** bits.windowBits - 1;
   }
@@ -60,7 +63,7 @@ export class FixedWindow extends Limiter {
     const window = Math.floor(nowUs / this.windowUs);
     if (this.core.wide) {
       if (state === W_FRESH) return { window, count: 0 };
-      const high = Math.floor(state / this.countSpan); // exact: a power of two
+      const high = Math.floor(state * this.perCount);
       const count = state - high * this.countSpan;
       const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
       const stored = Limiter.near(high, ref, this.wBits);
@@ -90,7 +93,7 @@ export class FixedWindow extends Limiter {
     let window = Math.floor(nowUs / this.windowUs);
     let count = 0;
     if (p !== W_FRESH) {
-      const high = Math.floor(p / this.countSpan); // exact: a power of two
+      const high = Math.floor(p * this.perCount);
       const c = p - high * this.countSpan;
       const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
       const stored = Limiter.near(high, ref, this.wBits);
