@@ -86,8 +86,12 @@ export const PAYLOAD_MASK = 0x0fffffff;
 export const FRESH = 0x0fffffff;
 /** Payload of a slot being (re)assigned under its stripe lock; never decided on. */
 export const RESERVED = 0x0ffffffe;
-/** A step() result meaning "refused"; outside the int32 range so no state equals it. */
-export const REJECT = 2 ** 32;
+/**
+ * A step() result meaning "refused": not an integer, so no result of a grant equals it —
+ * neither a 32-bit state word nor a wide table's payload (any integer from 0 to 2^53; it
+ * was 2^32 once, which a wide bucket's new TAT can be, and such a grant was refused).
+ */
+export const REJECT = -0.5;
 
 /**
  * Wide tables: a slot's state is a payload P (an integer below 2^53, exact in a double)

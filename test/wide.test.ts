@@ -121,6 +121,28 @@ describe('TokenBucket and LeakyBucket, wide', () => {
     expect(tb.tryAcquire('k')).toBe(true);
   });
 
+  // A wide bucket keeps its TAT in units modulo 2^52, so a grant's new TAT may be any
+  // integer there: 2^32 too, once the value that meant "refused".
+  it.for([
+    [
+      'TokenBucket',
+      (clock: ManualClock) => new TokenBucket({ capacity: 1000, refillPerSecond: 1e9, clock }),
+    ],
+    [
+      'LeakyBucket',
+      (clock: ManualClock) => new LeakyBucket({ capacity: 1000, ratePerSecond: 1e9, clock }),
+    ],
+  ] as const)('%s grants a request whose new TAT is 2^32 units', ([, make]) => {
+    const clock = new ManualClock();
+    const bucket = make(clock);
+    // 1 unit = 1 ns from the limiter's epoch (the clock's 0): 4 294 967 000 units now, and
+    // 296 permits take the TAT to exactly 2^32.
+    clock.advance(4294.967);
+    expect(bucket.tryAcquire('k', 296)).toBe(true);
+    expect(bucket.stats('k')).toMatchObject({ admitted: 296, rejected: 0 });
+    expect(bucket.consume('other', 296)).toMatchObject({ allowed: true });
+  });
+
   it('gives refunds back (never above the capacity) and resets', () => {
     const clock = new ManualClock();
     const tb = new TokenBucket({ capacity: 2 ** 30, refillPerSecond: 5e6, clock });
