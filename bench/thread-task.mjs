@@ -40,7 +40,7 @@ function floorLoop(words, w, offsetUs, ctl) {
       for (;;) {
         const tat = words[w];
         const next = ((((tat - now) | 0) > 0 ? tat : now) + 1) | 0;
-        if (((next - now) | 0) > 1 << 30) break; // never: the tolerance is ~18 min
+        if (((next - now) | 0) > 1 << 30) break; // never: the TAT starts at now (above)
         if (Atomics.compareExchange(words, w, tat, next) === tat) break;
       }
     }
@@ -70,6 +70,10 @@ function throughput({ subject, handle, words, hot, index, ctl, warmup }) {
     const w = new Int32Array(words);
     // Own word per thread: 256 bytes apart (beyond adjacent-line prefetch), as native-bench.
     const word = hot ? 0 : 64 * (index + 1);
+    // The TAT starts at now (the first thread to get here sets it): from the buffer's 0, a
+    // `now | 0` more than 2^30 µs away (a quarter of the time: the host's µs wrap int32
+    // every 71.6 minutes) read as past the tolerance, and the loop never did its CAS.
+    Atomics.compareExchange(w, word, 0, (performance.now() * 1000 + OFFSET_US) | 0);
     barrier(ctl);
     return floorLoop(w, word, OFFSET_US, ctl);
   }
