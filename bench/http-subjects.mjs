@@ -13,8 +13,19 @@ export const KEYS = 10_000;
 export const FRAMEWORKS = ['express', 'fastify'];
 /** Under autocannon: each limiter as a user would set it up (its default fields). */
 export const SUBJECTS = ['none', 'ours', 'peer'];
-/** In process, also each limiter writing the same draft-6 fields. */
-export const IN_PROCESS_SUBJECTS = [...SUBJECTS, 'ours-draft-6', 'peer-draft-6'];
+/**
+ * In process, also each limiter writing the same draft-6 fields; and two parts of ours, whose
+ * sum is the least a limiter writing draft 8's two fields can add: ours with no fields
+ * (`headers: false`, so the fields' cost is ours minus it), and a bare `consume()` of the
+ * same limiter in a hook or middleware of the bench's own.
+ */
+export const IN_PROCESS_SUBJECTS = [
+  ...SUBJECTS,
+  'ours-draft-6',
+  'peer-draft-6',
+  'ours-no-fields',
+  'bare-consume',
+];
 export const PEER = { express: 'express-rate-limit', fastify: '@fastify/rate-limit' };
 const BIG = 1_000_000_000; // so that nothing is ever refused
 
@@ -22,14 +33,22 @@ const BIG = 1_000_000_000; // so that nothing is ever refused
 
 const keyOf = (req) => req.headers['x-key'] ?? 'none';
 export const draft6 = (subject) => subject.endsWith('-draft-6');
+const fieldsOf = (subject) =>
+  subject === 'ours-no-fields' ? false : draft6(subject) ? 'draft-6' : 'draft-8';
+const newLimiter = (L) =>
+  new L.TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
 
 /** The limiting middleware of a subject for Express ('none': one that only calls next()). */
 async function expressMiddleware(subject) {
   if (subject.startsWith('ours')) {
-    const { TokenBucket } = await import('../dist/index.js');
     const { rateLimit } = await import('../dist/http.js');
-    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    return rateLimit({ limiter, key: keyOf, headers: draft6(subject) ? 'draft-6' : 'draft-8' });
+    const limiter = newLimiter(await import('../dist/index.js'));
+    return rateLimit({ limiter, key: keyOf, headers: fieldsOf(subject) });
+  }
+  if (subject === 'bare-consume') {
+    const limiter = newLimiter(await import('../dist/index.js'));
+    return (req, _res, next) =>
+      next(limiter.consume(keyOf(req)).allowed ? undefined : new Error('refused'));
   }
   if (subject.startsWith('peer')) {
     const { rateLimit } = await import('express-rate-limit');
@@ -108,14 +127,14 @@ async function fastifyApp(subject, timed = false) {
     });
   }
   if (subject.startsWith('ours')) {
-    const { TokenBucket } = await import('../dist/index.js');
     const { fastifyRateLimit } = await import('../dist/http.js');
-    const limiter = new TokenBucket({ capacity: 2 ** 24, refillPerSecond: 1e6, keys: 2 * KEYS });
-    await app.register(fastifyRateLimit, {
-      limiter,
-      key: keyOf,
-      headers: draft6(subject) ? 'draft-6' : 'draft-8',
-    });
+    const limiter = newLimiter(await import('../dist/index.js'));
+    await app.register(fastifyRateLimit, { limiter, key: keyOf, headers: fieldsOf(subject) });
+  } else if (subject === 'bare-consume') {
+    const limiter = newLimiter(await import('../dist/index.js'));
+    app.addHook('onRequest', (request, _reply, done) =>
+      done(limiter.consume(keyOf(request)).allowed ? undefined : new Error('refused')),
+    );
   } else if (subject.startsWith('peer')) {
     const { default: fastifyRateLimit } = await import('@fastify/rate-limit');
     await app.register(fastifyRateLimit, {

@@ -205,6 +205,8 @@ async function measure(loader, server, keys, sz) {
 }
 
 function nameOf(subject, framework) {
+  if (subject === 'ours-no-fields') return 'atomic-limiter (no fields)';
+  if (subject === 'bare-consume') return 'a bare consume()';
   const base = subject.startsWith('ours')
     ? 'atomic-limiter'
     : subject.startsWith('peer')
@@ -376,6 +378,18 @@ export function analyzeHttp(samples, inProcess, sz) {
         inProcess: judge(inOverhead('ours'), inOverhead('peer')),
         inProcessDraft6: sz.inProcessSubjects.includes('ours-draft-6')
           ? judge(inOverhead('ours-draft-6'), inOverhead('peer-draft-6'))
+          : undefined,
+        // The least a limiter writing draft 8's two fields adds in process: our fields (ours
+        // minus ours without them) plus a bare consume() of the same limiter.
+        least: sz.inProcessSubjects.includes('bare-consume')
+          ? {
+              fieldsUs: inOverhead('ours') - inOverhead('ours-no-fields'),
+              decisionUs: inOverhead('bare-consume'),
+              ...judge(
+                inOverhead('ours') - inOverhead('ours-no-fields') + inOverhead('bare-consume'),
+                inOverhead('peer'),
+              ),
+            }
           : undefined,
       });
     }

@@ -526,6 +526,18 @@ function httpSection(h) {
       (g) =>
         `  ${g.framework}, ${g.keys} key(s), vs ${g.peer}: in situ ${verdict(g.inSitu)} [noise ${us(g.inSitu.noiseUs)}], mean ${verdict(g.inSituMean)}; CPU ${verdict(g.cpu)} [noise ${us(g.cpu.noiseUs)}]; wall ${verdict(g.wall)} [noise ${us(g.wall.noiseUs)}]; in process ${verdict(g.inProcess)}${g.inProcessDraft6 ? `, same draft-6 fields ${verdict(g.inProcessDraft6)}` : ''}`,
     ),
+    ...(h.goal.some((g) => g.least)
+      ? [
+          "in process, the least a limiter writing draft 8's two fields adds: our two fields (ours − ours with",
+          "no fields) + a bare consume() of the same limiter, ÷ the peer's overhead:",
+          ...h.goal
+            .filter((g) => g.least)
+            .map(
+              (g) =>
+                `  ${g.framework}, ${g.keys} key(s): ${us(g.least.fieldsUs)} + ${us(g.least.decisionUs)} = ${us(g.least.ours)} ÷ ${us(g.least.peer)} = ${g.least.ratio === undefined ? '-' : g.least.ratio.toFixed(2)}`,
+            ),
+        ]
+      : []),
   ].join('\n');
 }
 
