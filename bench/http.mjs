@@ -338,6 +338,11 @@ export function analyzeHttp(samples, inProcess, sz) {
       const noise = (field) => median(at.noise.map((x) => x[field]));
       const inCpu = (s) => median(inProcess[framework][s][keys].cpuUs);
       const inOverhead = (s) => inCpu(s) - inCpu('none');
+      const least = (fieldsUs, decisionUs) => ({
+        fieldsUs,
+        decisionUs,
+        ...judge(fieldsUs + decisionUs, inOverhead('peer')),
+      });
       for (const subject of sz.inProcessSubjects) {
         inProcessRows.push({
           framework,
@@ -382,14 +387,7 @@ export function analyzeHttp(samples, inProcess, sz) {
         // The least a limiter writing draft 8's two fields adds in process: our fields (ours
         // minus ours without them) plus a bare consume() of the same limiter.
         least: sz.inProcessSubjects.includes('bare-consume')
-          ? {
-              fieldsUs: inOverhead('ours') - inOverhead('ours-no-fields'),
-              decisionUs: inOverhead('bare-consume'),
-              ...judge(
-                inOverhead('ours') - inOverhead('ours-no-fields') + inOverhead('bare-consume'),
-                inOverhead('peer'),
-              ),
-            }
+          ? least(inOverhead('ours') - inOverhead('ours-no-fields'), inOverhead('bare-consume'))
           : undefined,
       });
     }

@@ -1,4 +1,4 @@
-import { monotonicClock } from './clock.js';
+import { diff31, monotonicClock } from './clock.js';
 import { QueueFullError } from './errors.js';
 import {
   GEN_SHIFT,
@@ -60,8 +60,8 @@ const FUTURE_HEARTBEAT_MS = 1000;
  * FUTURE_HEARTBEAT_MS ahead is fresh.
  */
 export function heartbeatStale(heartbeat: number, now: number, deadAfterMs: number): boolean {
-  const age = (now - heartbeat) & 0x7fffffff;
-  return age > deadAfterMs && age < 0x80000000 - FUTURE_HEARTBEAT_MS;
+  const age = diff31(now, heartbeat);
+  return age > deadAfterMs || age < -FUTURE_HEARTBEAT_MS;
 }
 
 /**
