@@ -343,7 +343,7 @@ export function runWide<A extends Algorithm>(
         stands(core, algo, next, permits, key)
       ) {
         if (next === REJECT && mode !== TRY) return false;
-        count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+        countWide(core, w, next, permits);
         return next !== REJECT;
       }
     }
@@ -383,7 +383,7 @@ export function decideWide<A extends Algorithm>(
           i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
           stands(core, algo, next, permits, key)
         ) {
-          count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+          countWide(core, w, next, permits);
           return next !== REJECT;
         }
         ref = LOOK_UP_AGAIN;
@@ -468,6 +468,14 @@ function torn(i32: Int32Array, w: number, s: number, x: number): boolean {
 function count(core: Core, index: number, permits: number): void {
   if (core.shared) Atomics.add(core.i32, index, permits);
   else core.i32[index]! += permits;
+}
+
+/**
+ * count() for a wide table's decision on hot word `w`: its admitted word is in the hot slot,
+ * its rejected word in a region of its own (see layout.ts).
+ */
+function countWide(core: Core, w: number, next: number, permits: number): void {
+  count(core, next === REJECT ? core.table.rejectedWord(w) : w + S_ADMITTED, permits);
 }
 
 /**

@@ -7,9 +7,12 @@
  *   stripe locks    one Int32 per stripe (insert path only)
  *   hot slots       16 B per slot: [state, stamp, admitted, rejected]; the default key's
  *                   slot has a 64-byte line to itself. Wide tables (limits past the
- *                   state word's 28-bit payload): 32 B per slot, [ext, state, stamp,
- *                   admitted, rejected, -, -, -], where ext and state form one 64-bit
- *                   word changed by one 64-bit CAS (see WIDE_LOW_BITS)
+ *                   state word's 28-bit payload): 16 B per slot too, [ext, state, stamp,
+ *                   admitted], where ext and state form one 64-bit word changed by one
+ *                   64-bit CAS (see WIDE_LOW_BITS)
+ *   rejected        wide tables only: 4 B per slot, the slot's `rejected` counter, which
+ *                   has no room in its hot slot (refusals touch a second line, from a
+ *                   region a quarter the size: the hot slots stay four to a line)
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
  *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
  *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
@@ -29,7 +32,7 @@
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 5;
+export const LAYOUT_VERSION = 6;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -121,6 +124,8 @@ export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
+/** Words before slot 1's rejected word in a wide table's segment 0: the default slot's. */
+const REJ_LEAD = LINE_WORDS / HOT_WORDS;
 /** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
 export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
 /** Default budget of shared memory per limiter (option `maxBytes`). */
@@ -179,6 +184,11 @@ export interface Segment {
   readonly lockBase: number;
   /** Hot (state) word of slot `first`. */
   readonly hotStart: number;
+  /**
+   * Wide tables: the `rejected` word of slot `first`; that of the slot whose state word is
+   * `w` is `rejBase + ((w − hotStart) >> 2)` (see rejectedWord()). 0 in a narrow table.
+   */
+  readonly rejBase: number;
   readonly coldBase: number;
   /** Queue words of slot `first` (segment 0: of the default slot, slot 0). */
   readonly queueBase: number;
@@ -189,9 +199,9 @@ export interface Segment {
 }
 
 export interface Layout {
-  /** A wide table: 8 words per hot slot, the state word second (see WIDE_LOW_BITS). */
+  /** A wide table: the state word second in its hot slot (see WIDE_LOW_BITS). */
   wide: boolean;
-  /** Words per hot slot (4, or 8 when wide). */
+  /** Words per hot slot (4 in either layout). */
   hotWords: number;
   /** The state word's offset in its hot slot (0, or 1 when wide: the ext word first). */
   hotOffset: number;
@@ -246,7 +256,7 @@ export function computeLayout(
   maxKeys = keys,
   wide = false,
 ): Layout {
-  const hotWords = wide ? 2 * HOT_WORDS : HOT_WORDS;
+  const hotWords = HOT_WORDS;
   const hotOffset = wide ? 1 : 0;
   const stripes = stripesFor(keys);
   const slots = stripes * STRIPE_SLOTS;
@@ -254,7 +264,10 @@ export function computeLayout(
   const hotBase = alignWords(lockBase + stripes);
   // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 16 + hotWords(s − 1)
   // (+ 1 when wide: the state word follows the ext word).
-  const coldBase = alignWords(hotBase + LINE_WORDS + slots * hotWords);
+  const hotEnd = alignWords(hotBase + LINE_WORDS + slots * hotWords);
+  // Wide: the rejected words, the default slot's first and slot 1's four words on (what
+  // rejectedWord()'s arithmetic gives for the default slot, 16 words before slot 1).
+  const coldBase = wide ? alignWords(hotEnd + REJ_LEAD + slots) : hotEnd;
   const queueBase = alignWords(coldBase + slots * 2);
   const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
   const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
@@ -270,6 +283,7 @@ export function computeLayout(
       stripes,
       lockBase,
       hotStart: hotBase + LINE_WORDS + hotOffset,
+      rejBase: wide ? hotEnd + REJ_LEAD : 0,
       coldBase,
       queueBase,
       ringBase,
@@ -286,7 +300,8 @@ export function computeLayout(
     const segSlots = segStripes * STRIPE_SLOTS;
     const segLock = alignWords(startWords);
     const segHot = alignWords(segLock + segStripes);
-    const segCold = alignWords(segHot + segSlots * hotWords);
+    const segRej = alignWords(segHot + segSlots * hotWords);
+    const segCold = wide ? alignWords(segRej + segSlots) : segRej;
     const segQueue = alignWords(segCold + segSlots * 2);
     const segRings = logRing > 0 ? alignWords(segQueue + segSlots * QUEUE_WORDS) : 0;
     const segEnd = alignWords(
@@ -300,6 +315,7 @@ export function computeLayout(
       stripes: segStripes,
       lockBase: segLock,
       hotStart: segHot + hotOffset,
+      rejBase: wide ? segRej : 0,
       coldBase: segCold,
       queueBase: segQueue,
       ringBase: segRings,
@@ -367,6 +383,19 @@ export function hotWord(layout: Layout, s: number): number {
   if (s === 0) return layout.hotBase + layout.hotOffset;
   const seg = s <= layout.slots ? layout.segments[0]! : segmentOfSlot(layout, s);
   return seg.hotStart + layout.hotWords * (s - seg.first);
+}
+
+/**
+ * The word counting the permits refused on the slot whose hot (state) word is `w`: in the
+ * hot slot of a narrow table, in its segment's rejected region in a wide one.
+ */
+export function rejectedWord(layout: Layout, w: number): number {
+  if (!layout.wide) return w + S_REJECTED;
+  const segs = layout.segments;
+  let k = 0;
+  while (k + 1 < segs.length && w >= segs[k + 1]!.hotStart) k++;
+  const seg = segs[k]!;
+  return seg.rejBase + ((w - seg.hotStart) >> 2);
 }
 
 /** Slot number of a hot word index (inverse of hotWord). */

@@ -34,7 +34,6 @@ import {
   REJECT,
   RESERVED,
   S_ADMITTED,
-  S_REJECTED,
   S_STAMP,
   S_STATE,
   STAMP_PER_US,
@@ -531,7 +530,7 @@ export abstract class Limiter implements SlotPolicy {
           // listens for the clock's ticks alone (its time moves only by advance()/set()).
           if (!this.core.fifo && this.clock instanceof ManualClock) this.clock.tick();
         } catch (error) {
-          Atomics.add(this.i32, w + S_REJECTED, permits); // refused: no room to wait
+          Atomics.add(this.i32, this.table.rejectedWord(w), permits); // refused: no room to wait
           throw error;
         }
       }
@@ -804,7 +803,7 @@ export abstract class Limiter implements SlotPolicy {
       available: this.available(s, stamp, nowUs),
       queued: this.queues.waitingPermits(w),
       admitted: Atomics.load(this.i32, w + S_ADMITTED) >>> 0,
-      rejected: Atomics.load(this.i32, w + S_REJECTED) >>> 0,
+      rejected: Atomics.load(this.i32, this.table.rejectedWord(w)) >>> 0,
     };
   }
 
@@ -817,7 +816,7 @@ export abstract class Limiter implements SlotPolicy {
     // and SlidingWindow's segments, cleared by initSlot()).
     if (!this.table.rebuild(ref, this, key)) return;
     Atomics.store(this.i32, (ref >>> 4) + S_ADMITTED, 0);
-    Atomics.store(this.i32, (ref >>> 4) + S_REJECTED, 0);
+    Atomics.store(this.i32, this.table.rejectedWord(ref >>> 4), 0);
     this.wakeWaiters(ref >>> 4);
   }
 

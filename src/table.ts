@@ -20,8 +20,8 @@ import {
   type Layout,
   PAYLOAD_MASK,
   RESERVED,
+  rejectedWord,
   S_ADMITTED,
-  S_REJECTED,
   S_STAMP,
   S_STATE,
   type Segment,
@@ -295,6 +295,11 @@ export class SlotTable {
     return coldWord(this.layout, s);
   }
 
+  /** The word counting the permits refused on the slot of hot word `w` (see layout.ts). */
+  rejectedWord(w: number): number {
+    return rejectedWord(this.layout, w);
+  }
+
   /** Hot word of slot `s` of segment `seg` (no search: the caller knows the segment). */
   private hotOf(seg: Segment, s: number): number {
     return seg.hotStart + this.layout.hotWords * (s - seg.first);
@@ -539,7 +544,7 @@ export class SlotTable {
     Atomics.store(i32, c + 1, fp1);
     Atomics.store(i32, w + S_STAMP, 0);
     Atomics.store(i32, w + S_ADMITTED, 0);
-    Atomics.store(i32, w + S_REJECTED, 0);
+    Atomics.store(i32, this.rejectedWord(w), 0);
     policy.initSlot(s);
     const fresh = (gen << GEN_SHIFT) | FRESH;
     if (Atomics.compareExchange(i32, w + S_STATE, reserved, fresh) !== reserved) return NO_SLOT;

@@ -9,6 +9,14 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
+import {
+  coldWord,
+  computeLayout,
+  hotWord,
+  QUEUE_WORDS,
+  queueWord,
+  rejectedWord,
+} from '../src/layout.js';
 import { runWorkers, workerScript } from './helpers/threads.js';
 
 // Wide limits (issue #11): options past what the 32-bit state word holds choose a wide
@@ -52,12 +60,104 @@ describe('the layout follows the options', () => {
       () => new Concurrency({ limit: 2 ** 27 }),
       () => new Concurrency({ limit: 2 ** 27 + 1 }),
     ],
-  ])('%s: inside the narrow range, 16-byte slots; past it, 32-byte slots', (_, narrow, wide) => {
+  ])('%s: past the narrow range, 4 bytes more per slot', (_, narrow, wide) => {
     const a = narrow();
     const b = wide();
-    // Same keys, same everything else: only the hot slots differ (16 more bytes each).
-    expect(b.byteLength).toBeGreaterThan(a.byteLength);
-    expect(b.byteLength - a.byteLength).toBeGreaterThanOrEqual(16 * 1024);
+    // Same keys (1024: 1536 slots), same everything else: the hot slots are 16 bytes in
+    // either table; a wide one keeps each slot's rejected counter in a region of its own
+    // (4 bytes a slot, and the default key's), aligned to a 64-byte line.
+    const slots = 1536;
+    expect(b.byteLength - a.byteLength).toBeGreaterThanOrEqual(4 * (slots + 1));
+    expect(b.byteLength - a.byteLength).toBeLessThan(4 * (slots + 1) + 64 + 16);
+  });
+});
+
+describe("a wide table keeps every key's counters apart", () => {
+  // A wide hot slot has room for `admitted` only; `rejected` lives in a region of each
+  // segment (layout.ts). Every key gets counts of its own, in segment 0 and in segments
+  // the table grew, next to the default key's.
+  const CAP = 2 ** 25; // past 2^24: wide
+  const admittedFor = (i: number) => CAP - i;
+  const refusalsFor = (i: number) => (i % 4) + 1;
+  const rejectedFor = (i: number) => refusalsFor(i) * (i + 1);
+
+  function fill(tb: TokenBucket, keys: number): void {
+    for (let i = -1; i < keys; i++) {
+      const key = i < 0 ? undefined : `k${i}`;
+      const n = i + 1; // the default key counts as 0
+      expect(tb.tryAcquire(key, admittedFor(n))).toBe(true);
+      // n tokens are left: n + 1 is refused.
+      for (let r = 0; r < refusalsFor(n); r++) expect(tb.tryAcquire(key, n + 1)).toBe(false);
+    }
+  }
+
+  function check(tb: TokenBucket, keys: number, zeroed = -2): void {
+    const wrong: string[] = [];
+    for (let i = -1; i < keys; i++) {
+      const key = i < 0 ? undefined : `k${i}`;
+      const n = i + 1;
+      const { admitted, rejected } = tb.stats(key);
+      const want =
+        i === zeroed
+          ? { admitted: 0, rejected: 0 }
+          : { admitted: admittedFor(n), rejected: rejectedFor(n) };
+      if (admitted !== want.admitted || rejected !== want.rejected) {
+        wrong.push(`${key}: ${admitted}/${rejected}, want ${want.admitted}/${want.rejected}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  }
+
+  it("lays every slot's rejected word inside its own segment, apart from every other word", () => {
+    // 16 keys growing to 16 × 2^6: seven segments.
+    const layout = computeLayout(16, 0, 64, 0, 16 * 2 ** 6, true);
+    expect(layout.segments.length).toBe(7);
+    const owner = new Map<number, string>();
+    const claim = (word: number, what: string) => {
+      expect(owner.get(word), `word ${word}: ${what}`).toBeUndefined();
+      owner.set(word, what);
+    };
+    const last = layout.segments[layout.segments.length - 1]!;
+    const slots = last.first + last.slots;
+    for (let s = 0; s < slots; s++) {
+      const w = hotWord(layout, s);
+      for (let i = -1; i < 3; i++) claim(w + i, `slot ${s} hot ${i}`);
+      for (let i = 0; i < QUEUE_WORDS; i++) claim(queueWord(layout, s) + i, `slot ${s} queue`);
+      if (s > 0) for (let i = 0; i < 2; i++) claim(coldWord(layout, s) + i, `slot ${s} cold`);
+    }
+    for (let s = 0; s < slots; s++) {
+      const r = rejectedWord(layout, hotWord(layout, s));
+      claim(r, `slot ${s} rejected`);
+      // In the slot's own segment: it exists (and is zero) once the segment does.
+      const k = layout.segments.findIndex((g) => s >= g.first && s < g.first + g.slots);
+      const start = k <= 0 ? layout.lockBase : layout.segments[k - 1]!.endBytes / 4;
+      const end = layout.segments[Math.max(k, 0)]!.endBytes / 4;
+      expect(r >= start && r < end, `slot ${s}: word ${r} outside ${start}..${end}`).toBe(true);
+    }
+  });
+
+  it('in segment 0 and in grown segments, and reset() zeroes one key only', () => {
+    const clock = new ManualClock();
+    // Refills one token in 11 days: time stands still under the ManualClock anyway.
+    const tb = new TokenBucket({ capacity: CAP, refillPerSecond: 1e-6, keys: 16, clock });
+    const keys = 300;
+    fill(tb, keys);
+    expect(tb.tableStats().segments).toBeGreaterThanOrEqual(4);
+    check(tb, keys);
+    tb.reset('k150');
+    check(tb, keys, 150);
+    tb.close();
+  });
+
+  it('counts a refusal by acquire() with no room to wait on the key it was for', async () => {
+    const clock = new ManualClock();
+    const tb = new TokenBucket({ capacity: CAP, refillPerSecond: 1e-6, queueLimit: 0, clock });
+    expect(tb.tryAcquire('a', CAP)).toBe(true);
+    await expect(tb.acquire('a')).rejects.toThrow();
+    expect(tb.stats('a')).toMatchObject({ admitted: CAP, rejected: 1 });
+    expect(tb.stats('b')).toMatchObject({ admitted: 0, rejected: 0 });
+    expect(tb.stats()).toMatchObject({ admitted: 0, rejected: 0 });
+    tb.close();
   });
 });
 
