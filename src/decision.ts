@@ -475,7 +475,8 @@ function count(core: Core, index: number, permits: number): void {
  * its rejected word in a region of its own (see layout.ts).
  */
 function countWide(core: Core, w: number, next: number, permits: number): void {
-  count(core, next === REJECT ? core.table.rejectedWord(w) : w + S_ADMITTED, permits);
+  if (next !== REJECT) count(core, w + S_ADMITTED, permits);
+  else count(core, core.table.rejectedWord(w), permits);
 }
 
 /**

@@ -97,6 +97,11 @@ export class SlotTable {
   private readonly seed1: number;
   /** Default key's packed reference (generation 0; it is never reassigned). */
   readonly defaultSlot: number;
+  // rejectedWord() for segment 0 and the default slot, without searching the segments:
+  // segment 0's first hot word and rejected word, and the first hot word past it.
+  private readonly hot0: number;
+  private readonly rej0: number;
+  private readonly hotPast0: number;
 
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
@@ -114,6 +119,10 @@ export class SlotTable {
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
     this.defaultSlot = (layout.hotBase + layout.hotOffset) * 16;
+    const segs = layout.segments;
+    this.hot0 = segs[0]!.hotStart;
+    this.rej0 = segs[0]!.rejBase;
+    this.hotPast0 = segs.length > 1 ? segs[1]!.hotStart : Number.POSITIVE_INFINITY;
   }
 
   /**
@@ -297,7 +306,9 @@ export class SlotTable {
 
   /** The word counting the permits refused on the slot of hot word `w` (see layout.ts). */
   rejectedWord(w: number): number {
-    return rejectedWord(this.layout, w);
+    // As rejectedWord() in layout.ts, written out for segment 0 (a refusal's path).
+    if (!this.layout.wide || w >= this.hotPast0) return rejectedWord(this.layout, w);
+    return this.rej0 + ((w - this.hot0) >> 2);
   }
 
   /** Hot word of slot `s` of segment `seg` (no search: the caller knows the segment). */

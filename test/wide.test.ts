@@ -11,8 +11,8 @@ import {
 } from '../src/index.js';
 import {
   coldWord,
-  computeLayout,
   hotWord,
+  type Layout,
   QUEUE_WORDS,
   queueWord,
   rejectedWord,
@@ -109,8 +109,14 @@ describe("a wide table keeps every key's counters apart", () => {
   }
 
   it("lays every slot's rejected word inside its own segment, apart from every other word", () => {
-    // 16 keys growing to 16 × 2^6: seven segments.
-    const layout = computeLayout(16, 0, 64, 0, 16 * 2 ** 6, true);
+    // A wide limiter of 16 keys growing to 16 × 2^6: seven segments. Its table finds the
+    // words rejectedWord() does (it computes segment 0's without a search).
+    const tb = new TokenBucket({ capacity: 2 ** 25, refillPerSecond: 1, keys: 16, maxKeys: 1024 });
+    const { layout, table } = tb as unknown as {
+      layout: Layout;
+      table: { rejectedWord(w: number): number };
+    };
+    expect(layout.wide).toBe(true);
     expect(layout.segments.length).toBe(7);
     const owner = new Map<number, string>();
     const claim = (word: number, what: string) => {
@@ -127,6 +133,7 @@ describe("a wide table keeps every key's counters apart", () => {
     }
     for (let s = 0; s < slots; s++) {
       const r = rejectedWord(layout, hotWord(layout, s));
+      expect(table.rejectedWord(hotWord(layout, s))).toBe(r);
       claim(r, `slot ${s} rejected`);
       // In the slot's own segment: it exists (and is zero) once the segment does.
       const k = layout.segments.findIndex((g) => s >= g.first && s < g.first + g.slots);
