@@ -19,7 +19,7 @@ import {
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
 import { permitsError } from './validate.js';
-import { cas64, storeWide, wideExt, widePayload } from './wide.js';
+import { cas64, storeWide, widePayload } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -340,7 +340,7 @@ export function runWide<A extends Algorithm>(
       }
       if (
         i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
-        stands(core, algo, next, permits, key)
+        stands(core, algo, next, permits, key, x)
       ) {
         if (next === REJECT && mode !== TRY) return false;
         countWide(core, w, next, permits);
@@ -381,7 +381,7 @@ export function decideWide<A extends Algorithm>(
       if (next !== REJECT ? grantWide(core, w, s, x, raw, stamp, next) : !torn(i32, w, s, x)) {
         if (
           i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
-          stands(core, algo, next, permits, key)
+          stands(core, algo, next, permits, key, x)
         ) {
           countWide(core, w, next, permits);
           return next !== REJECT;
@@ -419,6 +419,8 @@ function stands<A extends Algorithm>(
   next: number,
   permits: number,
   key: Key | undefined,
+  /** A wide table's ext word as the decision read it (a grant's CAS replaced it). */
+  x = 0,
 ): boolean {
   // The slot and the state the decision read: run() leaves the state word in lastState,
   // runWide() in priorState (its payload in lastState).
@@ -429,7 +431,7 @@ function stands<A extends Algorithm>(
     core.table.renewEpoch();
     return true;
   }
-  if (next !== REJECT) algo.takeBack(w, s, core.wide ? wideExt(core.lastState) : 0, next, permits);
+  if (next !== REJECT) algo.takeBack(w, s, x, next, permits);
   return false;
 }
 

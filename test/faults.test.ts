@@ -492,6 +492,28 @@ describe('a decision never lands on a slot that went to another key meanwhile', 
     expect(other.stats('x15').available).toBe(1);
   });
 
+  it('a wide grant taken back restores the ext word it read, not the one it wrote', () => {
+    // A limit of 2^30: taking all of it moves the slot's ext word from 0 to 2^30 / 2^27 = 8.
+    const mine = new Concurrency({ limit: 2 ** 30, ...small });
+    const other = attach<Concurrency>(mine.handle);
+    for (let i = 0; i < 31; i++) expect(other.tryAcquire(`held${i}`)).toBe(true);
+    expect(mine.tryAcquire('K')).toBe(true);
+    mine.release('K'); // 'K' holds 0 (not fresh, idle) and stays in this thread's cache
+    stallOnce(mine, 'stepWide', () => {
+      // Its slot goes to x0 … x15, each holding 0 after: x15's words are the ones 'K' read.
+      for (let i = 0; i < 16; i++) {
+        expect(other.tryAcquire(`x${i}`)).toBe(true);
+        other.release(`x${i}`);
+      }
+    });
+    // The stray grant is undone and 'K' looked up again: x15 holds 0, so its slot is idle
+    // and goes to 'K'. Restored with the ext word of the grant, x15 would hold 2^30 and
+    // the table would be full.
+    expect(mine.tryAcquire('K', 2 ** 30)).toBe(true);
+    expect(mine.tableStats()).toMatchObject({ tableFull: 0, reclaims: 17 });
+    expect(other.stats('K').available).toBe(0);
+  });
+
   it('a Concurrency refund meets its slot reassigned round to the same state: x15 keeps its permit', () => {
     const mine = new Concurrency({ limit: 1, ...small });
     const other = attach<Concurrency>(mine.handle);
