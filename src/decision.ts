@@ -74,9 +74,13 @@ export class Core {
   // decision used. Plain fields on a per-thread object: nothing allocated per call.
   /** The slot's hot word index of the last decision (NO_SLOT: the table was full). */
   lastWord = 0;
+  /** The state after the decision: the one a grant wrote, or the one a refusal read. */
   lastState = 0;
   lastStamp = 0;
-  /** The state the last grant replaced (for the algorithms' `admitted()` hooks). */
+  /**
+   * The state word the decision read: the one a grant replaced (for the algorithms'
+   * `admitted()` hooks), and the slot's generation for stands() and acquire().
+   */
   priorState = 0;
   /** The time of the last decision (SlidingLog reads it while probing future times). */
   decisionUs = 0;
@@ -150,8 +154,10 @@ export function enter(
  * clock read (~90 bytes for CoarseClock, ~180 for performance.now()) and the step. So the
  * common case (the slot is the key's, nobody queued ahead, the CAS won) is one straight
  * run, written for few bytes of bytecode; anything else — no slot, a slot moved, waiters
- * queued, a lost CAS, a reference to look up again — is a call of run(), which starts its
- * loop from the slot's words again. The algorithms' after-grant hooks run in the callers.
+ * queued, a grant that must first raise the slot's stamp, a lost CAS, a reference to look
+ * up again — is a call of run(), which starts its loop from the slot's words again. The
+ * algorithms' after-grant hooks run in the callers. (When it does not all fit, V8 leaves
+ * out whatever it meets last, often the clock's validation wrapper: ~3 ns a call.)
  */
 export function decide<A extends Algorithm>(
   core: Core,
@@ -166,7 +172,8 @@ export function decide<A extends Algorithm>(
     // Read after enter(): a lookup that met a newer segment has mapped the buffer again.
     const i32 = core.i32;
     const w = ref >>> 4;
-    const s = i32[w + S_STATE]!;
+    // `i32[w]` is the state word: S_STATE is 0 (and `w + 0` costs bytecode, see above).
+    const s = i32[w]!;
     const raw = i32[w + S_STAMP]!;
     if (
       s >>> GEN_SHIFT === (ref & 15) &&
@@ -175,31 +182,28 @@ export function decide<A extends Algorithm>(
       s << 4 !== RESERVED << 4 &&
       (raw >= 0 || !core.fifo)
     ) {
-      // As in run().
+      // unwrapStamp(), written out.
       const stampNow = core.stampNow;
-      const stamp = stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
+      const stamp = stampNow + (((raw - stampNow) << 1) >> 1);
       core.lastWord = w;
-      core.lastState = s;
       core.lastStamp = stamp;
+      core.priorState = s;
       const next = step.call(algo, s, stamp, nowUs, permits);
-      if (next !== REJECT && stampNow > stamp) raiseStamp(core, w, raw);
-      // While no other thread can reach the buffer (see Core.shared), nothing can change
-      // the word between the read above and this write: a plain store, where the CAS is a
-      // call into a builtin (~20 ns in Node 20). `(x = next) === next` is that store.
+      // A grant whose slot's stamp is behind now (once a stamp period per key at most) is
+      // run()'s to make: it raises the stamp before the grant. Otherwise, while no other
+      // thread can reach the buffer (see Core.shared), nothing can change the word between
+      // the read above and this write: a plain store, where the CAS is a call into a
+      // builtin (~20 ns in Node 20). `(x = next) === next` is that store.
       if (
         next === REJECT ||
-        (core.shared
-          ? Atomics.compareExchange(i32, w + S_STATE, s, next) === s
-          : (i32[w + S_STATE] = next) === next)
+        (stamp >= stampNow &&
+          (core.shared ? Atomics.compareExchange(i32, w, s, next) === s : (i32[w] = next) === next))
       ) {
         if (
           i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
           stands(core, algo, next, permits, key)
         ) {
-          if (next !== REJECT) {
-            core.priorState = s;
-            core.lastState = next;
-          }
+          core.lastState = next === REJECT ? s : next;
           // count(), written out.
           const index = w + (next === REJECT ? S_REJECTED : S_ADMITTED);
           if (core.shared) Atomics.add(i32, index, permits);
@@ -249,6 +253,7 @@ export function run<A extends Algorithm>(
       core.lastWord = w;
       core.lastState = s;
       core.lastStamp = stamp;
+      core.priorState = s;
       let next = REJECT;
       // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
       // permits ahead of them but the head waiter itself.
@@ -265,7 +270,6 @@ export function run<A extends Algorithm>(
         stands(core, algo, next, permits, key)
       ) {
         if (next !== REJECT) {
-          core.priorState = s;
           core.lastState = next;
         } else if (mode !== TRY) {
           return false; // a caller about to wait (or waiting) is not refused
@@ -422,10 +426,9 @@ function stands<A extends Algorithm>(
   /** A wide table's ext word as the decision read it (a grant's CAS replaced it). */
   x = 0,
 ): boolean {
-  // The slot and the state the decision read: run() leaves the state word in lastState,
-  // runWide() in priorState (its payload in lastState).
+  // The slot and the state word the decision read.
   const w = core.lastWord;
-  const s = core.wide ? core.priorState : core.lastState;
+  const s = core.priorState;
   // The default key's slot is never reassigned.
   if (key === undefined || core.table.holds(w, s >>> GEN_SHIFT, key)) {
     core.table.renewEpoch();
@@ -521,5 +524,6 @@ function callError(core: Core, permits: unknown): Error {
  * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
  */
 export function unwrapStamp(raw: number, stampNow: number): number {
-  return stampNow + ((((raw & STAMP_MASK) - stampNow) << 1) >> 1);
+  // `raw & STAMP_MASK` would clear the queued flag (bit 31); `<< 1` drops it anyway.
+  return stampNow + (((raw - stampNow) << 1) >> 1);
 }

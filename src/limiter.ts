@@ -567,9 +567,9 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** The generation of the slot the last decision read (wide: the state word runWide() read). */
+  /** The generation of the slot the last decision read (the state word it read). */
   private lastGeneration(): number {
-    return (this.core.wide ? this.core.priorState : this.core.lastState) >>> GEN_SHIFT;
+    return this.core.priorState >>> GEN_SHIFT;
   }
 
   /** The queue limit in permits (LeakyBucket: its capacity). */
