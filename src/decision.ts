@@ -129,11 +129,10 @@ export function enter(
 ): number {
   // One read of the control word serves the closed check and the cache's epoch check.
   const control = core.i32[H_CONTROL]!;
-  if (
-    (control & 1) !== 0 ||
-    !(permits >= 1 && permits <= core.limit) ||
-    (permits | 0) !== permits
-  ) {
+  // Closed, or `permits` not an integer from 1 to the limit (≤ 2^31 − 1), in few bytes of
+  // bytecode (see decide()): an int32 below 1 turns into 2^31 or more by `- 1 >>> 0`,
+  // and anything that is not an int32 fails `| 0`.
+  if (control & 1 || (permits - 1) >>> 0 >= core.limit || (permits | 0) !== permits) {
     throw callError(core, permits);
   }
   core.decisionUs = nowUs;
@@ -175,13 +174,9 @@ export function decide<A extends Algorithm>(
     // `i32[w]` is the state word: S_STATE is 0 (and `w + 0` costs bytecode, see above).
     const s = i32[w]!;
     const raw = i32[w + S_STAMP]!;
-    if (
-      s >>> GEN_SHIFT === (ref & 15) &&
-      // (s & PAYLOAD_MASK) !== RESERVED in fewer bytes of bytecode: the payload's 28 bits
-      // shifted to the top of the word.
-      s << 4 !== RESERVED << 4 &&
-      (raw >= 0 || !core.fifo)
-    ) {
+    // The slot is the key's and not being rebuilt ((s & PAYLOAD_MASK) !== RESERVED in fewer
+    // bytes of bytecode: the payload's 28 bits shifted to the top of the word).
+    if (s >>> GEN_SHIFT === (ref & 15) && s << 4 !== RESERVED << 4) {
       // unwrapStamp(), written out.
       const stampNow = core.stampNow;
       const stamp = stampNow + (((raw - stampNow) << 1) >> 1);
@@ -189,26 +184,29 @@ export function decide<A extends Algorithm>(
       core.lastStamp = stamp;
       core.priorState = s;
       const next = step.call(algo, s, stamp, nowUs, permits);
-      // A grant whose slot's stamp is behind now (once a stamp period per key at most) is
-      // run()'s to make: it raises the stamp before the grant. Otherwise, while no other
-      // thread can reach the buffer (see Core.shared), nothing can change the word between
-      // the read above and this write: a plain store, where the CAS is a call into a
-      // builtin (~20 ns in Node 20). `(x = next) === next` is that store.
+      const refused = next === REJECT;
+      // A grant is made here only on a stamp word that reads exactly `stampNow`: no
+      // waiters queued (its sign bit, the queued flag, is clear) and the stamp current.
+      // Otherwise it is run()'s to make: waiters queued ahead (in FIFO order nobody takes
+      // permits before them), or a stamp to raise first (once a stamp period per key at
+      // most). A refusal stands either way: run() would refuse as well. Then, while no
+      // other thread can reach the buffer (see Core.shared), nothing can change the word
+      // between the read above and this write: a plain store, where the CAS is a call
+      // into a builtin (~20 ns in Node 20). `(x = next) === next` is that store.
       if (
-        next === REJECT ||
-        (stamp >= stampNow &&
-          (core.shared ? Atomics.compareExchange(i32, w, s, next) === s : (i32[w] = next) === next))
+        refused ||
+        (raw === stampNow && (core.shared ? casWord(i32, w, s, next) : (i32[w] = next) === next))
       ) {
         if (
           i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
           stands(core, algo, next, permits, key)
         ) {
-          core.lastState = next === REJECT ? s : next;
+          core.lastState = refused ? s : next;
           // count(), written out.
-          const index = w + (next === REJECT ? S_REJECTED : S_ADMITTED);
-          if (core.shared) Atomics.add(i32, index, permits);
+          const index = w + (refused ? S_REJECTED : S_ADMITTED);
+          if (core.shared) addWord(i32, index, permits);
           else i32[index]! += permits;
-          return next !== REJECT;
+          return !refused;
         }
         ref = LOOK_UP_AGAIN;
       }
@@ -467,6 +465,19 @@ function grantWide(
 /** True when the wide slot's words are no longer (`s`, `x`): read again before refusing. */
 function torn(i32: Int32Array, w: number, s: number, x: number): boolean {
   return i32[w + S_STATE] !== s || i32[w - 1] !== x;
+}
+
+// decide()'s shared path's two atomics, as calls: a call takes fewer bytes of bytecode than
+// the Atomics call written in, and a limiter that is not shared never makes it, so V8
+// spends none of its inlining budget on it there (a shared one inlines both: they are small).
+
+/** The CAS of state word `w` from `s` to `next`; true when it took. */
+function casWord(i32: Int32Array, w: number, s: number, next: number): boolean {
+  return Atomics.compareExchange(i32, w, s, next) === s;
+}
+
+function addWord(i32: Int32Array, index: number, n: number): void {
+  Atomics.add(i32, index, n);
 }
 
 /** Adds to a per-key counter: a plain add while no other thread can write it. */

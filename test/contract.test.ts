@@ -108,6 +108,10 @@ describe.each(cases)('$name (contract)', ({ make, burst }) => {
     expect(() => loose.tryAcquire({})).toThrow(TypeError);
     expect(() => loose.tryAcquire(null)).toThrow(TypeError);
     expect(() => limiter.tryAcquire(Number.NaN)).toThrow(RangeError);
+    // Past int32 on either side, and what wraps into 1..limit there, are refused too.
+    for (const bad of [2 ** 32 + 1, -(2 ** 32) + 1, 2 ** 31, -(2 ** 31), -0, Infinity]) {
+      expect(() => limiter.tryAcquire('k', bad), String(bad)).toThrow(RangeError);
+    }
     expect(() => limiter.consume('k', -1)).toThrow(RangeError);
     expect(() => limiter.refund('k', 0)).toThrow(RangeError);
   });
