@@ -1,4 +1,3 @@
-import { decide, decideWide } from '../decision.js';
 import {
   FRESH,
   GEN_MASK,
@@ -9,9 +8,8 @@ import {
   W_FRESH,
   WIDE_SPAN,
 } from '../layout.js';
-import { granted, Limiter } from '../limiter.js';
-import type { Attached, Decision, Fresh } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
+import { Limiter } from '../limiter.js';
+import type { Attached, Fresh } from '../options.js';
 import { integerOption, positiveNumberOption } from '../validate.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
@@ -127,20 +125,9 @@ export abstract class Gcra extends Limiter {
     return (state & GEN_MASK) | p;
   }
 
-  // The same four lines in every class: see Limiter.consume.
-  override consume(key?: Key, permits = 1): Decision {
-    const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
-    return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
-  }
-
-  // The same call in every class, so that V8 specialises it: see Limiter.tryAcquire.
-  override tryAcquire(key?: Key, permits = 1): boolean {
-    const core = this.core;
-    if (core.wide) return this.tryAcquireWide(key, permits);
-    return decide(core, this, this.step, key, permits, core.clock.nowUs());
-  }
+  // consume(), tryAcquire() and tryAcquireWide() are written in TokenBucket and in
+  // LeakyBucket, not here: one copy serving both classes would see both, and V8 would
+  // specialise it for neither (see Limiter.tryAcquire).
 
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     // nowUnits(), tat() and encode() written out, in as few bytes of bytecode as V8 allows:
@@ -242,12 +229,6 @@ export abstract class Gcra extends Limiter {
 
   private wrap(tat: number): number {
     return tat >= WIDE_MOD ? tat - WIDE_MOD : tat < 0 ? tat + WIDE_MOD : tat;
-  }
-
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
-    const core = this.core;
-    return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
