@@ -15,6 +15,7 @@ import {
   STAMP_MASK,
   STAMP_PER_US,
   WIDE_LOW,
+  wideRejectedWord,
 } from './layout.js';
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
@@ -486,13 +487,10 @@ function count(core: Core, index: number, permits: number): void {
   else core.i32[index]! += permits;
 }
 
-/**
- * count() for a wide table's decision on hot word `w`: its admitted word is in the hot slot,
- * its rejected word in a region of its own (see layout.ts).
- */
+/** count() for a wide table's decision on hot word `w` (see rejectedWord() in layout.ts). */
 function countWide(core: Core, w: number, next: number, permits: number): void {
   if (next !== REJECT) count(core, w + S_ADMITTED, permits);
-  else count(core, core.table.rejectedWord(w), permits);
+  else count(core, wideRejectedWord(w), permits);
 }
 
 /**

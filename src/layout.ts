@@ -7,12 +7,11 @@
  *   stripe locks    one Int32 per stripe (insert path only)
  *   hot slots       16 B per slot: [state, stamp, admitted, rejected]; the default key's
  *                   slot has a 64-byte line to itself. Wide tables (limits past the
- *                   state word's 28-bit payload): 16 B per slot too, [ext, state, stamp,
- *                   admitted], where ext and state form one 64-bit word changed by one
- *                   64-bit CAS (see WIDE_LOW_BITS)
- *   rejected        wide tables only: 4 B per slot, the slot's `rejected` counter, which
- *                   has no room in its hot slot (refusals touch a second line, from a
- *                   region a quarter the size: the hot slots stay four to a line)
+ *                   state word's 28-bit payload): three slots to a 64-byte line,
+ *                   [ext, state, stamp, admitted] × 3 and then the three slots'
+ *                   `rejected` and a spare word, so that every decision touches one line;
+ *                   ext and state form one 64-bit word changed by one 64-bit CAS (see
+ *                   WIDE_LOW_BITS). See hotWord() and rejectedWord()
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
  *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
  *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
@@ -124,8 +123,10 @@ export const STAMP_PER_US = 2 ** -20;
 
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
-/** Words before slot 1's rejected word in a wide table's segment 0: the default slot's. */
-const REJ_LEAD = LINE_WORDS / HOT_WORDS;
+/** Slots per 64-byte line of a wide table's hot region (see rejectedWord()). */
+export const WIDE_LINE_SLOTS = 3;
+/** The first of a wide line's three rejected words (after its three hot slots). */
+const WIDE_LINE_REJECTED = WIDE_LINE_SLOTS * HOT_WORDS;
 /** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
 export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
 /** Default budget of shared memory per limiter (option `maxBytes`). */
@@ -182,13 +183,8 @@ export interface Segment {
   readonly slots: number;
   readonly stripes: number;
   readonly lockBase: number;
-  /** Hot (state) word of slot `first`. */
+  /** Hot (state) word of slot `first` (its line's first word + `hotOffset`). */
   readonly hotStart: number;
-  /**
-   * Wide tables: the `rejected` word of slot `first`; that of the slot whose state word is
-   * `w` is `rejBase + ((w − hotStart) >> 2)` (see rejectedWord()). 0 in a narrow table.
-   */
-  readonly rejBase: number;
   readonly coldBase: number;
   /** Queue words of slot `first` (segment 0: of the default slot, slot 0). */
   readonly queueBase: number;
@@ -201,8 +197,6 @@ export interface Segment {
 export interface Layout {
   /** A wide table: the state word second in its hot slot (see WIDE_LOW_BITS). */
   wide: boolean;
-  /** Words per hot slot (4 in either layout). */
-  hotWords: number;
   /** The state word's offset in its hot slot (0, or 1 when wide: the ext word first). */
   hotOffset: number;
   /** Segment 0's slots and stripes (the table as created). */
@@ -256,18 +250,13 @@ export function computeLayout(
   maxKeys = keys,
   wide = false,
 ): Layout {
-  const hotWords = HOT_WORDS;
   const hotOffset = wide ? 1 : 0;
   const stripes = stripesFor(keys);
   const slots = stripes * STRIPE_SLOTS;
   const lockBase = HEADER_WORDS;
   const hotBase = alignWords(lockBase + stripes);
-  // Default slot: one whole line; keyed slot s (1..slots) at hotBase + 16 + hotWords(s − 1)
-  // (+ 1 when wide: the state word follows the ext word).
-  const hotEnd = alignWords(hotBase + LINE_WORDS + slots * hotWords);
-  // Wide: the rejected words, the default slot's first and slot 1's four words on (what
-  // rejectedWord()'s arithmetic gives for the default slot, 16 words before slot 1).
-  const coldBase = wide ? alignWords(hotEnd + REJ_LEAD + slots) : hotEnd;
+  // Default slot: one whole line; keyed slot s (1..slots) from hotBase + 16 (see hotWord()).
+  const coldBase = alignWords(hotBase + LINE_WORDS + hotRegionWords(slots, wide));
   const queueBase = alignWords(coldBase + slots * 2);
   const poolBase = alignWords(queueBase + (slots + 1) * QUEUE_WORDS);
   const threadBase = alignWords(poolBase + maxWaiters * RECORD_WORDS);
@@ -283,7 +272,6 @@ export function computeLayout(
       stripes,
       lockBase,
       hotStart: hotBase + LINE_WORDS + hotOffset,
-      rejBase: wide ? hotEnd + REJ_LEAD : 0,
       coldBase,
       queueBase,
       ringBase,
@@ -300,8 +288,7 @@ export function computeLayout(
     const segSlots = segStripes * STRIPE_SLOTS;
     const segLock = alignWords(startWords);
     const segHot = alignWords(segLock + segStripes);
-    const segRej = alignWords(segHot + segSlots * hotWords);
-    const segCold = wide ? alignWords(segRej + segSlots) : segRej;
+    const segCold = alignWords(segHot + hotRegionWords(segSlots, wide));
     const segQueue = alignWords(segCold + segSlots * 2);
     const segRings = logRing > 0 ? alignWords(segQueue + segSlots * QUEUE_WORDS) : 0;
     const segEnd = alignWords(
@@ -315,7 +302,6 @@ export function computeLayout(
       stripes: segStripes,
       lockBase: segLock,
       hotStart: segHot + hotOffset,
-      rejBase: wide ? segRej : 0,
       coldBase: segCold,
       queueBase: segQueue,
       ringBase: segRings,
@@ -331,7 +317,6 @@ export function computeLayout(
   const poolBytes = logRing > 0 ? logPoolBytes(logRing, Math.min(first, POOL_FIRST_RINGS)) : 0;
   return {
     wide,
-    hotWords,
     hotOffset,
     slots,
     stripes,
@@ -378,24 +363,39 @@ export function segmentOfSlot(layout: Layout, s: number): Segment {
   return segs[k]!;
 }
 
+/** Words of a segment's hot slots: four per slot, or a line per three slots when wide. */
+function hotRegionWords(slots: number, wide: boolean): number {
+  return wide ? Math.ceil(slots / WIDE_LINE_SLOTS) * LINE_WORDS : slots * HOT_WORDS;
+}
+
+/** Hot (state) word of the slot `k` slots past the first of segment `seg`. */
+export function hotWordIn(layout: Layout, seg: Segment, k: number): number {
+  if (!layout.wide) return seg.hotStart + HOT_WORDS * k;
+  const line = Math.floor(k / WIDE_LINE_SLOTS);
+  return seg.hotStart + LINE_WORDS * line + HOT_WORDS * (k - WIDE_LINE_SLOTS * line);
+}
+
 /** Hot (state) word index of slot `s` (0 = the default key). */
 export function hotWord(layout: Layout, s: number): number {
   if (s === 0) return layout.hotBase + layout.hotOffset;
   const seg = s <= layout.slots ? layout.segments[0]! : segmentOfSlot(layout, s);
-  return seg.hotStart + layout.hotWords * (s - seg.first);
+  return hotWordIn(layout, seg, s - seg.first);
 }
 
 /**
  * The word counting the permits refused on the slot whose hot (state) word is `w`: in the
- * hot slot of a narrow table, in its segment's rejected region in a wide one.
+ * hot slot of a narrow table; in a wide one, in the slot's own line, after the line's three
+ * slots — every line (the default slot's too) starts at a multiple of 16 words, and the
+ * state word is the line's 1st, 5th or 9th word.
  */
 export function rejectedWord(layout: Layout, w: number): number {
-  if (!layout.wide) return w + S_REJECTED;
-  const segs = layout.segments;
-  let k = 0;
-  while (k + 1 < segs.length && w >= segs[k + 1]!.hotStart) k++;
-  const seg = segs[k]!;
-  return seg.rejBase + ((w - seg.hotStart) >> 2);
+  return layout.wide ? wideRejectedWord(w) : w + S_REJECTED;
+}
+
+/** rejectedWord() of a wide table. */
+export function wideRejectedWord(w: number): number {
+  const x = w - 1; // the ext word: the line's first, 5th or 9th word
+  return (x & -LINE_WORDS) + WIDE_LINE_REJECTED + ((x & (LINE_WORDS - 1)) >> 2);
 }
 
 /** Slot number of a hot word index (inverse of hotWord). */
@@ -405,7 +405,9 @@ export function slotOfHotWord(layout: Layout, w: number): number {
   let k = segs.length - 1;
   while (k > 0 && w < segs[k]!.hotStart) k--;
   const seg = segs[k]!;
-  return seg.first + (w - seg.hotStart) / layout.hotWords;
+  const d = w - seg.hotStart;
+  if (!layout.wide) return seg.first + d / HOT_WORDS;
+  return seg.first + WIDE_LINE_SLOTS * (d >> 4) + ((d & (LINE_WORDS - 1)) >> 2);
 }
 
 /** Word of slot `s`'s fingerprint (two words; `s` ≥ 1). */

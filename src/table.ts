@@ -17,6 +17,7 @@ import {
   H_SEGMENTS,
   H_TABLE_FULL,
   hotWord,
+  hotWordIn,
   type Layout,
   PAYLOAD_MASK,
   RESERVED,
@@ -97,11 +98,6 @@ export class SlotTable {
   private readonly seed1: number;
   /** Default key's packed reference (generation 0; it is never reassigned). */
   readonly defaultSlot: number;
-  // rejectedWord() for segment 0 and the default slot, without searching the segments:
-  // segment 0's first hot word and rejected word, and the first hot word past it.
-  private readonly hot0: number;
-  private readonly rej0: number;
-  private readonly hotPast0: number;
 
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
@@ -119,10 +115,6 @@ export class SlotTable {
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
     this.defaultSlot = (layout.hotBase + layout.hotOffset) * 16;
-    const segs = layout.segments;
-    this.hot0 = segs[0]!.hotStart;
-    this.rej0 = segs[0]!.rejBase;
-    this.hotPast0 = segs.length > 1 ? segs[1]!.hotStart : Number.POSITIVE_INFINITY;
   }
 
   /**
@@ -306,14 +298,12 @@ export class SlotTable {
 
   /** The word counting the permits refused on the slot of hot word `w` (see layout.ts). */
   rejectedWord(w: number): number {
-    // As rejectedWord() in layout.ts, written out for segment 0 (a refusal's path).
-    if (!this.layout.wide || w >= this.hotPast0) return rejectedWord(this.layout, w);
-    return this.rej0 + ((w - this.hot0) >> 2);
+    return rejectedWord(this.layout, w);
   }
 
   /** Hot word of slot `s` of segment `seg` (no search: the caller knows the segment). */
   private hotOf(seg: Segment, s: number): number {
-    return seg.hotStart + this.layout.hotWords * (s - seg.first);
+    return hotWordIn(this.layout, seg, s - seg.first);
   }
 
   /** Fingerprint word of slot `s` of segment `seg`. */
@@ -469,9 +459,11 @@ export class SlotTable {
       const buffer = i32.buffer as SharedArrayBuffer;
       if (buffer.byteLength < seg.endBytes) buffer.grow(seg.endBytes);
       // A view of the new segment alone, to write its initial states before publishing it.
-      const hw = this.layout.hotWords;
-      const fresh = new Int32Array(buffer, seg.hotStart * 4, seg.slots * hw);
-      for (let k = 0; k < seg.slots; k++) Atomics.store(fresh, hw * k + S_STATE, FRESH);
+      const last = hotWordIn(this.layout, seg, seg.slots - 1);
+      const fresh = new Int32Array(buffer, seg.hotStart * 4, last - seg.hotStart + 1);
+      for (let k = 0; k < seg.slots; k++) {
+        Atomics.store(fresh, hotWordIn(this.layout, seg, k) - seg.hotStart + S_STATE, FRESH);
+      }
       Atomics.store(i32, H_SEGMENTS, n + 1);
       Atomics.add(i32, H_GROWTHS, 1);
       this.remap();

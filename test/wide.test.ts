@@ -60,22 +60,20 @@ describe('the layout follows the options', () => {
       () => new Concurrency({ limit: 2 ** 27 }),
       () => new Concurrency({ limit: 2 ** 27 + 1 }),
     ],
-  ])('%s: past the narrow range, 4 bytes more per slot', (_, narrow, wide) => {
+  ])('%s: past the narrow range, a line per three slots', (_, narrow, wide) => {
     const a = narrow();
     const b = wide();
-    // Same keys (1024: 1536 slots), same everything else: the hot slots are 16 bytes in
-    // either table; a wide one keeps each slot's rejected counter in a region of its own
-    // (4 bytes a slot, and the default key's), aligned to a 64-byte line.
+    // Same keys (1024: 1536 slots), same everything else: a 32-bit table has four 16-byte
+    // hot slots to a 64-byte line, a wide one three, with their rejected counters.
     const slots = 1536;
-    expect(b.byteLength - a.byteLength).toBeGreaterThanOrEqual(4 * (slots + 1));
-    expect(b.byteLength - a.byteLength).toBeLessThan(4 * (slots + 1) + 64 + 16);
+    expect(b.byteLength - a.byteLength).toBe((slots / 3) * 64 - slots * 16);
   });
 });
 
 describe("a wide table keeps every key's counters apart", () => {
-  // A wide hot slot has room for `admitted` only; `rejected` lives in a region of each
-  // segment (layout.ts). Every key gets counts of its own, in segment 0 and in segments
-  // the table grew, next to the default key's.
+  // A wide hot slot has room for `admitted` only; `rejected` lives after the line's three
+  // slots (layout.ts). Every key gets counts of its own, in segment 0 and in segments the
+  // table grew, next to the default key's.
   const CAP = 2 ** 25; // past 2^24: wide
   const admittedFor = (i: number) => CAP - i;
   const refusalsFor = (i: number) => (i % 4) + 1;
@@ -108,7 +106,7 @@ describe("a wide table keeps every key's counters apart", () => {
     expect(wrong).toEqual([]);
   }
 
-  it("lays every slot's rejected word inside its own segment, apart from every other word", () => {
+  it("lays every slot's rejected word in its own line, apart from every other word", () => {
     // A wide limiter of 16 keys growing to 16 × 2^6: seven segments. Its table finds the
     // words rejectedWord() does (it computes segment 0's without a search).
     const tb = new TokenBucket({ capacity: 2 ** 25, refillPerSecond: 1, keys: 16, maxKeys: 1024 });
@@ -132,9 +130,13 @@ describe("a wide table keeps every key's counters apart", () => {
       if (s > 0) for (let i = 0; i < 2; i++) claim(coldWord(layout, s) + i, `slot ${s} cold`);
     }
     for (let s = 0; s < slots; s++) {
-      const r = rejectedWord(layout, hotWord(layout, s));
-      expect(table.rejectedWord(hotWord(layout, s))).toBe(r);
+      const w = hotWord(layout, s);
+      const r = rejectedWord(layout, w);
+      expect(table.rejectedWord(w)).toBe(r);
       claim(r, `slot ${s} rejected`);
+      // One line per decision: the 64-byte line of the slot's ext and state words.
+      expect(r >> 4, `slot ${s}`).toBe((w - 1) >> 4);
+      expect(w >> 4, `slot ${s}`).toBe((w - 1) >> 4);
       // In the slot's own segment: it exists (and is zero) once the segment does.
       const k = layout.segments.findIndex((g) => s >= g.first && s < g.first + g.slots);
       const start = k <= 0 ? layout.lockBase : layout.segments[k - 1]!.endBytes / 4;
