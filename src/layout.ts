@@ -407,7 +407,8 @@ export function slotOfHotWord(layout: Layout, w: number): number {
   const seg = segs[k]!;
   const d = w - seg.hotStart;
   if (!layout.wide) return seg.first + d / HOT_WORDS;
-  return seg.first + WIDE_LINE_SLOTS * (d >> 4) + ((d & (LINE_WORDS - 1)) >> 2);
+  const line = Math.floor(d / LINE_WORDS);
+  return seg.first + WIDE_LINE_SLOTS * line + (d - LINE_WORDS * line) / HOT_WORDS;
 }
 
 /** Word of slot `s`'s fingerprint (two words; `s` ≥ 1). */

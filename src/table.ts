@@ -484,7 +484,9 @@ export class SlotTable {
 
   /**
    * An empty slot of the stripe, preferring a cache line with the fewest keys already in
-   * it, so that the first keys of a stripe never share a line. 0 when none.
+   * it, so that the first keys of a stripe never share a line. 0 when none. (The groups of
+   * four are lines of a 32-bit table; a wide line holds three slots, but four slots apart
+   * are still on four lines.)
    */
   private pickEmpty(seg: Segment, stripe: number): number {
     const first = seg.first + stripe * STRIPE_SLOTS;

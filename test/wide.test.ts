@@ -16,6 +16,7 @@ import {
   QUEUE_WORDS,
   queueWord,
   rejectedWord,
+  slotOfHotWord,
 } from '../src/layout.js';
 import { runWorkers, workerScript } from './helpers/threads.js';
 
@@ -131,6 +132,7 @@ describe("a wide table keeps every key's counters apart", () => {
     }
     for (let s = 0; s < slots; s++) {
       const w = hotWord(layout, s);
+      expect(slotOfHotWord(layout, w)).toBe(s);
       const r = rejectedWord(layout, w);
       expect(table.rejectedWord(w)).toBe(r);
       claim(r, `slot ${s} rejected`);
