@@ -124,7 +124,7 @@ export const STAMP_PER_US = 2 ** -20;
 export const STRIPE_SLOTS = 16;
 export const LINE_WORDS = 16;
 /** Slots per 64-byte line of a wide table's hot region (see rejectedWord()). */
-export const WIDE_LINE_SLOTS = 3;
+const WIDE_LINE_SLOTS = 3;
 /** The first of a wide line's three rejected words (after its three hot slots). */
 const WIDE_LINE_REJECTED = WIDE_LINE_SLOTS * HOT_WORDS;
 /** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */

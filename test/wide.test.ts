@@ -108,8 +108,9 @@ describe("a wide table keeps every key's counters apart", () => {
   }
 
   it("lays every slot's rejected word in its own line, apart from every other word", () => {
-    // A wide limiter of 16 keys growing to 16 × 2^6: seven segments. Its table finds the
-    // words rejectedWord() does (it computes segment 0's without a search).
+    // A wide limiter of 16 keys growing to 16 × 2^6: seven segments. Its table (what
+    // stats(), reset() and a refused acquire() count through) finds the words
+    // rejectedWord() does.
     const tb = new TokenBucket({ capacity: 2 ** 25, refillPerSecond: 1, keys: 16, maxKeys: 1024 });
     const { layout, table } = tb as unknown as {
       layout: Layout;
