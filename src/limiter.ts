@@ -45,17 +45,17 @@ import {
   W_WAITING,
 } from './layout.js';
 import { LogPool } from './log-pool.js';
-import {
-  type AcquireOptions,
-  type AlgorithmName,
+import type {
+  AcquireOptions,
+  AlgorithmName,
   Attached,
-  type Decision,
-  type Fresh,
-  type Lease,
-  type LimiterHandle,
-  type QueueOrder,
-  type Stats,
-  type WhenFull,
+  Decision,
+  Fresh,
+  Lease,
+  LimiterHandle,
+  QueueOrder,
+  Stats,
+  WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
@@ -125,21 +125,24 @@ export abstract class Limiter implements SlotPolicy {
   /** This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  /** The state existed before this instance (a handle, or another process's region). */
+  protected readonly attached: boolean;
+  /** Lets other processes use a region this one made (see opened()). */
+  private readonly publish: () => void;
   protected constructor(
     protected readonly owner: string,
     algo: number,
     source: Fresh | Attached,
   ) {
-    const { buffer, layout } = openBuffer(owner, algo, source);
+    const { buffer, layout, logs, attached, shared, publish } = openBuffer(owner, algo, source);
     this.buffer = buffer;
     this.layout = layout;
+    this.attached = attached;
+    this.publish = publish;
     this.clock = source.clock;
     this.i32 = fixedView(buffer);
     this.f64 = new Float64Array(buffer, 0, 16);
-    if (this.layout.logRing > 0) {
-      const logs = source instanceof Attached ? source.logs! : LogPool.create(this.layout);
-      this.pool = new LogPool(logs, this.layout);
-    }
+    if (this.layout.logRing > 0) this.pool = new LogPool(logs!, this.layout);
     this.keys = this.i32[H_KEYS]!;
     this.maxKeys = this.layout.maxKeys;
     this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
@@ -159,8 +162,19 @@ export abstract class Limiter implements SlotPolicy {
       this.queues,
       this.queueOrder === 'oldest-first',
       owner,
-      source instanceof Attached,
+      shared,
     );
+    // Classes with per-slot rings publish after building the default key's (opened()).
+    if (this.layout.logRing === 0) publish();
+  }
+
+  /**
+   * For classes with per-slot rings, at the end of their constructor: builds the default
+   * key's ring once per state (`init`, unless attached), then lets other processes in.
+   */
+  protected opened(init: () => void): void {
+    if (!this.attached) init();
+    this.publish();
   }
 
   /**

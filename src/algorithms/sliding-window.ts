@@ -92,7 +92,7 @@ export class SlidingWindow extends Limiter {
       this.perCount = this.perPrev = this.perQuantum = 0;
       this.exactWeights = true;
       // The default key's ring is taken here once per buffer (attach() finds it taken).
-      if (!(options instanceof Attached)) this.initSlot(0);
+      this.opened(() => this.initSlot(0));
       return;
     }
     this.segments = undefined;

@@ -1,0 +1,111 @@
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { hostMemory, removeHostMemory } from '../src/host/index.js';
+import {
+  type AnyLimiter,
+  Concurrency,
+  FixedWindow,
+  LeakyBucket,
+  ManualClock,
+  SlidingLog,
+  SlidingWindow,
+  TokenBucket,
+} from '../src/index.js';
+import { killDeciders, regionName, startDecider } from './helpers/host.js';
+
+// Limiters of every class in host memory, decided on by several real processes at once
+// (test/host/decide.mjs, from the built package: npm run build first). Time is a
+// ManualClock in a region of its own that nobody advances, so the counts are exact.
+
+const regions: string[] = [];
+function region(what: string): string {
+  const name = regionName(what);
+  regions.push(name);
+  return name;
+}
+
+afterEach(() => killDeciders());
+afterAll(() => {
+  for (const name of regions) removeHostMemory(name);
+});
+
+const LIMIT = 300;
+// What a frozen clock admits: the limit, or one permit for a LeakyBucket (it never bursts).
+const CASES: { cls: string; options: Record<string, unknown>; admits?: number }[] = [
+  { cls: 'TokenBucket', options: { capacity: LIMIT, refillPerSecond: 1, keys: 64 } },
+  { cls: 'LeakyBucket', options: { capacity: LIMIT, ratePerSecond: 1, keys: 64 }, admits: 1 },
+  { cls: 'FixedWindow', options: { limit: LIMIT, windowMs: 60_000, keys: 64 } },
+  { cls: 'SlidingWindow', options: { limit: LIMIT, windowMs: 60_000, keys: 64 } },
+  {
+    cls: 'SlidingWindow',
+    options: { limit: LIMIT, windowMs: 60_000, segments: 10, keys: 64 },
+  },
+  { cls: 'SlidingLog', options: { limit: LIMIT, windowMs: 60_000, keys: 64 } },
+  { cls: 'Concurrency', options: { limit: LIMIT, keys: 64 } },
+];
+
+const CLASSES = {
+  TokenBucket,
+  LeakyBucket,
+  FixedWindow,
+  SlidingWindow,
+  SlidingLog,
+  Concurrency,
+} as unknown as Record<string, new (o: object) => AnyLimiter>;
+
+describe('a limiter in host memory', () => {
+  for (const { cls, options, admits = LIMIT } of CASES) {
+    const label = `${cls}${options.segments ? ' (segments)' : ''}`;
+    it(`${label}: three processes and this one admit its limit exactly once in total`, async () => {
+      const name = region(cls.toLowerCase());
+      const clockName = region('clock');
+      // This process creates the region; the children attach to it.
+      const clock = new ManualClock(0, { memory: hostMemory(clockName) });
+      const here = new CLASSES[cls]!({ ...options, clock, memory: hostMemory(name) });
+      const spec = { cls, options, region: name, clockRegion: clockName, key: 'k', tries: 1000 };
+      const deciders = await Promise.all(
+        [1, 2, 3].map(() => startDecider({ ...spec, hold: true })),
+      );
+      const counts = await Promise.all(deciders.map((d) => d.go()));
+      let mine = 0;
+      for (let i = 0; i < 200; i++) if (here.tryAcquire('k')) mine++;
+      const total = counts.reduce((sum, c) => sum + c.granted, 0) + mine;
+      expect(total).toBe(admits);
+      const stats = here.stats('k');
+      expect(stats.admitted).toBe(admits);
+      expect(stats.rejected).toBe(3 * 1000 + 200 - admits);
+      expect(here.tableStats().inserts).toBe(1);
+    });
+  }
+
+  it('a ManualClock in host memory moves for every process: time advanced here refills there', async () => {
+    const name = region('refill');
+    const clockName = region('clock');
+    const clock = new ManualClock(0, { memory: hostMemory(clockName) });
+    const options = { capacity: 10, refillPerSecond: 10, keys: 8 };
+    const bucket = new TokenBucket({ ...options, clock, memory: hostMemory(name) });
+    const spec = { cls: 'TokenBucket', options, region: name, clockRegion: clockName, key: 'k' };
+    const first = await startDecider({ ...spec, tries: 50 });
+    expect((await first.go()).granted).toBe(10);
+    clock.advance(500); // five tokens, seen by the next process
+    const second = await startDecider({ ...spec, tries: 50 });
+    expect((await second.go()).granted).toBe(5);
+    expect(bucket.tryAcquire('k')).toBe(false);
+  });
+
+  it('a table that grows in one process is used by the others, to its ceiling', async () => {
+    const name = region('grow');
+    const clockName = region('clock');
+    const clock = new ManualClock(0, { memory: hostMemory(clockName) });
+    const options = { limit: 1, windowMs: 60_000, keys: 64, maxKeys: 4096 };
+    const here = new FixedWindow({ ...options, clock, memory: hostMemory(name) });
+    const before = here.byteLength;
+    for (let k = 0; k < 2000; k++) expect(here.tryAcquire(`key-${k}`)).toBe(true);
+    expect(here.tableStats().segments).toBeGreaterThan(1);
+    expect(here.byteLength).toBeGreaterThan(before);
+    // Another process sees every key, in the grown segments too: each one is spent.
+    const spec = { cls: 'FixedWindow', options, region: name, clockRegion: clockName };
+    const other = await startDecider({ ...spec, key: 'key-1999', tries: 5 });
+    expect((await other.go()).granted).toBe(0);
+    expect(here.stats('key-1999').rejected).toBe(5);
+  });
+});
