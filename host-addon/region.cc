@@ -52,17 +52,21 @@ void deleteBacking(void* data, size_t length, void* hint) {
   release(static_cast<Mapping*>(hint));
 }
 
+// Throws an Error whose code is the errno's name; the JavaScript side adds what it was doing.
 napi_value throwErrno(napi_env env, const char* what, int err, const std::string& name) {
-  std::string msg = std::string("atomic-limiter/host: ") + what + " of region \"" + name +
-                    "\" failed: " + strerror(err);
-  const char* code = err == ENOSPC ? "ENOSPC"
-                     : err == EACCES ? "EACCES"
-                     : err == ENOENT ? "ENOENT"
-                     : err == EEXIST ? "EEXIST"
+  std::string msg = std::string(what) + " \"" + name + "\": " + strerror(err);
+  const char* code = err == ENOSPC         ? "ENOSPC"
+                     : err == EACCES       ? "EACCES"
+                     : err == EPERM        ? "EPERM"
+                     : err == ENOENT       ? "ENOENT"
+                     : err == EEXIST       ? "EEXIST"
                      : err == ENAMETOOLONG ? "ENAMETOOLONG"
-                     : err == ENOMEM ? "ENOMEM"
-                     : err == EINVAL ? "EINVAL"
-                                     : "EIO";
+                     : err == ENOMEM       ? "ENOMEM"
+                     : err == EFBIG        ? "EFBIG"
+                     : err == EMFILE       ? "EMFILE"
+                     : err == ENFILE       ? "ENFILE"
+                     : err == EINVAL       ? "EINVAL"
+                                           : "EIO";
   napi_throw_error(env, code, msg.c_str());
   return nullptr;
 }
@@ -266,7 +270,7 @@ napi_value Commit(napi_env env, napi_callback_info info) {
   size_t offset = static_cast<size_t>(getNumber(env, argv[1]));
   size_t len = static_cast<size_t>(getNumber(env, argv[2]));
   int err = posix_fallocate(m->fd, static_cast<off_t>(base + offset), static_cast<off_t>(len));
-  if (err != 0) return throwErrno(env, "growing", err, "(mapped)");
+  if (err != 0) return throwErrno(env, "fallocate", err, "(region)");
   return nullptr;
 }
 

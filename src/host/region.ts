@@ -165,7 +165,12 @@ function openRegion(
   const nap = new Int32Array(new SharedArrayBuffer(4));
   const file = PREFIX + name;
   for (;;) {
-    const opened = addon.open(file, total, HEADER_BYTES, mode);
+    let opened: ReturnType<typeof addon.open>;
+    try {
+      opened = addon.open(file, total, HEADER_BYTES, mode);
+    } catch (error) {
+      throw systemError(`hostMemory(${show(name)}): could not open or create the region`, error);
+    }
     if (opened === null) {
       // Its creator has not sized it yet (or it was removed meanwhile): try again.
       if (Date.now() > deadline) throw unfinished(name, 0);
@@ -201,12 +206,12 @@ function create(
       header[W_PART0 + 4 * i + 1] = part.maxBytes;
       header[W_PART0 + 4 * i + 2] = part.bytes;
       // Allocated now, so that a full /dev/shm is an error here rather than a SIGBUS later.
-      if (part.bytes > 0) addon.commit(whole, offsets[i]!, part.bytes);
+      if (part.bytes > 0) commit(name, whole, offsets[i]!, part.bytes);
     });
     new Uint8Array(whole, TEXT_BYTE, text.length).set(text);
     header[W_CHECKSUM] = checksum(header, whole);
     Atomics.store(header, W_MAGIC, REGION_MAGIC);
-    const buffers = partBuffers(whole, header);
+    const buffers = partBuffers(name, whole, header);
     request.init(buffers);
     let published = false;
     return {
@@ -313,7 +318,7 @@ function attach(
       `it has ${parts} parts, the ${request.owner} needs ${request.parts.length}`,
     );
   }
-  return { buffers: partBuffers(whole, header), created: false, name, publish: () => {} };
+  return { buffers: partBuffers(name, whole, header), created: false, name, publish: () => {} };
 }
 
 /**
@@ -321,7 +326,11 @@ function attach(
  * SharedArrayBuffer for the engine: `byteLength` is the part's length now (a header word
  * every process sees), and `grow()` allocates the new pages, then lengthens it.
  */
-function partBuffers(whole: SharedArrayBuffer, header: Int32Array): SharedArrayBuffer[] {
+function partBuffers(
+  name: string,
+  whole: SharedArrayBuffer,
+  header: Int32Array,
+): SharedArrayBuffer[] {
   const out: SharedArrayBuffer[] = [];
   const parts = header[W_PARTS]!;
   for (let i = 0; i < parts; i++) {
@@ -341,7 +350,7 @@ function partBuffers(whole: SharedArrayBuffer, header: Int32Array): SharedArrayB
               throw rangeError(`host memory: cannot grow a part of ${max} bytes to ${bytes}`);
             }
             if (bytes <= now) return;
-            addon.commit(whole, offset + now, bytes - now);
+            commit(name, whole, offset + now, bytes - now);
             let seen = now;
             while (seen < bytes) {
               const was = Atomics.compareExchange(header, word, seen, bytes);
@@ -355,6 +364,32 @@ function partBuffers(whole: SharedArrayBuffer, header: Int32Array): SharedArrayB
     out.push(buffer);
   }
   return out;
+}
+
+/** Allocates a range of the region's pages, or throws saying why (a full /dev/shm). */
+function commit(name: string, whole: SharedArrayBuffer, offset: number, bytes: number): void {
+  try {
+    addon.commit(whole, offset, bytes);
+  } catch (error) {
+    throw systemError(
+      `hostMemory(${show(name)}): could not allocate ${bytes} bytes of the region`,
+      error,
+    );
+  }
+}
+
+/** An Error for a failed system call, with its errno code and a hint. */
+function systemError(what: string, cause: unknown): Error {
+  const code = (cause as { code?: string }).code ?? 'EIO';
+  const hint =
+    code === 'ENOSPC' || code === 'EFBIG' || code === 'ENOMEM'
+      ? ': /dev/shm is full or too small for it (see df /dev/shm; a smaller "maxBytes" or "keys" needs less)'
+      : code === 'EACCES' || code === 'EPERM'
+        ? ': another user owns a region of that name (regions are mode 0600 by default)'
+        : '';
+  const error = new Error(`${what} (${(cause as Error).message})${hint}`, { cause });
+  Object.defineProperty(error, 'code', { value: code, enumerable: true });
+  return error;
 }
 
 /** FNV-1a over the header words that never change and the description. */
