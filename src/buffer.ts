@@ -27,7 +27,7 @@ import {
   MAGIC,
   S_STATE,
 } from './layout.js';
-import { Attached, type Fresh, type MemoryRegion } from './options.js';
+import { Attached, type Fresh, type Liveness, type MemoryRegion } from './options.js';
 import { rangeError, show, typeError } from './validate.js';
 
 // A limiter's shared buffer: made and its header written for new options, or checked
@@ -45,6 +45,8 @@ export interface Opened {
   shared: boolean;
   /** Lets other processes use a region this one made (see MemoryRegion.publish). */
   publish: () => void;
+  /** How a region tells dead processes (see MemoryRegion.liveness). */
+  liveness?: Liveness | undefined;
 }
 
 const NOTHING_TO_PUBLISH = () => {};
@@ -92,6 +94,7 @@ export function openBuffer(owner: string, algo: number, source: Fresh | Attached
     attached: !region.created,
     shared: true,
     publish: () => region.publish(),
+    liveness: region.liveness,
   };
 }
 

@@ -134,7 +134,11 @@ export abstract class Limiter implements SlotPolicy {
     algo: number,
     source: Fresh | Attached,
   ) {
-    const { buffer, layout, logs, attached, shared, publish } = openBuffer(owner, algo, source);
+    const { buffer, layout, logs, attached, shared, publish, liveness } = openBuffer(
+      owner,
+      algo,
+      source,
+    );
     this.buffer = buffer;
     this.layout = layout;
     this.attached = attached;
@@ -151,7 +155,7 @@ export abstract class Limiter implements SlotPolicy {
     this.epochUs = this.f64[F64_EPOCH_US]!;
     const b64 = fixedView64(buffer);
     this.table = new SlotTable(this.i32, b64, this.layout, owner, () => this.remap());
-    this.queues = new WaitQueues(this.i32, this.layout, this.table);
+    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness);
     this.core = new Core(
       this.i32,
       b64,

@@ -157,6 +157,19 @@ export interface MemoryRegion {
    * meanwhile wait for it. A no-op when attached.
    */
   publish(): void;
+  /** Judges the threads of other processes by their process, not only by heartbeat age. */
+  readonly liveness?: Liveness;
+}
+
+/**
+ * Tells that the thread behind an entry of a limiter's thread table is gone sooner than
+ * its heartbeat's age can: host memory knows each entry's process and asks the system.
+ */
+export interface Liveness {
+  /** This thread took thread-table entry `entry` with `token`. */
+  claimed(entry: number, token: number): void;
+  /** True only when the owner of `entry`'s `token` is known to have exited; else false. */
+  dead(entry: number, token: number): boolean;
 }
 
 /** What travels to another thread: `new Worker(file, { workerData: limiter.handle })`. */

@@ -1,6 +1,7 @@
 import type { MemoryProvider, MemoryRegion, MemoryRequest } from '../options.js';
 import { rangeError, show, typeError } from '../validate.js';
 import { addon } from './addon.js';
+import { LIVENESS_BYTES, processLiveness } from './liveness.js';
 
 // A named POSIX shared-memory region holding one limiter (or one ManualClock): a header
 // page, then each part the limiter asked for (its table, SlidingLog's pool of rings), each
@@ -16,6 +17,9 @@ const REGION_MAGIC = 0x414c4852; // 'ALHR'
 const REGION_FORMAT = 1;
 const HEADER_BYTES = 4096;
 const PAGE = 4096;
+/** The processes behind the limiter's thread table (liveness.ts), after the header. */
+const LIVENESS_AT = HEADER_BYTES;
+const PARTS_AT = LIVENESS_AT + Math.ceil(LIVENESS_BYTES / 4096) * 4096;
 const W_MAGIC = 0;
 const W_FORMAT = 1;
 /** 0 while the creator writes, READY once published. */
@@ -149,7 +153,7 @@ function openRegion(
     throw rangeError(`hostMemory(${show(name)}): at most ${MAX_PARTS} parts`);
   }
   const offsets: number[] = [];
-  let total = HEADER_BYTES;
+  let total = PARTS_AT;
   let largest = 0;
   for (const part of request.parts) {
     offsets.push(total);
@@ -208,6 +212,7 @@ function create(
       // Allocated now, so that a full /dev/shm is an error here rather than a SIGBUS later.
       if (part.bytes > 0) commit(name, whole, offsets[i]!, part.bytes);
     });
+    commit(name, whole, LIVENESS_AT, LIVENESS_BYTES);
     new Uint8Array(whole, TEXT_BYTE, text.length).set(text);
     header[W_CHECKSUM] = checksum(header, whole);
     Atomics.store(header, W_MAGIC, REGION_MAGIC);
@@ -218,6 +223,7 @@ function create(
       buffers,
       created: true,
       name,
+      liveness: processLiveness(addon.view(whole, LIVENESS_AT, LIVENESS_BYTES)),
       publish: () => {
         if (published) return;
         published = true;
@@ -278,7 +284,7 @@ function attach(
     const offset = header[W_PART0 + 4 * i]!;
     const max = header[W_PART0 + 4 * i + 1]!;
     const now = Atomics.load(header, W_PART0 + 4 * i + 2);
-    if (offset < HEADER_BYTES || max < 0 || offset + max > size || now < 0 || now > max) {
+    if (offset < PARTS_AT || max < 0 || offset + max > size || now < 0 || now > max) {
       throw corrupted(where, name, `part ${i} lies outside the region`);
     }
   }
@@ -318,7 +324,13 @@ function attach(
       `it has ${parts} parts, the ${request.owner} needs ${request.parts.length}`,
     );
   }
-  return { buffers: partBuffers(name, whole, header), created: false, name, publish: () => {} };
+  return {
+    buffers: partBuffers(name, whole, header),
+    created: false,
+    name,
+    publish: () => {},
+    liveness: processLiveness(addon.view(whole, LIVENESS_AT, LIVENESS_BYTES)),
+  };
 }
 
 /**
