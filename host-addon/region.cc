@@ -10,6 +10,15 @@
 //   commit(buffer, offset, length)        -> allocates pages (ENOSPC as an error, not SIGBUS)
 //   unlink(name)                          -> true, or false when there was no such region
 //   alive(pid)                            -> whether a process with that id exists
+//   wake(buffer, byteOffset)              -> FUTEX_WAKE (shared: other processes too)
+//   wait(buffer, byteOffset, value, timeoutMs, callback)
+//                                         -> calls callback('ok' | 'timed-out' | 'not-equal')
+//                                            once the word is woken, differs, or time is up
+//
+// Waiting: one native thread per process sleeps in futex_waitv on every word JavaScript
+// waits on (no FUTEX_PRIVATE_FLAG: the words are in shared mappings, and a FUTEX_WAKE from
+// another process reaches them), and hands each outcome to its JavaScript thread through
+// a thread-safe function.
 
 #include <node_api.h>
 #include <v8.h>
@@ -20,7 +29,16 @@
 #include <mutex>
 #include <string>
 
+#include <climits>
+#include <condition_variable>
+#include <ctime>
+#include <thread>
+#include <vector>
+
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -307,6 +325,243 @@ napi_value Alive(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// ---- waiting ---------------------------------------------------------------------------
+
+#ifndef __NR_futex_waitv
+#define __NR_futex_waitv 449
+#endif
+
+struct Env;
+
+struct Wait {
+  uint64_t id;
+  uint32_t* addr;
+  uint32_t value;
+  int64_t deadlineNs;  // CLOCK_MONOTONIC; INT64_MAX for none
+  Env* env;
+  Mapping* m;  // kept mapped while waited on
+};
+
+// Per JavaScript thread (main or worker): the function that settles its waits.
+struct Env {
+  napi_threadsafe_function tsfn;
+  bool closing;
+};
+
+struct Outcome {
+  uint64_t id;
+  const char* result;
+};
+
+std::mutex waitLock;
+std::vector<Wait> waits;
+uint64_t nextWaitId = 1;
+std::atomic<uint32_t> control{0};  // bumped to make the thread re-read `waits`
+bool threadStarted = false;
+
+int64_t nowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void finish(const Wait& w, const char* result) {
+  if (!w.env->closing) {
+    napi_call_threadsafe_function(w.env->tsfn, new Outcome{w.id, result}, napi_tsfn_nonblocking);
+  }
+  release(w.m);
+}
+
+void waiterThread() {
+  std::vector<struct futex_waitv> vec;
+  std::vector<uint64_t> ids;
+  bool haveWaitv = true;
+  for (;;) {
+    uint32_t seenControl = control.load();
+    int64_t deadline = INT64_MAX;
+    vec.clear();
+    ids.clear();
+    {
+      std::lock_guard<std::mutex> hold(waitLock);
+      int64_t now = nowNs();
+      // Settle what is already settled: a changed word, a passed deadline.
+      for (size_t i = 0; i < waits.size();) {
+        Wait& w = waits[i];
+        const char* result = nullptr;
+        if (__atomic_load_n(w.addr, __ATOMIC_SEQ_CST) != w.value) {
+          result = "ok";
+        } else if (w.deadlineNs <= now) {
+          result = "timed-out";
+        }
+        if (result != nullptr) {
+          finish(w, result);
+          waits[i] = waits.back();
+          waits.pop_back();
+          continue;
+        }
+        if (w.deadlineNs < deadline) deadline = w.deadlineNs;
+        if (vec.size() < FUTEX_WAITV_MAX - 1) {
+          vec.push_back({w.value, reinterpret_cast<uint64_t>(w.addr), FUTEX_32, 0});
+          ids.push_back(w.id);
+        }
+        i++;
+      }
+      // More waits than one futex_waitv takes: the others are looked at every millisecond.
+      if (waits.size() > vec.size() && deadline > now + 1000000) deadline = now + 1000000;
+    }
+    vec.push_back({seenControl, reinterpret_cast<uint64_t>(&control), FUTEX_32 | FUTEX_PRIVATE_FLAG, 0});
+    struct timespec ts;
+    struct timespec* timeout = nullptr;
+    if (deadline != INT64_MAX) {
+      ts.tv_sec = deadline / 1000000000;
+      ts.tv_nsec = deadline % 1000000000;
+      timeout = &ts;
+    }
+    long r = -1;
+    if (haveWaitv) {
+      r = syscall(__NR_futex_waitv, vec.data(), vec.size(), 0, timeout, CLOCK_MONOTONIC);
+      if (r < 0 && errno == ENOSYS) haveWaitv = false;
+    }
+    if (!haveWaitv) {
+      // A kernel before 5.16: look at the words every millisecond instead.
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, nullptr);
+      continue;
+    }
+    if (r >= 0 && static_cast<size_t>(r) < ids.size()) {
+      // Woken on a word whose value may be unchanged (a wake without a change): settle it.
+      std::lock_guard<std::mutex> hold(waitLock);
+      for (size_t i = 0; i < waits.size(); i++) {
+        if (waits[i].id == ids[r]) {
+          finish(waits[i], "ok");
+          waits[i] = waits.back();
+          waits.pop_back();
+          break;
+        }
+      }
+    }
+  }
+}
+
+void poke() {
+  control.fetch_add(1);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control), FUTEX_WAKE_PRIVATE, 1, nullptr,
+          nullptr, 0);
+}
+
+// Runs on the JavaScript thread: callbacks[id](result).
+void callJs(napi_env env, napi_value js, void* context, void* data) {
+  Outcome* o = static_cast<Outcome*>(data);
+  if (env != nullptr && js != nullptr) {
+    napi_value argv[2];
+    napi_create_double(env, static_cast<double>(o->id), &argv[0]);
+    napi_create_string_utf8(env, o->result, NAPI_AUTO_LENGTH, &argv[1]);
+    napi_value global;
+    napi_get_global(env, &global);
+    napi_call_function(env, global, js, 2, argv, nullptr);
+  }
+  delete o;
+}
+
+void envCleanup(void* arg) {
+  Env* e = static_cast<Env*>(arg);
+  {
+    std::lock_guard<std::mutex> hold(waitLock);
+    e->closing = true;
+    for (size_t i = 0; i < waits.size();) {
+      if (waits[i].env == e) {
+        release(waits[i].m);
+        waits[i] = waits.back();
+        waits.pop_back();
+        continue;
+      }
+      i++;
+    }
+  }
+  napi_release_threadsafe_function(e->tsfn, napi_tsfn_abort);
+}
+
+// setSettler(fn): this JavaScript thread's fn(id, result) settles its waits.
+napi_value SetSettler(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  Env* e = nullptr;
+  napi_get_instance_data(env, reinterpret_cast<void**>(&e));
+  if (e != nullptr) return nullptr;
+  e = new Env{nullptr, false};
+  napi_value name;
+  napi_create_string_utf8(env, "atomic-limiter host waits", NAPI_AUTO_LENGTH, &name);
+  napi_create_threadsafe_function(env, argv[0], nullptr, name, 0, 1, nullptr, nullptr, nullptr,
+                                  callJs, &e->tsfn);
+  // Waiting must not keep a process alive (as Atomics.waitAsync does not).
+  napi_unref_threadsafe_function(env, e->tsfn);
+  napi_set_instance_data(env, e, nullptr, nullptr);
+  napi_add_env_cleanup_hook(env, envCleanup, e);
+  return nullptr;
+}
+
+uint32_t* wordOf(napi_env env, napi_value buffer, napi_value byteOffset, Mapping** mapping) {
+  size_t base = 0, length = 0;
+  Mapping* m = mappingOf(env, buffer, &base, &length);
+  if (m == nullptr) return nullptr;
+  size_t offset = static_cast<size_t>(getNumber(env, byteOffset));
+  if (offset % 4 != 0 || offset + 4 > length) {
+    napi_throw_range_error(env, nullptr, "atomic-limiter/host: a word outside the buffer");
+    return nullptr;
+  }
+  *mapping = m;
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(m->base) + base + offset);
+}
+
+napi_value Wake(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  Mapping* m = nullptr;
+  uint32_t* addr = wordOf(env, argv[0], argv[1], &m);
+  if (addr == nullptr) return nullptr;
+  syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  return nullptr;
+}
+
+napi_value WaitWord(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr);
+  Env* e = nullptr;
+  napi_get_instance_data(env, reinterpret_cast<void**>(&e));
+  if (e == nullptr) {
+    napi_throw_error(env, nullptr, "atomic-limiter/host: setSettler() first");
+    return nullptr;
+  }
+  Mapping* m = nullptr;
+  uint32_t* addr = wordOf(env, argv[0], argv[1], &m);
+  if (addr == nullptr) return nullptr;
+  int64_t value = 0;
+  napi_get_value_int64(env, argv[2], &value);
+  double timeoutMs = getNumber(env, argv[3]);
+  int64_t deadline = INT64_MAX;
+  if (timeoutMs >= 0 && timeoutMs < 1e15) {
+    deadline = nowNs() + static_cast<int64_t>(timeoutMs * 1e6);
+  }
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> hold(waitLock);
+    id = nextWaitId++;
+    m->refs.fetch_add(1);
+    waits.push_back({id, addr, static_cast<uint32_t>(value), deadline, e, m});
+    if (!threadStarted) {
+      threadStarted = true;
+      std::thread(waiterThread).detach();
+    }
+  }
+  poke();
+  napi_value result;
+  napi_create_double(env, static_cast<double>(id), &result);
+  return result;
+}
+
 napi_value Init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"open", nullptr, Open, nullptr, nullptr, nullptr, napi_default, nullptr},
@@ -314,6 +569,9 @@ napi_value Init(napi_env env, napi_value exports) {
       {"commit", nullptr, Commit, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"unlink", nullptr, Unlink, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"alive", nullptr, Alive, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"setSettler", nullptr, SetSettler, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"wake", nullptr, Wake, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"wait", nullptr, WaitWord, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -27,7 +27,7 @@ import {
   MAGIC,
   S_STATE,
 } from './layout.js';
-import { Attached, type Fresh, type Liveness, type MemoryRegion } from './options.js';
+import { Attached, type Fresh, type Liveness, type MemoryRegion, type Waits } from './options.js';
 import { rangeError, show, typeError } from './validate.js';
 
 // A limiter's shared buffer: made and its header written for new options, or checked
@@ -47,6 +47,8 @@ export interface Opened {
   publish: () => void;
   /** How a region tells dead processes (see MemoryRegion.liveness). */
   liveness?: Liveness | undefined;
+  /** How a region's waiters are woken from other processes (see MemoryRegion.waits). */
+  waits?: Waits | undefined;
 }
 
 const NOTHING_TO_PUBLISH = () => {};
@@ -95,6 +97,7 @@ export function openBuffer(owner: string, algo: number, source: Fresh | Attached
     shared: true,
     publish: () => region.publish(),
     liveness: region.liveness,
+    waits: region.waits,
   };
 }
 

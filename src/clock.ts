@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { MemoryProvider } from './options.js';
+import type { MemoryProvider, Waits } from './options.js';
 import { rangeError, show, typeError } from './validate.js';
 
 /**
@@ -88,6 +88,8 @@ export class ManualClock implements Clock {
   readonly region: string | undefined;
   private readonly big: BigInt64Array;
   private readonly words: Int32Array;
+  /** Wakes waiters of other processes on a tick (a clock in host memory). */
+  private readonly waits: Waits | undefined;
 
   /**
    * @param startMs the initial time in milliseconds (default 0).
@@ -115,10 +117,12 @@ export class ManualClock implements Clock {
       this.words = new Int32Array(buffer, 0, 4);
       this.big = new BigInt64Array(buffer, 0, 1);
       this.region = region.name;
+      this.waits = region.waits;
       this.handle = { kind: 'manual', buffer };
       return;
     }
     this.region = undefined;
+    this.waits = undefined;
     if (typeof startMs === 'object' && startMs !== null) {
       const buffer = startMs.buffer;
       if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== 16) {
@@ -167,6 +171,7 @@ export class ManualClock implements Clock {
   tick(): void {
     Atomics.add(this.words, M_TICK, 1);
     Atomics.notify(this.words, M_TICK);
+    this.waits?.notify(this.words, M_TICK);
   }
 
   /** @internal The word that changes on every `advance()`/`set()`, for waiters. */

@@ -55,6 +55,7 @@ import type {
   LimiterHandle,
   QueueOrder,
   Stats,
+  Waits,
   WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
@@ -129,12 +130,14 @@ export abstract class Limiter implements SlotPolicy {
   protected readonly attached: boolean;
   /** Lets other processes use a region this one made (see opened()). */
   private readonly publish: () => void;
+  /** Waiting across processes (host memory); Atomics.waitAsync otherwise. */
+  private readonly waits: Waits | undefined;
   protected constructor(
     protected readonly owner: string,
     algo: number,
     source: Fresh | Attached,
   ) {
-    const { buffer, layout, logs, attached, shared, publish, liveness } = openBuffer(
+    const { buffer, layout, logs, attached, shared, publish, liveness, waits } = openBuffer(
       owner,
       algo,
       source,
@@ -155,7 +158,8 @@ export abstract class Limiter implements SlotPolicy {
     this.epochUs = this.f64[F64_EPOCH_US]!;
     const b64 = fixedView64(buffer);
     this.table = new SlotTable(this.i32, b64, this.layout, owner, () => this.remap());
-    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness);
+    this.waits = waits;
+    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness, waits);
     this.core = new Core(
       this.i32,
       b64,
@@ -674,14 +678,15 @@ export abstract class Limiter implements SlotPolicy {
         }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
+      const wait = this.waits ?? Atomics;
       if (head && tick) {
         // Under a ManualClock time moves only by advance()/set(), which tick this word;
         // releases tick it too.
-        result = Atomics.waitAsync(tick.words, tick.index, tickSeen);
+        result = wait.waitAsync(tick.words, tick.index, tickSeen);
       } else {
         result = Number.isFinite(timeoutMs)
-          ? Atomics.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
-          : Atomics.waitAsync(i32, futex, seen);
+          ? wait.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
+          : wait.waitAsync(i32, futex, seen);
       }
       if (result.async) {
         result.value.then(() => this.pump(x));

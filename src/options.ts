@@ -159,6 +159,21 @@ export interface MemoryRegion {
   publish(): void;
   /** Judges the threads of other processes by their process, not only by heartbeat age. */
   readonly liveness?: Liveness;
+  /** Waiting that crosses processes (Atomics.wait and notify reach one process only). */
+  readonly waits?: Waits;
+}
+
+/** Waiting on words of a memory shared with other processes. */
+export interface Waits {
+  /** After `Atomics.notify(words, index)`: wakes the waiters of other processes too. */
+  notify(words: Int32Array, index: number): void;
+  /** As `Atomics.waitAsync`, and also woken by notify() from any process. */
+  waitAsync(
+    words: Int32Array,
+    index: number,
+    value: number,
+    timeoutMs?: number,
+  ): ReturnType<typeof Atomics.waitAsync>;
 }
 
 /**

@@ -33,7 +33,7 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
-import type { Liveness } from './options.js';
+import type { Liveness, Waits } from './options.js';
 import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */
@@ -88,6 +88,8 @@ export class WaitQueues {
     private readonly table: SlotTable,
     /** Host memory: tells a dead process's entries at once (else heartbeat age alone). */
     private readonly liveness?: Liveness,
+    /** Host memory: wakes waiters of other processes too. */
+    private readonly waits?: Waits,
   ) {}
 
   private q(w: number): number {
@@ -223,6 +225,7 @@ export class WaitQueues {
     const f = this.rec(r) + R_FUTEX;
     Atomics.add(this.i32, f, 1);
     Atomics.notify(this.i32, f);
+    this.waits?.notify(this.i32, f);
   }
 
   // ---- queues ------------------------------------------------------------------------------

@@ -25,6 +25,15 @@ export interface Addon {
   unlink(name: string): boolean;
   /** Whether a process with this id exists. */
   alive(pid: number): boolean;
+  /** Sets this thread's function that settles its waits: settle(id, result). */
+  setSettler(settle: (id: number, result: 'ok' | 'timed-out' | 'not-equal') => void): void;
+  /** FUTEX_WAKE on a word of a region (its waiters in every process). */
+  wake(buffer: SharedArrayBuffer, byteOffset: number): void;
+  /**
+   * Waits in the addon's waiter thread until the word is woken or differs from `value`, or
+   * `timeoutMs` pass; returns the id settle() is called with.
+   */
+  wait(buffer: SharedArrayBuffer, byteOffset: number, value: number, timeoutMs: number): number;
 }
 
 const ALTERNATIVES =

@@ -2,6 +2,7 @@ import type { MemoryProvider, MemoryRegion, MemoryRequest } from '../options.js'
 import { rangeError, show, typeError } from '../validate.js';
 import { addon } from './addon.js';
 import { LIVENESS_BYTES, processLiveness } from './liveness.js';
+import { hostWaits } from './waits.js';
 
 // A named POSIX shared-memory region holding one limiter (or one ManualClock): a header
 // page, then each part the limiter asked for (its table, SlidingLog's pool of rings), each
@@ -224,6 +225,7 @@ function create(
       created: true,
       name,
       liveness: processLiveness(addon.view(whole, LIVENESS_AT, LIVENESS_BYTES)),
+      waits: hostWaits,
       publish: () => {
         if (published) return;
         published = true;
@@ -330,6 +332,7 @@ function attach(
     name,
     publish: () => {},
     liveness: processLiveness(addon.view(whole, LIVENESS_AT, LIVENESS_BYTES)),
+    waits: hostWaits,
   };
 }
 
