@@ -109,3 +109,21 @@ describe('a limiter in host memory', () => {
     expect(here.stats('key-1999').rejected).toBe(5);
   });
 });
+
+describe('the host-mode example', () => {
+  it('host-processes: three separate processes are granted the bucket capacity once in total', async () => {
+    const { spawn } = await import('node:child_process');
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawn(process.execPath, ['examples/host-processes.mjs'], {
+        cwd: new URL('..', import.meta.url).pathname,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let stdout = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.once('error', reject);
+      child.once('close', () => resolve(stdout));
+    });
+    const summary = JSON.parse(out.trim().split('\n').pop()!);
+    expect(summary).toEqual({ capacity: 100, processes: 3, total: 100 });
+  });
+});
