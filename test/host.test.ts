@@ -3,6 +3,7 @@ import { hostMemory, removeHostMemory } from '../src/host/index.js';
 import {
   type AnyLimiter,
   Concurrency,
+  chain,
   FixedWindow,
   LeakyBucket,
   ManualClock,
@@ -90,6 +91,40 @@ describe('a limiter in host memory', () => {
     const second = await startDecider({ ...spec, tries: 50 });
     expect((await second.go()).granted).toBe(5);
     expect(bucket.tryAcquire('k')).toBe(false);
+  });
+
+  it('a region outlives its processes: limits hold across a restart with nobody attached between', async () => {
+    const name = region('restart');
+    const clockName = region('clock');
+    const options = { capacity: 10, refillPerSecond: 1, keys: 8 };
+    const spec = { cls: 'TokenBucket', options, region: name, clockRegion: clockName, key: 'k' };
+    // Only the children open these regions, one after the other.
+    const before = await startDecider({ ...spec, tries: 50 });
+    const exited = new Promise((r) => before.child.once('exit', r));
+    expect((await before.go()).granted).toBe(10);
+    await exited;
+    const after = await startDecider({ ...spec, tries: 50 });
+    expect((await after.go()).granted).toBe(0);
+  });
+
+  it('chain() of two limiters in host memory takes from both, or from neither', () => {
+    const a = new TokenBucket({
+      capacity: 5,
+      refillPerSecond: 1e-6,
+      keys: 8,
+      memory: hostMemory(region('chain-a')),
+    });
+    const b = new FixedWindow({
+      limit: 3,
+      windowMs: 60_000,
+      keys: 8,
+      memory: hostMemory(region('chain-b')),
+    });
+    const both = chain(a, b);
+    let granted = 0;
+    for (let i = 0; i < 10; i++) if (both.tryAcquire('k')) granted++;
+    expect(granted).toBe(3);
+    expect(a.stats('k').available).toBe(2); // the bucket's take was given back on b's refusals
   });
 
   it('a table that grows in one process is used by the others, to its ceiling', async () => {
