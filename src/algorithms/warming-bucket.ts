@@ -87,6 +87,8 @@ export interface WarmingModel {
   readonly coolDownUs: number;
   /** Quanta per stored permit (a power of two): stored permits are whole quanta, rounded up. */
   readonly quanta: number;
+  /** Quanta of a cold limiter: maxPermits rounded up. */
+  readonly maxQuanta: number;
   /** µs per time unit (a power of two, 1 unless the warm-up is long): the next free time's unit. */
   readonly unitUs: number;
   /** Largest permits one call may take: maxPermits, at least 1, at most 2^31 − 1. */
@@ -129,6 +131,7 @@ export function warmingModel(rate: number, warmupMs: number, coldFactor: number)
     slope,
     coolDownUs,
     quanta: 2 ** e,
+    maxQuanta: Math.ceil(maxPermits * 2 ** e),
     unitUs,
     limit,
     staleUs,
@@ -183,8 +186,6 @@ export class WarmingBucket extends Limiter {
   private readonly m: WarmingModel;
   /** Time units per µs (1 / unitUs, exact: a power of two). */
   private readonly perUs: number;
-  /** µs of idleness per stored permit regained, over µs per unit: units per permit. */
-  private readonly maxQuanta: number;
 
   constructor(options: WarmingBucketOptions) {
     super('WarmingBucket', ALGO_WARMING_BUCKET, WarmingBucket.prepare(options));
@@ -194,7 +195,6 @@ export class WarmingBucket extends Limiter {
     this.m = warmingModel(this.ratePerSecond, this.warmupMs, this.coldFactor);
     this.limit = this.param(0);
     this.perUs = 1 / this.m.unitUs;
-    this.maxQuanta = Math.ceil(this.m.maxPermits * this.m.quanta);
   }
 
   // The same four lines in every class: see Limiter.consume.
@@ -221,13 +221,9 @@ export class WarmingBucket extends Limiter {
 
   // ---- the state: payload = stored quanta × 2^31 + (next free time in units mod 2^31) --
 
-  private units(nowUs: number): number {
-    return Math.floor((nowUs - this.epochUs) * this.perUs);
-  }
-
   /** True when the slot's last grant is so long ago that it is cold whatever it holds. */
-  private cold(p: number, stamp: number, nowUs: number): boolean {
-    return p === W_FRESH || nowUs - this.epochUs >= stamp * STAMP_US + this.m.staleUs;
+  private stale(p: number, stamp: number, rel: number): boolean {
+    return p === W_FRESH || rel >= stamp * STAMP_US + this.m.staleUs;
   }
 
   /** The next free time in units, decoded as the nearest to `now` of its residue. */
@@ -243,8 +239,17 @@ export class WarmingBucket extends Limiter {
     return Math.min(this.m.maxPermits, Math.floor(p / TIME_SPAN) / this.m.quanta);
   }
 
+  /**
+   * When (µs since the epoch) a state with `stored` permits and next free time `next` is
+   * cold again: its debt paid, then storage refilled. From then on it decides as a new key
+   * (exactly maxPermits stored, where Guava's sum could fall an ulp short: never looser).
+   */
+  private coldAtUs(stored: number, next: number): number {
+    return next * this.m.unitUs + (this.m.maxPermits - stored) * this.m.coolDownUs;
+  }
+
   private encode(stored: number, next: number): number {
-    const q = Math.min(this.maxQuanta, Math.ceil(stored * this.m.quanta));
+    const q = Math.min(this.m.maxQuanta, Math.ceil(stored * this.m.quanta));
     return q * TIME_SPAN + (next - Math.floor(next / TIME_SPAN) * TIME_SPAN);
   }
 
@@ -263,12 +268,16 @@ export class WarmingBucket extends Limiter {
   }
 
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
-    const now = this.units(nowUs);
-    if (this.cold(p, stamp, nowUs)) return this.reserve(this.m.maxPermits, now, now, permits);
+    const rel = nowUs - this.epochUs;
+    const now = Math.floor(rel * this.perUs);
+    if (this.stale(p, stamp, rel)) return this.reserve(this.m.maxPermits, now, now, permits);
     const next = this.nextFree(p, now);
     // Pays later: admitted once the previous request's debt is paid.
     if (next > now) return REJECT;
-    return this.reserve(this.stored(p), next, now, permits);
+    const stored = this.stored(p);
+    if (rel >= this.coldAtUs(stored, next))
+      return this.reserve(this.m.maxPermits, now, now, permits);
+    return this.reserve(stored, next, now, permits);
   }
 
   /**
@@ -283,14 +292,19 @@ export class WarmingBucket extends Limiter {
     nowUs: number,
     permits: number,
   ): number {
-    const now = this.units(nowUs);
-    if (this.cold(p, stamp, nowUs)) return this.reserve(this.m.maxPermits, now, now, permits);
+    const rel = nowUs - this.epochUs;
+    const now = Math.floor(rel * this.perUs);
+    if (this.stale(p, stamp, rel)) return this.reserve(this.m.maxPermits, now, now, permits);
     const next = this.nextFree(p, now);
     if (next > now) return REJECT;
-    const since = Math.min(now, this.units(this.core.queuedSinceUs));
-    const floor = now - Math.ceil(this.m.coolDownUs * this.m.maxPermits * this.perUs);
+    const since = Math.min(now, Math.floor((this.core.queuedSinceUs - this.epochUs) * this.perUs));
+    const floor = now - Math.ceil(this.warmupMs * 1000 * this.perUs);
     const at = Math.max(next, since, floor);
-    return this.reserve(this.stored(p), next, at, permits);
+    const stored = this.stored(p);
+    if (at * this.m.unitUs >= this.coldAtUs(stored, next)) {
+      return this.reserve(this.m.maxPermits, at, at, permits);
+    }
+    return this.reserve(stored, next, at, permits);
   }
 
   /**
@@ -299,8 +313,9 @@ export class WarmingBucket extends Limiter {
    * paid there is nothing to give back (storing permits then would only make it colder).
    */
   protected giveBack(p: number, stamp: number, nowUs: number, permits: number): number {
-    if (this.cold(p, stamp, nowUs)) return p;
-    const now = this.units(nowUs);
+    const rel = nowUs - this.epochUs;
+    if (this.stale(p, stamp, rel)) return p;
+    const now = Math.floor(rel * this.perUs);
     const next = this.nextFree(p, now);
     if (next <= now) return p;
     const m = this.m;
@@ -312,25 +327,24 @@ export class WarmingBucket extends Limiter {
   }
 
   protected available(p: number, stamp: number, nowUs: number): number {
-    if (this.cold(p, stamp, nowUs)) return this.limit;
-    const now = this.units(nowUs);
+    const rel = nowUs - this.epochUs;
+    if (this.stale(p, stamp, rel)) return this.limit;
+    const now = Math.floor(rel * this.perUs);
     return this.nextFree(p, now) > now ? 0 : this.limit;
   }
 
   protected untilFreshUs(p: number, stamp: number, nowUs: number): number {
-    if (this.cold(p, stamp, nowUs)) return 0;
-    const now = this.units(nowUs);
-    const next = this.nextFree(p, now);
-    // Cold again once the debt is paid and storage has regained maxPermits.
-    const coldAtUs =
-      next * this.m.unitUs + (this.m.maxPermits - this.stored(p)) * this.m.coolDownUs;
-    return Math.max(0, coldAtUs - (nowUs - this.epochUs));
+    const rel = nowUs - this.epochUs;
+    if (this.stale(p, stamp, rel)) return 0;
+    const next = this.nextFree(p, Math.floor(rel * this.perUs));
+    return Math.max(0, this.coldAtUs(this.stored(p), next) - rel);
   }
 
   protected retryEstimateUs(p: number, stamp: number, nowUs: number): number {
-    if (this.cold(p, stamp, nowUs)) return 0;
-    const next = this.nextFree(p, this.units(nowUs));
-    return Math.max(0, next * this.m.unitUs - (nowUs - this.epochUs));
+    const rel = nowUs - this.epochUs;
+    if (this.stale(p, stamp, rel)) return 0;
+    const next = this.nextFree(p, Math.floor(rel * this.perUs));
+    return Math.max(0, next * this.m.unitUs - rel);
   }
 
   private static prepare(options: WarmingBucketOptions | Attached): Fresh | Attached {
