@@ -802,9 +802,9 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * @internal atomic-limiter/metrics: totals over every key, read when a meter collects
    * (never on the decision path). `admitted` and `rejected` are permits modulo 2^32, those
-   * of keys since reclaimed or reset included; `queued` permits waiting now; `held` slots
-   * given to a key since the table was made, `active` those whose key is not idle (could
-   * not be reclaimed now), `slots` the table's slots now.
+   * of keys since reclaimed or reset included; `queued` permits waiting now; `held` keys
+   * holding a slot (the default key while it has state), `active` slots whose key is not
+   * idle (could not be reclaimed now), `slots` the table's slots now.
    */
   totals(): {
     admitted: number;
@@ -829,11 +829,13 @@ export abstract class Limiter implements SlotPolicy {
       if ((s & PAYLOAD_MASK) !== RESERVED && !this.isIdle(s, w, nowUs)) active++;
     });
     this.core.lastWord = lastWord; // isIdle() sets it
+    // Keyed slots are counted as they are given to a key; the default key while it has state.
+    const d = Atomics.load(i32, this.table.defaultSlot >>> 4);
     return {
       admitted: admitted % 2 ** 32,
       rejected: rejected % 2 ** 32,
       queued,
-      held: Atomics.load(i32, H_INSERTS) >>> 0,
+      held: (Atomics.load(i32, H_INSERTS) >>> 0) + ((d & PAYLOAD_MASK) === FRESH ? 0 : 1),
       active,
       slots: this.table.slotCount(),
     };
