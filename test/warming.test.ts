@@ -29,6 +29,21 @@ function gaps(limiter: WarmingBucket, clock: ManualClock, n: number, key?: strin
 const sum = (xs: number[]) => Math.round(xs.reduce((a, b) => a + b, 0) * 1000) / 1000;
 
 describe('WarmingBucket (Guava SmoothWarmingUp)', () => {
+  it("the Guava port used below gives Guava's own figures (100/s, 2 s warm-up)", () => {
+    const guava = new GuavaWarmingUp(100, 2000);
+    const g: number[] = [];
+    let now = 0;
+    for (let i = 0; i < 201; i++) {
+      expect(guava.tryAcquire(1, now)).toBe(true);
+      expect(guava.tryAcquire(1, now)).toBe(guava.waitMicros(now) === 0);
+      g.push(guava.waitMicros(now));
+      now += guava.waitMicros(now);
+    }
+    expect(g.slice(0, 3)).toEqual([29_900, 29_700, 29_500]);
+    expect([g[99], g[100], g[200]]).toEqual([10_100, 10_000, 10_000]);
+    expect(g.slice(0, 100).reduce((a, b) => a + b)).toBe(2_000_000);
+  });
+
   it('ramps from the cold interval to the stable one: 100/s with a 2 s warm-up', () => {
     const clock = new ManualClock(0);
     const limiter = new WarmingBucket({ ratePerSecond: 100, warmupMs: 2000, clock });
