@@ -106,3 +106,18 @@ describe('atomic-limiter/cluster', () => {
     expect(r.after).toMatchObject({ queued: 0, admitted: 2 });
   });
 });
+
+describe('atomic-limiter/cluster under PM2', () => {
+  const PM2_ENV = fileURLToPath(new URL('./cluster/pm2-env.mjs', import.meta.url));
+
+  it('connectCluster in a PM2 cluster-mode instance throws at once, pointing to host mode', async () => {
+    const r = await runScenario(PM2_ENV, 'cluster_mode');
+    expect(r).toMatchObject({ threw: true, code: 'ERR_CLUSTER_UNAVAILABLE' });
+    expect(r.message).toMatch(/PM2 cluster-mode instance 3.*atomic-limiter\/host/);
+  });
+
+  it("connectCluster in a worker of the application's own cluster under PM2 fork mode works", async () => {
+    const r = await runScenario(PM2_ENV, 'fork_mode');
+    expect(r).toEqual({ threw: false, allowed: true });
+  });
+});
