@@ -1,5 +1,6 @@
 import { diff31 } from '../clock.js';
 import { hashKey } from '../hash.js';
+import { grownLease, leaseAheadDue } from '../permit-blocks.js';
 
 /**
  * Fleet mode's shared memory: per key, the permits this process leased from Redis (a
@@ -366,7 +367,7 @@ export class Blocks {
   grow(s: number, block: number, most: number): void {
     if (Atomics.exchange(this.ints, s * INTS + I_STARVED, 0) !== 1) return;
     const size = this.leaseSize(s, block);
-    if (size < most) Atomics.store(this.ints, s * INTS + I_LEASE, Math.min(2 * size, most));
+    if (size < most) Atomics.store(this.ints, s * INTS + I_LEASE, grownLease(size, most));
   }
 
   /** Slot `s`'s leases back to `block` (its block aged out: the key cooled). */
@@ -454,9 +455,7 @@ export class Blocks {
 
   /** Whether a lease ahead is due for slot `s`, the lease `other` out or not. */
   private dueAhead(s: number, size: number, other: number): boolean {
-    return this.claimLeftMs(s, other) === 0
-      ? size >= 4 && this.permits(s) <= size >> 2
-      : size >= 8 && this.permits(s) <= size >> 3;
+    return leaseAheadDue(this.permits(s), size, this.claimLeftMs(s, other) > 0);
   }
 
   /**

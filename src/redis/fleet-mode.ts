@@ -1,6 +1,7 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
+import { leaseAheadDue } from '../permit-blocks.js';
 import { type Blocks, BOTH_AHEAD, I_FETCH } from './blocks.js';
 import { OffsetBounds } from './offset.js';
 import { Unavailable } from './runner.js';
@@ -203,7 +204,7 @@ export class Fleet {
     // that needed that second one, both at the quarter, in one call (Blocks.claimAhead()).
     if (!this.ahead) return true;
     const size = b.leaseSize(s, this.host.block);
-    if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, owner, tag, size, now);
+    if (leaseAheadDue(b.permits(s), size, false)) this.leaseAhead(b, s, owner, tag, size, now);
     return true;
   }
 
