@@ -138,7 +138,6 @@ export class Blocks {
     const ints = this.ints;
     const home = (fp0 >>> 0) % this.slots;
     let s = home;
-    let spare = -1;
     for (let probe = 0; probe < MAX_PROBE; probe++, s = (s + 1) % this.slots) {
       const b = s * INTS;
       let state = Atomics.load(ints, b + I_STATE);
@@ -154,10 +153,15 @@ export class Blocks {
       if (Atomics.load(ints, b + I_FP0) === fp0 && Atomics.load(ints, b + I_FP1) === fp1) {
         return s;
       }
-      if (spare < 0 && nowMs !== undefined && this.reusable(s, nowMs)) spare = s;
     }
     // Slots never go back to empty, so a probe that met no empty slot and no match proves
     // the tag has none: it may take over the first slot whose block is gone.
+    if (nowMs === undefined) return -1;
+    let spare = -1;
+    s = home;
+    for (let probe = 0; probe < MAX_PROBE && spare < 0; probe++, s = (s + 1) % this.slots) {
+      if (this.reusable(s, nowMs)) spare = s;
+    }
     if (spare < 0) return -1;
     const b = spare * INTS;
     if (Atomics.compareExchange(ints, b + I_STATE, 2, 1) !== 2) return this.slotOf(tag);
