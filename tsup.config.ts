@@ -7,6 +7,7 @@ export default defineConfig({
     redis: 'src/redis/index.ts',
     http: 'src/http/index.ts',
     host: 'src/host/index.ts',
+    metrics: 'src/metrics/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

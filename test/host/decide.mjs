@@ -11,6 +11,7 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
+  WarmingBucket,
 } from '../../dist/index.js';
 
 const spec = JSON.parse(process.argv[2]);
@@ -25,6 +26,7 @@ const classes = {
   SlidingWindow,
   SlidingLog,
   Concurrency,
+  WarmingBucket,
 };
 const Cls = classes[spec.cls];
 const limiter = new Cls({
