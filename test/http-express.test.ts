@@ -147,13 +147,13 @@ describe('rateLimit with Express 5', () => {
     expect(replies.filter((r) => r.status === 200)).toHaveLength(9);
     const refused = replies[9]!;
     expect(refused.status).toBe(429);
-    // The per-second bucket refused: its figures, and the day was not charged.
+    // The per-second bucket refused; the day, asked too, was not charged.
     expect(rateFields(refused.headers)).toEqual({
-      'ratelimit-policy': '"10-in-1s";q=10;w=1',
-      ratelimit: '"10-in-1s";r=0;t=1',
+      'ratelimit-policy': '"10-in-1s";q=10;w=1, "1000-in-86400s";q=1000;w=86400',
+      ratelimit: '"10-in-1s";r=0;t=1, "1000-in-86400s";r=990;t=86400',
       'retry-after': '1',
     });
-    expect(perDay.stats('127.0.0.1').admitted).toBe(10);
+    expect(perDay.stats('127.0.0.1').available).toBe(990);
 
     const old = await serve(
       rateLimit({ limiter: chain(perSecond, perDay), headers: 'draft-6', policyName: ['s', 'd'] }),
@@ -169,6 +169,23 @@ describe('rateLimit with Express 5', () => {
     expect((await request(named.port)).headers.ratelimit).toBe(
       '"burst";r=8;t=1, "daily";r=988;t=86399',
     );
+  });
+
+  it('a chain whose members are all spent sends the Retry-After at which the whole chain admits', async () => {
+    const clock = new ManualClock();
+    const perSecond = new FixedWindow({ limit: 10, windowMs: 1000, clock });
+    const perDay = new FixedWindow({ limit: 10, windowMs: 86_400_000, clock });
+    const { port } = await serve(rateLimit({ limiter: chain(perSecond, perDay) }));
+    expect((await sequence(port, 10)).every((r) => r.status === 200)).toBe(true);
+    // Both spent: the second's window ends in 1 s, the day's in 86 400 s.
+    const refused = await request(port);
+    expect(refused.status).toBe(429);
+    expect(refused.headers['retry-after']).toBe('86400');
+    expect(refused.headers.ratelimit).toBe('"10-in-1s";r=0;t=1, "10-in-86400s";r=0;t=86400');
+    clock.advance(86_400_000 - 1);
+    expect((await request(port)).status).toBe(429);
+    clock.advance(1);
+    expect((await request(port)).status).toBe(200);
   });
 
   it('two middlewares append their draft-8 members instead of overwriting each other', async () => {
