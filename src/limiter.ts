@@ -73,8 +73,6 @@ export type { Key } from './table.js';
  */
 export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
-/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
-const TABLE_FULL_RETRY_MS = 1000;
 /**
  * The longest wait retryAfterUs() computes, 2^52 µs (~143 years; a bucket refilled at
  * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
@@ -441,7 +439,8 @@ export abstract class Limiter implements SlotPolicy {
       return this.untilFreshUs(this.stateAt(w), this.stampOf(w, nowUs), nowUs);
     });
     this.core.lastWord = NO_SLOT;
-    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
+    // None frees by time alone (Concurrency slots held): only a release can help.
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : Number.POSITIVE_INFINITY;
   }
 
   /**

@@ -397,6 +397,20 @@ describe('rateLimit edge cases on node:http', () => {
     expect(outcomes).toEqual([true, false]);
   });
 
+  it('a Concurrency table held full refuses a new key with no Retry-After: no time frees a slot', async () => {
+    const limiter = new Concurrency({ limit: 1, keys: 1, maxKeys: 1 });
+    let held = 0;
+    for (let i = 0; i < 10_000; i++) if (limiter.tryAcquire(`k${i}`)) held++;
+    expect(held).toBe(32);
+    const { port } = await serve({ limiter, key: () => 'new' });
+    const refused = await request(port);
+    expect(refused.status).toBe(429);
+    expect(rateFields(refused.headers)).toEqual({
+      'ratelimit-policy': '"1-concurrent";q=1',
+      ratelimit: '"1-concurrent";r=0;t=0',
+    });
+  });
+
   it('a Concurrency request let through without a slot (whenFull: allow) gives nothing back when it ends', async () => {
     const limiter = new Concurrency({ limit: 1, keys: 64, maxKeys: 64, whenFull: 'allow' });
     const gates = new Map<string, () => void>();
