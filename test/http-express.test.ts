@@ -10,7 +10,9 @@ import {
   SlidingLog,
   TokenBucket,
 } from '../src/index.js';
-import { listen, rateFields, request, sequence, until } from './http/helpers.js';
+import { listen, rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+
+const warnings = watchWarnings();
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -432,15 +434,15 @@ describe('rateLimit with Express 5', () => {
     expect(inner.stats('t:1').admitted).toBe(2);
   });
 
-  it('a limiter that throws or rejects sends the request to the error handler', async () => {
+  it('a limiter that throws or rejects is answered 503 with Retry-After, not by the error handler', async () => {
     const failing = {
       limit: 5,
       consume: () => Promise.reject(new Error('backend down')),
     };
     const a = await serve(rateLimit({ limiter: failing }));
     const r = await request(a.port);
-    expect([r.status, r.body]).toEqual([500, 'error: backend down']);
-    expect(a.errors).toHaveLength(1);
+    expect([r.status, r.body, r.headers['retry-after']]).toEqual([503, 'Service Unavailable', '1']);
+    expect(a.errors).toEqual([]);
     const throwing = {
       limit: 5,
       consume: () => {
@@ -448,7 +450,24 @@ describe('rateLimit with Express 5', () => {
       },
     };
     const b = await serve(rateLimit({ limiter: throwing }));
-    expect((await request(b.port)).body).toBe('error: closed');
+    expect((await request(b.port)).status).toBe(503);
+    expect(b.errors).toEqual([]);
+    // Reported once each, where operators see it.
+    expect(warnings.expected('ATOMIC_LIMITER_HTTP_ERROR').map((w) => w.message)).toEqual([
+      'rateLimit: answered 503: backend down',
+      'rateLimit: answered 503: closed',
+    ]);
+    // onError rethrowing hands it to Express's error handler.
+    const c = await serve(
+      rateLimit({
+        limiter: failing,
+        onError: (error) => {
+          throw error;
+        },
+      }),
+    );
+    expect((await request(c.port)).body).toBe('error: backend down');
+    expect(c.errors).toHaveLength(1);
   });
 
   it('Concurrency: permits held for the response, released once on finish, abort and throw', async () => {

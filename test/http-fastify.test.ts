@@ -2,7 +2,9 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type FastifyRateLimitOptions, fastifyRateLimit } from '../src/http/index.js';
 import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
-import { rateFields, request, sequence, until } from './http/helpers.js';
+import { rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+
+const warnings = watchWarnings();
 
 const apps: FastifyInstance[] = [];
 afterEach(async () => {
@@ -316,20 +318,32 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(JSON.parse(refused.body)).toEqual({ error: 'rate limited' });
     expect(refused.headers['content-type']).toMatch(/^application\/json/);
     expect((await request(port, { headers: { 'x-api-key': 'k2' } })).status).toBe(200);
-    expect(perDay.stats('k1').admitted).toBe(8);
+    expect(perDay.stats('k1').available).toBe(992); // the refused 4 were given back
   });
 
-  it("errors go to Fastify's error handler: a rejecting limiter, a key function that throws", async () => {
+  it("a rejecting limiter is answered 503 with Retry-After; onError rethrowing and a key function that throws go to Fastify's error handler", async () => {
     const app = Fastify();
     const seen: string[] = [];
     app.setErrorHandler((error, _request, reply) => {
       seen.push((error as Error).message);
-      reply.code(503).send('handled');
+      reply.code(500).send('handled');
     });
-    await app.register(fastifyRateLimit, {
-      limiter: { limit: 5, consume: () => Promise.reject(new Error('backend down')) },
-    });
+    const failing = { limit: 5, consume: () => Promise.reject(new Error('backend down')) };
+    await app.register(fastifyRateLimit, { limiter: failing });
     app.get('/', async () => 'ok');
+    app.get(
+      '/rethrow',
+      {
+        config: {
+          rateLimit: {
+            onError: (error: Error) => {
+              throw error;
+            },
+          },
+        },
+      },
+      async () => 'ok',
+    );
     app.get(
       '/key',
       {
@@ -345,7 +359,14 @@ describe('fastifyRateLimit with Fastify 5', () => {
       async () => 'ok',
     );
     const port = await start(app);
-    expect((await request(port)).body).toBe('handled');
+    const down = await request(port);
+    expect([down.status, down.body, down.headers['retry-after']]).toEqual([
+      503,
+      'Service Unavailable',
+      '1',
+    ]);
+    expect(warnings.expected('ATOMIC_LIMITER_HTTP_ERROR')).toHaveLength(1);
+    expect((await request(port, { path: '/rethrow' })).body).toBe('handled');
     expect((await request(port, { path: '/key' })).body).toBe('handled');
     expect(seen).toEqual(['backend down', 'no key']);
   });

@@ -7,7 +7,9 @@ import { rateLimit } from '../src/http/index.js';
 import { headerTable, tableSink } from '../src/http/out-headers.js';
 import { FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
 import type { Decision } from '../src/options.js';
-import { listen, rateFields, request, sequence } from './http/helpers.js';
+import { listen, rateFields, request, sequence, watchWarnings } from './http/helpers.js';
+
+watchWarnings();
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {

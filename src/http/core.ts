@@ -57,8 +57,13 @@ export interface Host<Req, Res> {
     d: Decision,
     retryAfter: string | undefined,
   ): boolean;
-  /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
-  send(res: Res, statusCode: number, body: unknown): void;
+  /**
+   * Sends a refusal: `body` is a string (text/plain) or any other value (JSON); with
+   * `Retry-After` when given.
+   */
+  send(res: Res, statusCode: number, body: unknown, retryAfter?: string): void;
+  /** Whether the response has been sent or has started. */
+  answered(res: Res): boolean;
 }
 
 /** The client is gone (or the response ended) when this is true. */
@@ -156,6 +161,14 @@ function holdsPermits(limiter: unknown): boolean | undefined {
 
 const NONE: readonly LimiterFace[] = [];
 
+const MAX_WARNINGS = 20;
+
+/**
+ * `Retry-After` of the 503 sent when the limiter's backend cannot be reached: when it
+ * returns is unknown, so a short wait, as a hint to come back soon rather than hammer.
+ */
+const UNAVAILABLE_RETRY_AFTER = '1';
+
 /** Reports a failure that has no request left to go to (a release after the response). */
 function reportLate(error: unknown): void {
   warnGiveBackFailed('atomic-limiter/http', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
@@ -179,6 +192,8 @@ export class Engine<Req, Res> {
   // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
   private holds: boolean | undefined;
   private warnedNoAddress = false;
+  // Failure messages reported as warnings (at most MAX_WARNINGS distinct ones).
+  private readonly warned = new Set<string>();
   // tookFrom()'s answers for a limiter that is not a chain: no array made per request.
   private readonly self: readonly LimiterFace[];
   // Writes `Retry-After` alone: made when a wait first times out.
@@ -193,7 +208,70 @@ export class Engine<Req, Res> {
     this.self = [c.limiter as LimiterFace];
   }
 
+  /**
+   * Decides a request: GO, or ANSWERED (refused, or answered 503 because the limiter
+   * failed; see failed()). Throws (or rejects) with what goes to the framework's error
+   * path: an option's function that failed, or `onError` throwing.
+   */
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
+    let r: Outcome | Promise<Outcome>;
+    try {
+      r = this.start(req, res);
+    } catch (error) {
+      return this.failed(req, res, error);
+    }
+    if (typeof r === 'number') return r;
+    return r.then(undefined, (error) => this.failed(req, res, error));
+  }
+
+  /**
+   * A failure while deciding. The limiter's own (its backend unreachable under
+   * `whenUnavailable: 'throw'`): `onError` when given — it answers, returns true to let the
+   * request go on, or throws to hand the error to the framework — else a 503 with
+   * `Retry-After`, reported once as a process warning. Anything else is rethrown.
+   */
+  private failed(req: Req, res: Res, error: unknown): Outcome | Promise<Outcome> {
+    if (!isLimiterError(error)) throw error;
+    const onError = this.c.onError;
+    if (onError === undefined) return this.unavailable(res, error as Error);
+    const r = onError(error as Error, req, res);
+    if (isThenable(r)) return Promise.resolve(r).then((v) => this.afterOnError(res, error, v));
+    return this.afterOnError(res, error, r);
+  }
+
+  private afterOnError(res: Res, error: unknown, result: unknown): Outcome {
+    if (result === true) return GO;
+    if (this.host.answered(res)) return ANSWERED;
+    return this.unavailable(res, error as Error, false);
+  }
+
+  /**
+   * The default answer to a limiter that failed: 503, `Retry-After`, never the error
+   * itself; `report`: a warning, unless `onError` saw the error.
+   */
+  private unavailable(res: Res, error: Error, report = true): Outcome {
+    const raw = this.host.rawRes(res);
+    const started = this.host.answered(res);
+    const message = `${error?.message ?? show(error)}`;
+    if (report && this.warned.size < MAX_WARNINGS && !this.warned.has(message)) {
+      // Nobody else sees it: the framework's error handler is not involved.
+      this.warned.add(message);
+      const what = started ? 'closed a response already started' : 'answered 503';
+      process.emitWarning(`${this.owner}: ${what}: ${message}`, {
+        code: 'ATOMIC_LIMITER_HTTP_ERROR',
+      });
+    }
+    if (closed(raw)) return ANSWERED;
+    if (started) {
+      // Cannot become a 503 any more; ended as a framework's final handler would.
+      raw.destroy();
+      return ANSWERED;
+    }
+    this.host.send(res, 503, 'Service Unavailable', UNAVAILABLE_RETRY_AFTER);
+    return ANSWERED;
+  }
+
+  private start(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
     const via = this.host.visit(req, res, this);
     if (via === REVISIT) return GO;

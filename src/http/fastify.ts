@@ -95,7 +95,9 @@ const fastifyHost: Host<FastifyRequest, FastifyReply> = {
     writer.write(fieldsOf(reply) === undefined ? replySink : fieldsSink, reply, d, retryAfter);
     return true;
   },
-  send(reply, statusCode, body) {
+  answered: (reply) => reply.sent || reply.raw.headersSent,
+  send(reply, statusCode, body, retryAfter) {
+    if (retryAfter !== undefined) reply.header('retry-after', retryAfter);
     reply.code(statusCode).send(body);
   },
 };

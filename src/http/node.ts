@@ -27,7 +27,9 @@ export type NodeRequest = IncomingMessage & { ip?: string };
  * The middleware `rateLimit()` returns. Express 5 / Connect: `(req, res, next)`. Plain
  * node:http: `await limit(req, res)` resolves `true` when the request may go on; otherwise
  * the response has been answered (the refusal, or 503 when the limiter failed, 500 when an
- * option's function did) and it resolves `false`. It never rejects.
+ * option's function did) and it resolves `false`. It never rejects. Under Express and
+ * Connect, a failed limiter is answered 503 as well (see `onError`); an option's function
+ * that fails goes to `next(err)`.
  */
 export interface RateLimitMiddleware<Req extends IncomingMessage = NodeRequest> {
   (req: Req, res: ServerResponse, next: (error?: unknown) => void): void;
@@ -105,10 +107,12 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
       throw error;
     }
   },
-  send(res, statusCode, body) {
+  answered: (res) => res.headersSent || res.writableEnded,
+  send(res, statusCode, body, retryAfter) {
     const text = typeof body === 'string';
     const payload = text ? body : JSON.stringify(body);
     res.statusCode = statusCode;
+    if (retryAfter !== undefined) res.setHeader('Retry-After', retryAfter);
     if (!text || !res.hasHeader('Content-Type')) {
       res.setHeader(
         'Content-Type',
@@ -146,9 +150,10 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
   const warned = new Set<string>();
 
   /**
-   * node:http: answers 503 (the limiter failed) or 500 (an option's function did); a
-   * response the handler had already started cannot become either, so it is ended by
-   * closing its connection (as Express's final handler does): never left hanging.
+   * node:http: answers 500 (an option's function failed, or onError threw; 503 when it
+   * rethrew the limiter's error); a response the handler had already started cannot
+   * become either, so it is ended by closing its connection (as Express's final handler
+   * does): never left hanging.
    */
   function fail(res: ServerResponse, error: unknown): boolean {
     const status = isLimiterError(error) ? 503 : 500;
@@ -165,7 +170,8 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
       res.destroy();
       return false;
     }
-    nodeHost.send(res, status, status === 503 ? 'Service Unavailable' : 'Internal Server Error');
+    if (status === 503) nodeHost.send(res, 503, 'Service Unavailable', '1');
+    else nodeHost.send(res, 500, 'Internal Server Error');
     return false;
   }
 

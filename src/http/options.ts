@@ -60,6 +60,14 @@ export interface RateLimitOptions<Req, Res> {
   message?: Message | ((req: Req, decision: Decision) => Message | PromiseLike<Message>);
   /** Answers a refusal yourself (instead of `statusCode` and `message`). */
   onRejected?: (req: Req, res: Res, decision: Decision) => unknown;
+  /**
+   * Called when the limiter fails (its backend unreachable under `whenUnavailable:
+   * 'throw'`), instead of the default answer (503 with `Retry-After`). It may answer the
+   * request itself, return (or resolve) `true` to let the request go on unlimited, or
+   * throw (reject) to hand the error to the framework's error handler. If it does none of
+   * these, the default answer is sent.
+   */
+  onError?: (error: Error, req: Req, res: Res) => unknown;
   /** Requests to let through without asking the limiter. */
   skip?: (req: Req) => boolean;
   /** Wait in the limiter's FIFO queue (`acquire()`) instead of refusing at once. */
@@ -82,6 +90,7 @@ export interface Config<Req, Res> {
   readonly statusCode: number;
   readonly message: unknown;
   readonly onRejected: ((req: Req, res: Res, decision: Decision) => unknown) | undefined;
+  readonly onError: ((error: Error, req: Req, res: Res) => unknown) | undefined;
   readonly skip: ((req: Req) => unknown) | undefined;
   readonly wait: false | { readonly timeoutMs: number | undefined };
 }
@@ -96,6 +105,7 @@ export const OPTION_NAMES = [
   'statusCode',
   'message',
   'onRejected',
+  'onError',
   'skip',
   'wait',
   'trustProxy',
@@ -184,6 +194,7 @@ export function readOptions<Req, Res>(
     statusCode,
     message,
     onRejected: fnOption(owner, 'onRejected', o.onRejected) as Config<Req, Res>['onRejected'],
+    onError: fnOption(owner, 'onError', o.onError) as Config<Req, Res>['onError'],
     skip: fnOption(owner, 'skip', o.skip) as Config<Req, Res>['skip'],
     wait,
   };
