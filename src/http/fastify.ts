@@ -46,24 +46,7 @@ function isFields(x: unknown): boolean {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
 }
 
-// Fastify keeps a request's route context under a symbol of its own (named below; stable
-// since Fastify 3): its `config` is the route's (a copy made after the onRoute hooks ran,
-// own symbols included), with `url` undefined for the 404 handler. `request.routeOptions`
-// reads the same, but builds an object of twelve fields on every read.
-const CONTEXT_SYMBOL = 'fastify.context';
 type RouteConfig = Record<PropertyKey, unknown>;
-let contextKey: symbol | undefined;
-
-function routeConfigOf(request: FastifyRequest): RouteConfig | undefined {
-  const r = request as unknown as Record<symbol, { config?: RouteConfig } | undefined>;
-  if (contextKey === undefined) {
-    contextKey = Object.getOwnPropertySymbols(request).find(
-      (s) => s.description === CONTEXT_SYMBOL,
-    );
-    if (contextKey === undefined) return request.routeOptions.config as unknown as RouteConfig;
-  }
-  return r[contextKey]?.config;
-}
 
 const replySink: HeaderSink<FastifyReply> = {
   setHeader(reply, field, value) {
@@ -228,19 +211,21 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     counting.add(h.limiter);
     routeConfig[COUNTING] = counting;
   });
-  // Routes added before this plugin loaded (declared first, or right after an
-  // `app.register()` that was not awaited) never reach onRoute: one app-level hook finds
-  // them by their context, and limits them as the routes it saw (their options read at
-  // their first request, not at startup). It costs every request a hook call (0.05–0.1 µs),
-  // so it is added only when some route exists already (Fastify prints an empty router as
-  // "(empty tree)"; were that to change, the hook would be added, to no harm).
+  // Requests no route of the plugin's saw: those of the not-found handler (Fastify's own
+  // or setNotFoundHandler's; no onRoute for them), limited like any other request; and
+  // routes added before this plugin loaded (declared first, or right after an
+  // `app.register()` that was not awaited), which never reach onRoute. One app-level hook
+  // serves both; it costs every request a hook call (0.05–0.1 µs).
   const before = app.printRoutes({ commonPrefix: false }).trim();
-  if (before !== '' && before !== '(empty tree)') addLateRoutesHook(app, owner, seen, hookOf);
+  // Fastify prints an empty router as "(empty tree)"; were that to change, the late-routes
+  // part would be on, to no harm.
+  const late = before !== '' && before !== '(empty tree)';
+  addAppHook(app, owner, seen, hookOf, shared, late);
   done();
 };
 
-/** The app-level hook of a plugin for routes added before it loaded (see above). */
-function addLateRoutesHook(
+/** The app-level hook of a plugin: the not-found handler, and routes added before it. */
+function addAppHook(
   app: FastifyInstance,
   owner: string,
   seen: symbol,
@@ -249,18 +234,27 @@ function addLateRoutesHook(
     where: string,
     taken: Set<unknown> | undefined,
   ) => { limiter: unknown; hook: ReturnType<typeof hookFor> } | undefined,
+  shared: ReturnType<typeof hookFor>,
+  lateRoutes: boolean,
 ): void {
   const late = new WeakMap<RouteConfig, ReturnType<typeof hookFor> | Error | null>();
-  app.addHook('onRequest', function atomicLimiterLateRoutes(request, reply, next) {
-    const routeConfig = routeConfigOf(request);
-    // The 404 handler (no url) is no route: not limited, as without this hook.
-    if (routeConfig === undefined || routeConfig[seen] === true || routeConfig.url === undefined) {
+  app.addHook('onRequest', function atomicLimiterAppHook(request, reply, next) {
+    if (request.is404) {
+      shared(request, reply, next);
+      return;
+    }
+    if (!lateRoutes) {
+      next();
+      return;
+    }
+    const routeConfig = request.routeOptions.config as unknown as RouteConfig;
+    if (routeConfig[seen] === true) {
       next();
       return;
     }
     let h = late.get(routeConfig);
     if (h === undefined) {
-      const where = `${owner} (route ${show(routeConfig.method)} ${show(routeConfig.url)}, added before the plugin)`;
+      const where = `${owner} (route ${show(request.routeOptions.method)} ${show(request.routeOptions.url)}, added before the plugin)`;
       try {
         const counting = (routeConfig[COUNTING] ??= new Set()) as Set<unknown>;
         const found = hookOf(routeConfig.rateLimit, where, counting);
