@@ -106,6 +106,26 @@ export class Chain<M extends ChainMember = ChainMember> {
   }
 
   /**
+   * @internal From now on, each granted Decision records when each member took its permits
+   * (see takenTimes()): for a give-back long after the call (the HTTP middleware's
+   * `refundWhen`), to the window the permits came from.
+   */
+  reportTakenTimes(): void {
+    this.reports = true;
+  }
+
+  /**
+   * @internal For a Decision this chain granted (after reportTakenTimes()): when each member,
+   * nested chains flattened, took its permits, on that member's clock; NaN where unknown (a
+   * member that is not in memory, or a Decision not recorded).
+   */
+  takenTimes(decision: object): number[] {
+    const out: number[] = [];
+    flattenTimes(this, reportedTimes.get(decision), out);
+    return out;
+  }
+
+  /**
    * @internal Gives back what a call took, each member to the window its permits came from
    * (`times`, as reported: see reportedTimes); without them, a refund.
    */
@@ -439,6 +459,14 @@ export class Chain<M extends ChainMember = ChainMember> {
     if (this.reports) reportedTimes.set(lease, times);
     return lease;
   }
+}
+
+function flattenTimes(c: Chain, times: Float64Array | undefined, out: number[]): void {
+  const nested = times === undefined ? undefined : nestedTimes.get(times);
+  c.limiters.forEach((l, j) => {
+    if (l instanceof Chain) flattenTimes(l, nested?.[j], out);
+    else out.push(times !== undefined && l instanceof Limiter ? times[j]! : Number.NaN);
+  });
 }
 
 class ChainLease implements Lease {

@@ -112,6 +112,18 @@ describe('rateLimit() checks every option when it is made', () => {
       TypeError,
       /option "onError" must be a function, got 503/,
     ],
+    [
+      'refundWhen',
+      { limiter, refundWhen: 'failed' },
+      TypeError,
+      /option "refundWhen" must be a function, got "failed"/,
+    ],
+    [
+      'refundWhen without refund()',
+      { limiter: { consume: () => limiter.consume() }, refundWhen: () => true },
+      TypeError,
+      /option "refundWhen" needs a limiter with refund\(\)/,
+    ],
     ['skip', { limiter, skip: 'no' }, TypeError, /option "skip" must be a function/],
     ['wait type', { limiter, wait: 'yes' }, TypeError, /option "wait"/],
     [

@@ -220,4 +220,40 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       await lone.close();
     }
   });
+
+  it('refundWhen gives a Redis limiter its permits back when the response finishes', async () => {
+    const clock = new ManualClock();
+    const limiter = new redisLimiters.SlidingWindow({
+      redis,
+      prefix: 'http-refund-test',
+      limit: 2,
+      windowMs: 60_000,
+      clock,
+    });
+    const limit = rateLimit({
+      limiter,
+      key: () => 'u',
+      refundWhen: (_req, res) => res.statusCode < 400,
+    });
+    const server = http.createServer(async (req, res) => {
+      if (!(await limit(req, res))) return;
+      res.statusCode = req.headers['x-fail'] ? 401 : 200;
+      res.end();
+    });
+    const { port, close } = await listen(server);
+    try {
+      for (let i = 0; i < 4; i++) {
+        expect((await request(port)).status).toBe(200);
+        // Each success back before the next request.
+        while ((await limiter.stats('u')).available !== 2) {
+          await new Promise((r) => setImmediate(r));
+        }
+      }
+      const failing = { headers: { 'x-fail': '1' } };
+      expect((await sequence(port, 3, failing)).map((r) => r.status)).toEqual([401, 401, 429]);
+    } finally {
+      await close();
+      limiter.close();
+    }
+  });
 });

@@ -164,6 +164,43 @@ const NONE: readonly LimiterFace[] = [];
 const MAX_WARNINGS = 20;
 
 /**
+ * An in-memory limiter, by its methods: this module may be a copy of the package's other
+ * than the limiter's (the http entry point is bundled on its own), so no instanceof.
+ * `refundTaken` gives back to the window of `takenUs` (its clock; NaN: now).
+ */
+interface InMemory {
+  readonly lastDecisionUs: number;
+  refundTaken(key: Key, permits: number, takenUs: number): void;
+}
+
+function isInMemory(l: unknown): l is InMemory {
+  return (
+    typeof (l as InMemory).refundTaken === 'function' &&
+    typeof (l as InMemory).lastDecisionUs === 'number'
+  );
+}
+
+/** A chain(), able to say when its members took a granted call's permits. */
+interface ChainOf {
+  readonly limiters: readonly unknown[];
+  reportTakenTimes(): void;
+  takenTimes(decision: object): number[];
+}
+
+function isChainOf(l: unknown): l is ChainOf {
+  return isChain(l) && typeof (l as Partial<ChainOf>).takenTimes === 'function';
+}
+
+/** Gives permits back to one limiter (not a chain), to the window of `takenUs` in memory. */
+function refundOne(l: unknown, key: Key, permits: number, takenUs: number): void {
+  if (isInMemory(l)) releaseLate(() => l.refundTaken(key, permits, takenUs));
+  else {
+    const r = l as { refund?(k: Key, p: number): unknown };
+    if (typeof r.refund === 'function') releaseLate(() => r.refund!(key, permits));
+  }
+}
+
+/**
  * `Retry-After` of the 503 sent when the limiter's backend cannot be reached: when it
  * returns is unknown, so a short wait, as a hint to come back soon rather than hammer.
  */
@@ -196,6 +233,8 @@ export class Engine<Req, Res> {
   private readonly warned = new Set<string>();
   // tookFrom()'s answers for a limiter that is not a chain: no array made per request.
   private readonly self: readonly LimiterFace[];
+  // The limiter when it is an in-memory one and refundWhen is set (see decide()).
+  private readonly inMemory: InMemory | undefined;
   // Writes `Retry-After` alone: made when a wait first times out.
   private retryAfterOnly: HeaderWriter | undefined;
 
@@ -206,6 +245,76 @@ export class Engine<Req, Res> {
   ) {
     this.holds = holdsPermits(c.limiter);
     this.self = [c.limiter as LimiterFace];
+    if (c.refundWhen !== undefined) {
+      if (isInMemory(c.limiter)) this.inMemory = c.limiter;
+      else if (isChainOf(c.limiter)) c.limiter.reportTakenTimes();
+    }
+  }
+
+  /**
+   * `refundWhen`: asked once the response has finished (all of it handed to the
+   * connection); when it says true, the request's permits go back to the limiter that gave
+   * them, each to the window it came from (in memory; a Redis or cluster limiter's refund
+   * credits the window current then). Held permits (Concurrency) are not refunded: they come
+   * back when the response closes. A response that never finishes (the client went away
+   * first) keeps its permits counted. A refundWhen that throws, or answers other than a
+   * boolean, keeps them counted and is reported as a warning.
+   */
+  private refundWhenDone(
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    d: Decision | Lease,
+    takenUs: number,
+  ): void {
+    const raw = this.host.rawRes(res);
+    if (raw.writableFinished) return; // finished before the limiter answered: nothing to ask
+    raw.once('finish', () => {
+      let give: unknown;
+      try {
+        give = this.c.refundWhen!(req, res);
+      } catch (error) {
+        this.warnOnce(
+          `${this.owner}: option "refundWhen" threw (the request's permits stay counted): ${(error as Error)?.message ?? show(error)}`,
+          'ATOMIC_LIMITER_REFUND_WHEN_FAILED',
+        );
+        return;
+      }
+      if (give === false) return;
+      if (give !== true) {
+        this.warnOnce(
+          `${this.owner}: option "refundWhen" must return a boolean, got ${show(give)} (the request's permits stay counted)`,
+          'ATOMIC_LIMITER_REFUND_WHEN_FAILED',
+        );
+        return;
+      }
+      this.giveBack(key, permits, d, takenUs);
+    });
+  }
+
+  /** Gives a finished request's permits back (see refundWhenDone). */
+  private giveBack(key: Key, permits: number, d: Decision | Lease, takenUs: number): void {
+    const limiter = this.c.limiter;
+    if (isChainOf(limiter)) {
+      const members = flattenLimiters(limiter);
+      const times = limiter.takenTimes(d);
+      // A lease (wait) has no member decisions: every member took.
+      const decisions = flattenDecisions(limiter, d as Decision);
+      members.forEach((m, i) => {
+        // Held permits come back at close; a member that took nothing has nothing to give.
+        if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
+        refundOne(m, key, permits, times[i]!);
+      });
+      return;
+    }
+    if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
+  }
+
+  private warnOnce(message: string, code: string): void {
+    if (this.warned.size >= MAX_WARNINGS || this.warned.has(message)) return;
+    this.warned.add(message);
+    process.emitWarning(message, { code });
   }
 
   /**
@@ -353,7 +462,9 @@ export class Engine<Req, Res> {
       throw markLimiterError(this.owner, error);
     }
     if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
-    return this.conclude(req, res, via, key, permits, d);
+    // When an in-memory limiter took them: a refund later goes to that window.
+    const takenUs = this.inMemory === undefined ? Number.NaN : this.inMemory.lastDecisionUs;
+    return this.conclude(req, res, via, key, permits, d, takenUs);
   }
 
   private async decideLater(
@@ -375,7 +486,7 @@ export class Engine<Req, Res> {
       if (d.allowed && this.holding()) this.release(key, permits, this.tookFrom(d));
       return ANSWERED;
     }
-    return this.conclude(req, res, via, key, permits, d);
+    return this.conclude(req, res, via, key, permits, d, Number.NaN);
   }
 
   /**
@@ -408,12 +519,17 @@ export class Engine<Req, Res> {
     key: Key,
     permits: number,
     d: Decision,
+    takenUs: number,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
       // Nothing to write, nothing touched: a response with no fields is left as it was.
       if (c.headers.enabled) this.host.writeFields(res, via, c.headers, d, undefined);
       if (this.holding()) this.holdUntilClosed(req, res, key, permits, this.tookFrom(d));
+      // Allowed with nothing taken (no slot, no backend): nothing to give back.
+      if (c.refundWhen !== undefined && d.reason === undefined) {
+        this.refundWhenDone(req, res, key, permits, d, takenUs);
+      }
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
@@ -480,6 +596,9 @@ export class Engine<Req, Res> {
       return ANSWERED;
     }
     if (this.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
+    // Given back as taken when it finishes (a chain's lease tells when each member took).
+    if (this.c.refundWhen !== undefined)
+      this.refundWhenDone(req, res, key, permits, lease, Number.NaN);
     return GO;
   }
 

@@ -29,6 +29,8 @@ export interface HttpLimiter {
     options?: { signal?: AbortSignal; timeoutMs?: number },
   ): PromiseLike<Lease>;
   release?(key?: Key, permits?: number): unknown;
+  /** Needed for `refundWhen`. */
+  refund?(key?: Key, permits?: number): unknown;
   readonly limit?: number;
   readonly algorithm?: string;
   readonly queueLimit?: number;
@@ -68,6 +70,12 @@ export interface RateLimitOptions<Req, Res> {
    * these, the default answer is sent.
    */
   onError?: (error: Error, req: Req, res: Res) => unknown;
+  /**
+   * Asked when the response has finished: true gives the request's permits back (a login
+   * route that counts failed attempts only: `(req, res) => res.statusCode < 400`). A
+   * response that never finishes (its client went away) stays counted.
+   */
+  refundWhen?: (req: Req, res: Res) => boolean;
   /** Requests to let through without asking the limiter. */
   skip?: (req: Req) => boolean;
   /** Wait in the limiter's FIFO queue (`acquire()`) instead of refusing at once. */
@@ -91,6 +99,7 @@ export interface Config<Req, Res> {
   readonly message: unknown;
   readonly onRejected: ((req: Req, res: Res, decision: Decision) => unknown) | undefined;
   readonly onError: ((error: Error, req: Req, res: Res) => unknown) | undefined;
+  readonly refundWhen: ((req: Req, res: Res) => unknown) | undefined;
   readonly skip: ((req: Req) => unknown) | undefined;
   readonly wait: false | { readonly timeoutMs: number | undefined };
 }
@@ -106,6 +115,7 @@ export const OPTION_NAMES = [
   'message',
   'onRejected',
   'onError',
+  'refundWhen',
   'skip',
   'wait',
   'trustProxy',
@@ -118,6 +128,14 @@ function fnOption(owner: string, name: string, value: unknown) {
     throw typeError(`${owner}: option "${name}" must be a function, got ${show(value)}`);
   }
   return value as ((...args: never[]) => unknown) | undefined;
+}
+
+function refundWhenOption(owner: string, limiter: HttpLimiter, value: unknown) {
+  const f = fnOption(owner, 'refundWhen', value);
+  if (f !== undefined && typeof limiter.refund !== 'function') {
+    throw typeError(`${owner}: option "refundWhen" needs a limiter with refund()`);
+  }
+  return f;
 }
 
 /** Checks every option; a bad one is a TypeError or RangeError naming it. */
@@ -195,6 +213,7 @@ export function readOptions<Req, Res>(
     message,
     onRejected: fnOption(owner, 'onRejected', o.onRejected) as Config<Req, Res>['onRejected'],
     onError: fnOption(owner, 'onError', o.onError) as Config<Req, Res>['onError'],
+    refundWhen: refundWhenOption(owner, limiter, o.refundWhen) as Config<Req, Res>['refundWhen'],
     skip: fnOption(owner, 'skip', o.skip) as Config<Req, Res>['skip'],
     wait,
   };
