@@ -15,7 +15,8 @@ import {
   retryAfterSeconds,
   retryAfterWaited,
 } from './headers.js';
-import type { Config } from './options.js';
+import type { Config, HttpLimiter } from './options.js';
+import { isChainOf, isInMemory, type Plan } from './plan.js';
 
 /**
  * The one decision path every server style shares. `run()` answers synchronously while
@@ -149,46 +150,53 @@ function markLimiterError(owner: string, thrown: unknown): Error {
   return error;
 }
 
-/** Whether the limiter holds permits until released (Concurrency, or a chain with one). */
-function holdsPermits(limiter: unknown): boolean | undefined {
-  let unknown = false;
-  for (const l of flattenLimiters(limiter) as LimiterFace[]) {
-    if (l.algorithm === 'Concurrency') return true;
-    if (typeof l.algorithm !== 'string') unknown = true;
-  }
-  return unknown ? undefined : false;
-}
-
 const NONE: readonly LimiterFace[] = [];
 
 const MAX_WARNINGS = 20;
 
 /**
- * An in-memory limiter, by its methods: this module may be a copy of the package's other
- * than the limiter's (the http entry point is bundled on its own), so no instanceof.
- * `refundTaken` gives back to the window of `takenUs` (its clock; NaN: now).
+ * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
+ * chain's Concurrency members, unless allowed without taking anything — with no slot
+ * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
+ * would free permits that other requests hold.
  */
-interface InMemory {
-  readonly lastDecisionUs: number;
-  refundTaken(key: Key, permits: number, takenUs: number): void;
-}
-
-function isInMemory(l: unknown): l is InMemory {
-  return (
-    typeof (l as InMemory).refundTaken === 'function' &&
-    typeof (l as InMemory).lastDecisionUs === 'number'
+function tookFrom(plan: Plan, d: Decision): readonly LimiterFace[] {
+  const limiter = plan.limiter as LimiterFace;
+  if (!isChain(limiter)) return d.reason === undefined ? plan.self : NONE;
+  const members = flattenLimiters(limiter);
+  const decisions = flattenDecisions(limiter, d);
+  return members.filter(
+    (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
   );
 }
 
-/** A chain(), able to say when its members took a granted call's permits. */
-interface ChainOf {
-  readonly limiters: readonly unknown[];
-  reportTakenTimes(): void;
-  takenTimes(decision: object): number[];
+function release(key: Key, permits: number, from: readonly LimiterFace[]): void {
+  for (const l of from) {
+    releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
+  }
 }
 
-function isChainOf(l: unknown): l is ChainOf {
-  return isChain(l) && typeof (l as Partial<ChainOf>).takenTimes === 'function';
+/** Gives a finished request's permits back (see Engine.refundWhenDone). */
+function giveBack(
+  limiter: HttpLimiter,
+  key: Key,
+  permits: number,
+  d: Decision | Lease,
+  takenUs: number,
+): void {
+  if (isChainOf(limiter)) {
+    const members = flattenLimiters(limiter);
+    const times = limiter.takenTimes(d);
+    // A lease (wait) has no member decisions: every member took.
+    const decisions = flattenDecisions(limiter, d as Decision);
+    members.forEach((m, i) => {
+      // Held permits come back at close; a member that took nothing has nothing to give.
+      if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
+      refundOne(m, key, permits, times[i]!);
+    });
+    return;
+  }
+  if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
 }
 
 /** Gives permits back to one limiter (not a chain), to the window of `takenUs` in memory. */
@@ -226,30 +234,15 @@ function releaseLate(release: () => unknown): void {
 }
 
 export class Engine<Req, Res> {
-  // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
-  private holds: boolean | undefined;
   private warnedNoAddress = false;
   // Failure messages reported as warnings (at most MAX_WARNINGS distinct ones).
   private readonly warned = new Set<string>();
-  // tookFrom()'s answers for a limiter that is not a chain: no array made per request.
-  private readonly self: readonly LimiterFace[];
-  // The limiter when it is an in-memory one and refundWhen is set (see decide()).
-  private readonly inMemory: InMemory | undefined;
-  // Writes `Retry-After` alone: made when a wait first times out.
-  private retryAfterOnly: HeaderWriter | undefined;
 
   constructor(
     private readonly host: Host<Req, Res>,
     private readonly c: Config<Req, Res>,
     private readonly owner: string,
-  ) {
-    this.holds = holdsPermits(c.limiter);
-    this.self = [c.limiter as LimiterFace];
-    if (c.refundWhen !== undefined) {
-      if (isInMemory(c.limiter)) this.inMemory = c.limiter;
-      else if (isChainOf(c.limiter)) c.limiter.reportTakenTimes();
-    }
-  }
+  ) {}
 
   /**
    * `refundWhen`: asked once the response has finished (all of it handed to the
@@ -261,6 +254,7 @@ export class Engine<Req, Res> {
    * boolean, keeps them counted and is reported as a warning.
    */
   private refundWhenDone(
+    plan: Plan,
     req: Req,
     res: Res,
     key: Key,
@@ -289,26 +283,8 @@ export class Engine<Req, Res> {
         );
         return;
       }
-      this.giveBack(key, permits, d, takenUs);
+      giveBack(plan.limiter, key, permits, d, takenUs);
     });
-  }
-
-  /** Gives a finished request's permits back (see refundWhenDone). */
-  private giveBack(key: Key, permits: number, d: Decision | Lease, takenUs: number): void {
-    const limiter = this.c.limiter;
-    if (isChainOf(limiter)) {
-      const members = flattenLimiters(limiter);
-      const times = limiter.takenTimes(d);
-      // A lease (wait) has no member decisions: every member took.
-      const decisions = flattenDecisions(limiter, d as Decision);
-      members.forEach((m, i) => {
-        // Held permits come back at close; a member that took nothing has nothing to give.
-        if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
-        refundOne(m, key, permits, times[i]!);
-      });
-      return;
-    }
-    if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
   }
 
   private warnOnce(message: string, code: string): void {
@@ -385,9 +361,26 @@ export class Engine<Req, Res> {
     const via = this.host.visit(req, res, this);
     if (via === REVISIT) return GO;
     if (c.skip !== undefined && this.skipped(req)) return GO;
+    if (c.plan !== undefined) return this.keyed(c.plan, req, res, via);
+    const chosen = c.pick!(req);
+    if (isThenable(chosen)) return this.planLater(req, res, via, chosen);
+    return this.keyed(c.planOf(chosen), req, res, via);
+  }
+
+  private async planLater(
+    req: Req,
+    res: Res,
+    via: unknown,
+    chosen: PromiseLike<unknown>,
+  ): Promise<Outcome> {
+    return this.keyed(this.c.planOf(await chosen), req, res, via);
+  }
+
+  private keyed(plan: Plan, req: Req, res: Res, via: unknown): Outcome | Promise<Outcome> {
+    const c = this.c;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
-    if (isThenable(key)) return this.keyLater(req, res, via, key);
-    return this.decide(req, res, via, this.checkKey(key));
+    if (isThenable(key)) return this.keyLater(plan, req, res, via, key);
+    return this.decide(plan, req, res, via, this.checkKey(key));
   }
 
   private skipped(req: Req): boolean {
@@ -429,45 +422,53 @@ export class Engine<Req, Res> {
     return key;
   }
 
-  private permitsOf(req: Req): number {
+  private permitsOf(plan: Plan, req: Req): number {
     const p = this.c.permitsFn!(req);
     if (typeof p !== 'number') {
       throw typeError(`${this.owner}: option "permits" must return an integer, got ${show(p)}`);
     }
-    if (!Number.isInteger(p) || p < 1 || p > this.c.maxPermits) {
+    if (!Number.isInteger(p) || p < 1 || p > plan.maxPermits) {
       throw rangeError(
-        `${this.owner}: option "permits" must return an integer from 1 to ${this.c.maxPermits} (the limiter's limit), got ${show(p)}`,
+        `${this.owner}: option "permits" must return an integer from 1 to ${plan.maxPermits} (the limiter's limit), got ${show(p)}`,
       );
     }
     return p;
   }
 
   private async keyLater(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
     key: PromiseLike<unknown>,
   ): Promise<Outcome> {
     const k = this.checkKey(await key);
-    return this.decide(req, res, via, k);
+    return this.decide(plan, req, res, via, k);
   }
 
-  private decide(req: Req, res: Res, via: unknown, key: Key): Outcome | Promise<Outcome> {
+  private decide(
+    plan: Plan,
+    req: Req,
+    res: Res,
+    via: unknown,
+    key: Key,
+  ): Outcome | Promise<Outcome> {
     const c = this.c;
-    const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(req);
+    const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(plan, req);
     let d: Decision | PromiseLike<Decision>;
     try {
-      d = c.limiter.consume(key, permits);
+      d = plan.limiter.consume(key, permits);
     } catch (error) {
       throw markLimiterError(this.owner, error);
     }
-    if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
+    if (isThenable(d)) return this.decideLater(plan, req, res, via, key, permits, d);
     // When an in-memory limiter took them: a refund later goes to that window.
-    const takenUs = this.inMemory === undefined ? Number.NaN : this.inMemory.lastDecisionUs;
-    return this.conclude(req, res, via, key, permits, d, takenUs);
+    const takenUs = plan.inMemory === undefined ? Number.NaN : plan.inMemory.lastDecisionUs;
+    return this.conclude(plan, req, res, via, key, permits, d, takenUs);
   }
 
   private async decideLater(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -483,36 +484,14 @@ export class Engine<Req, Res> {
     }
     if (closed(this.host.rawRes(res))) {
       // The client left while the limiter decided: nothing to answer; give held permits back.
-      if (d.allowed && this.holding()) this.release(key, permits, this.tookFrom(d));
+      if (d.allowed && plan.holding()) release(key, permits, tookFrom(plan, d));
       return ANSWERED;
     }
-    return this.conclude(req, res, via, key, permits, d, Number.NaN);
-  }
-
-  /**
-   * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
-   * chain's Concurrency members, unless allowed without taking anything — with no slot
-   * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
-   * would free permits that other requests hold.
-   */
-  private tookFrom(d: Decision): readonly LimiterFace[] {
-    const limiter = this.c.limiter as LimiterFace;
-    if (!isChain(limiter)) return d.reason === undefined ? this.self : NONE;
-    const members = flattenLimiters(limiter);
-    const decisions = flattenDecisions(limiter, d);
-    return members.filter(
-      (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
-    );
-  }
-
-  private holding(): boolean {
-    if (this.holds !== undefined) return this.holds;
-    const h = holdsPermits(this.c.limiter);
-    if (h !== undefined) this.holds = h;
-    return h === true;
+    return this.conclude(plan, req, res, via, key, permits, d, Number.NaN);
   }
 
   private conclude(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -524,17 +503,17 @@ export class Engine<Req, Res> {
     const c = this.c;
     if (d.allowed) {
       // Nothing to write, nothing touched: a response with no fields is left as it was.
-      if (c.headers.enabled) this.host.writeFields(res, via, c.headers, d, undefined);
-      if (this.holding()) this.holdUntilClosed(req, res, key, permits, this.tookFrom(d));
+      if (plan.headers.enabled) this.host.writeFields(res, via, plan.headers, d, undefined);
+      if (plan.holding()) this.holdUntilClosed(req, res, key, permits, tookFrom(plan, d));
       // Allowed with nothing taken (no slot, no backend): nothing to give back.
       if (c.refundWhen !== undefined && d.reason === undefined) {
-        this.refundWhenDone(req, res, key, permits, d, takenUs);
+        this.refundWhenDone(plan, req, res, key, permits, d, takenUs);
       }
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
-      return this.waitFor(req, res, via, key, permits, d);
-    return this.refuse(req, res, via, d);
+      return this.waitFor(plan, req, res, via, key, permits, d);
+    return this.refuse(plan, req, res, via, d);
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
@@ -546,13 +525,7 @@ export class Engine<Req, Res> {
     from: readonly LimiterFace[],
   ): void {
     if (from.length === 0) return;
-    whenGone(this.host.raw(req), this.host.rawRes(res), () => this.release(key, permits, from));
-  }
-
-  private release(key: Key, permits: number, from: readonly LimiterFace[]): void {
-    for (const l of from) {
-      releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
-    }
+    whenGone(this.host.raw(req), this.host.rawRes(res), () => release(key, permits, from));
   }
 
   /**
@@ -562,6 +535,7 @@ export class Engine<Req, Res> {
    * (a timed-out one's `Retry-After` is the refusal's less the time waited).
    */
   private async waitFor(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -576,7 +550,7 @@ export class Engine<Req, Res> {
     const since = performance.now();
     let lease: Lease;
     try {
-      lease = await this.c.limiter.acquire!(key, permits, {
+      lease = await plan.limiter.acquire!(key, permits, {
         signal: left.signal,
         timeoutMs: (this.c.wait as { timeoutMs: number | undefined }).timeoutMs,
       });
@@ -584,9 +558,9 @@ export class Engine<Req, Res> {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       stopWatching();
       // Full: refused at once, so the figures of the refusal still hold.
-      if (error instanceof QueueFullError) return this.refuse(req, res, via, refused);
+      if (error instanceof QueueFullError) return this.refuse(plan, req, res, via, refused);
       if ((error as Error)?.name === 'TimeoutError') {
-        return this.refuse(req, res, via, refused, performance.now() - since);
+        return this.refuse(plan, req, res, via, refused, performance.now() - since);
       }
       throw markLimiterError(this.owner, error);
     }
@@ -595,15 +569,17 @@ export class Engine<Req, Res> {
       releaseLate(() => lease.release());
       return ANSWERED;
     }
-    if (this.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
+    if (plan.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
     // Given back as taken when it finishes (a chain's lease tells when each member took).
-    if (this.c.refundWhen !== undefined)
-      this.refundWhenDone(req, res, key, permits, lease, Number.NaN);
+    if (this.c.refundWhen !== undefined) {
+      this.refundWhenDone(plan, req, res, key, permits, lease, Number.NaN);
+    }
     return GO;
   }
 
   /** `waitedMs`: refused after waiting that long; then only `Retry-After` is written. */
   private refuse(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -611,10 +587,11 @@ export class Engine<Req, Res> {
     waitedMs?: number,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
-    if (waitedMs === undefined) this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
-    else {
-      this.retryAfterOnly ??= new HeaderWriter(c.limiter, [], undefined);
-      this.host.writeFields(res, via, this.retryAfterOnly, d, retryAfterWaited(d, waitedMs));
+    if (waitedMs === undefined) {
+      this.host.writeFields(res, via, plan.headers, d, retryAfterSeconds(d));
+    } else {
+      plan.retryAfterOnly ??= new HeaderWriter(plan.limiter, [], undefined);
+      this.host.writeFields(res, via, plan.retryAfterOnly, d, retryAfterWaited(d, waitedMs));
     }
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);

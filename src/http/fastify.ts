@@ -185,14 +185,14 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
    */
   const hookOf = (own: unknown, where: string, taken: Set<unknown> | undefined) => {
     if (own === false) return undefined;
-    if (own === undefined || own === true) return { limiter: config.limiter, hook: shared };
+    if (own === undefined || own === true) return { limiter: config.limiterOption, hook: shared };
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
     const c = readOptions(where, merged, KNOWN);
     // The route names a limiter of its own, merged over each stacked plugin's options:
     // the first plugin installs it, the others would count each request again. (Without
     // one, each plugin limits the route with its own limiter, as on other routes.)
-    if ('limiter' in (own as object) && taken?.has(c.limiter)) return undefined;
-    return { limiter: c.limiter, hook: hookFor(new Engine(fastifyHost, c, where), where) };
+    if ('limiter' in (own as object) && taken?.has(c.limiterOption)) return undefined;
+    return { limiter: c.limiterOption, hook: hookFor(new Engine(fastifyHost, c, where), where) };
   };
   // This plugin's mark on the routes it saw added (in their config, which Fastify copies
   // into the route's context with its own symbols).
