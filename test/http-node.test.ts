@@ -134,6 +134,12 @@ describe('rateLimit on plain node:http', () => {
     const hop = await serve(opts(1));
     expect((await request(hop.port, xff('198.51.100.1, 203.0.113.5'))).status).toBe(200);
     expect((await request(hop.port, xff('198.51.100.2, 203.0.113.5'))).status).toBe(429);
+    // Misconfigurations, reported once per middleware with a code and a docs anchor: the
+    // header arriving untrusted (the first server), and trusting any client (`true`).
+    expect(warnings.expected('ATOMIC_LIMITER_FORWARDED_IGNORED').map((w) => w.message)).toEqual([
+      `rateLimit: a request came with X-Forwarded-For, but it is not trusted (option "trustProxy" is off): every client behind that proxy is counted under the proxy's address, as one (see docs/http.md#atomic_limiter_forwarded_ignored)`,
+    ]);
+    expect(warnings.expected('ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY')).toHaveLength(1);
   });
 
   it('IPv6 clients are grouped by ipv6Subnet; IPv4-mapped IPv6 counts as IPv4', async () => {
@@ -163,6 +169,7 @@ describe('rateLimit on plain node:http', () => {
     await request(sOff.port, xff('2001:db8:1:2300::2'));
     expect(alone.stats('2001:db8:1:2300::1').admitted).toBe(1);
     expect(alone.stats('2001:db8:1:2300::2').admitted).toBe(1);
+    expect(warnings.expected('ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY')).toHaveLength(3);
   });
 
   it('no usable client address is an error for that request, never a shared bucket', async () => {

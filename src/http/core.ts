@@ -6,6 +6,7 @@ import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
 import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
+import { docsAnchor, noAddressError } from './client-key.js';
 import {
   flattenDecisions,
   flattenLimiters,
@@ -40,6 +41,10 @@ export interface Host<Req, Res> {
   rawRes(res: Res): ServerResponse;
   /** The framework's own idea of the client address (`req.ip`), if it has one. */
   ip(req: Req): unknown;
+  /** Whether the framework believes X-Forwarded-For from any client (trust proxy: true). */
+  trustsAnyProxy(req: Req): boolean;
+  /** The setting that decides which proxies are trusted, for messages. */
+  trustName(req: Req): string;
   /**
    * Records that `engine` is deciding this request, and returns what `writeFields` will
    * write its fields through (the host's own handle, looked up once per request); REVISIT
@@ -235,6 +240,16 @@ function releaseLate(release: () => unknown): void {
 
 export class Engine<Req, Res> {
   private warnedNoAddress = false;
+  private warnedTrustAll = false;
+  private warnedForwarded = false;
+  // Engines of other middlewares with the same limiter (see addPeers()); undefined once
+  // a request counted twice was reported.
+  private peers: Set<Engine<Req, Res>> | undefined;
+  // The last request this engine decided, and its key (for the peers' check).
+  private lastRaw: IncomingMessage | undefined;
+  private lastKey: Key = '';
+  // Whether addressKey() still looks for the proxy misconfigurations (see checkProxy()).
+  private watchProxy = true;
   // Failure messages reported as warnings (at most MAX_WARNINGS distinct ones).
   private readonly warned = new Set<string>();
 
@@ -242,7 +257,14 @@ export class Engine<Req, Res> {
     private readonly host: Host<Req, Res>,
     private readonly c: Config<Req, Res>,
     private readonly owner: string,
-  ) {}
+  ) {
+    if (c.trustProxy === true) {
+      this.warnConfig(
+        'ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY',
+        'option "trustProxy" is true: a client picks its own key by sending X-Forwarded-For; trust the proxies you run (a hop count or their addresses)',
+      );
+    }
+  }
 
   /**
    * `refundWhen`: asked once the response has finished (all of it handed to the
@@ -392,15 +414,13 @@ export class Engine<Req, Res> {
   }
 
   private addressKey(req: Req): string {
-    const address = clientAddress(this.host.raw(req), this.host.ip(req), this.c.trust);
+    const raw = this.host.raw(req);
+    const address = clientAddress(raw, this.host.ip(req), this.c.trust);
     const key = address === undefined ? undefined : this.c.addresses.keyOf(address);
     if (key === undefined) {
       // Never one shared bucket for every address-less request: that would let one client
       // starve all the others (or, keyed on "undefined", let all of them through as one).
-      const error = new Error(
-        `${this.owner}: no client address for this request (${address === undefined ? 'the socket has none' : `not an IP address: ${show(address)}`}); give a "key" option (for example an API key, or the address your proxy or framework reports)`,
-      );
-      Object.defineProperty(error, 'code', { value: 'ERR_NO_CLIENT_ADDRESS', enumerable: true });
+      const error = noAddressError(this.owner, address);
       // Every such request takes the error path; the configuration problem is also reported
       // once as a process warning, where operators see it whatever the error handler does.
       if (!this.warnedNoAddress) {
@@ -409,7 +429,70 @@ export class Engine<Req, Res> {
       }
       throw error;
     }
+    if (this.watchProxy) this.checkProxy(req, raw, address!);
     return key;
+  }
+
+  /**
+   * The misconfigurations of the client address, each reported once: a request through a
+   * proxy (it says X-Forwarded-For) counted under the proxy's own address, and a framework
+   * that believes any proxy. Asked until both are settled, by the default key only.
+   */
+  private checkProxy(req: Req, raw: IncomingMessage, address: string): void {
+    if (!this.warnedTrustAll) {
+      this.warnedTrustAll = true;
+      if (this.host.trustsAnyProxy(req)) {
+        this.warnConfig(
+          'ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY',
+          `the framework trusts any proxy ("trust proxy" true): a client picks its own key by sending X-Forwarded-For; trust the proxies you run (a hop count or their addresses)`,
+        );
+      }
+    }
+    if (
+      !this.warnedForwarded &&
+      this.c.trust === undefined &&
+      raw.headers['x-forwarded-for'] !== undefined &&
+      address === raw.socket?.remoteAddress
+    ) {
+      this.warnedForwarded = true;
+      this.warnConfig(
+        'ATOMIC_LIMITER_FORWARDED_IGNORED',
+        `a request came with X-Forwarded-For, but it is not trusted (${this.host.trustName(req)}): every client behind that proxy is counted under the proxy's address, as one`,
+      );
+    }
+    this.watchProxy = !this.warnedForwarded;
+  }
+
+  /** A misconfiguration, reported once as a process warning with its code and docs anchor. */
+  warnConfig(code: string, text: string): void {
+    process.emitWarning(`${this.owner}: ${text} (see ${docsAnchor(code)})`, { code });
+  }
+
+  /**
+   * Called by a host that saw other middlewares decide a request this one decides too
+   * (`others`: an engine or a set of them; this one may be among them): those with the same
+   * limiter become peers, whose last request and key decide() compares with its own.
+   */
+  addPeers(others: object): void {
+    for (const e of others instanceof Set ? others : [others]) {
+      if (e !== this && e instanceof Engine && e.c.limiterOption === this.c.limiterOption) {
+        (this.peers ??= new Set()).add(e);
+      }
+    }
+  }
+
+  /** One request counted twice under one key of one limiter: reported once. */
+  private checkTwice(raw: IncomingMessage, key: Key): void {
+    for (const p of this.peers!) {
+      if (p.lastRaw === raw && p.lastKey === key) {
+        this.peers = undefined;
+        this.warnConfig(
+          'ATOMIC_LIMITER_COUNTED_TWICE',
+          'two middlewares with the same limiter counted one request under one key: it is counted twice; give each its own limiter, or mount one of them on fewer paths',
+        );
+        return;
+      }
+    }
   }
 
   private checkKey(key: unknown): Key {
@@ -454,6 +537,10 @@ export class Engine<Req, Res> {
     key: Key,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
+    const raw = this.host.raw(req);
+    if (this.peers !== undefined) this.checkTwice(raw, key);
+    this.lastRaw = raw;
+    this.lastKey = key;
     const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(plan, req);
     let d: Decision | PromiseLike<Decision>;
     try {

@@ -69,6 +69,10 @@ const fastifyHost: Host<FastifyRequest, FastifyReply> = {
   raw: (request) => request.raw,
   rawRes: (reply) => reply.raw,
   ip: (request) => request.ip,
+  trustsAnyProxy: (request) =>
+    (request.server as { initialConfig?: { trustProxy?: unknown } } | undefined)?.initialConfig
+      ?.trustProxy === true,
+  trustName: () => `Fastify's "trustProxy" option`,
   // One plugin adds one hook to a route, and Fastify runs a route's onRequest hooks once
   // per request: an engine cannot see a request twice, so nothing needs marking. (Two
   // plugins stacked are two engines, and each counts: two limiters.)
@@ -135,16 +139,21 @@ function hookFor(engine: Engine<FastifyRequest, FastifyReply>, owner: string) {
  * Two plugins stacked each merge a route's `config.rateLimit` over their own options; with
  * a `limiter` of the route's own, both would count every request against it: twice.
  */
-const installed = new WeakMap<RouteOptions, Set<unknown>>();
+const installed = new WeakMap<RouteOptions, Map<unknown, Engine<FastifyRequest, FastifyReply>>>();
 
 function addOnRequest(
   route: RouteOptions,
   limiter: unknown,
   hook: ReturnType<typeof hookFor>,
+  engine: Engine<FastifyRequest, FastifyReply>,
 ): void {
   const limiters = installed.get(route);
-  if (limiters === undefined) installed.set(route, new Set([limiter]));
-  else limiters.add(limiter);
+  // Another plugin counts this route's requests with the same limiter: if under the same
+  // key too, each request counts twice (reported when seen: see Engine.addPeers).
+  const other = limiters?.get(limiter);
+  if (other !== undefined) engine.addPeers(other);
+  if (limiters === undefined) installed.set(route, new Map([[limiter, engine]]));
+  else limiters.set(limiter, engine);
   const existing = route.onRequest as unknown;
   if (Array.isArray(existing)) route.onRequest = [...existing, hook] as RouteOptions['onRequest'];
   else if (typeof existing === 'function') {
@@ -177,22 +186,26 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     done(error as Error);
     return;
   }
-  const shared = hookFor(new Engine(fastifyHost, config, owner), owner);
+  const sharedEngine = new Engine(fastifyHost, config, owner);
+  const shared = hookFor(sharedEngine, owner);
   /**
    * The hook of a route from its `config.rateLimit` (undefined: none). `where` names the
    * route in errors; `taken`: the limiters already counting the route's requests (a route's
    * own limiter, installed by another stacked plugin, is not installed again).
    */
-  const hookOf = (own: unknown, where: string, taken: Set<unknown> | undefined) => {
+  const hookOf = (own: unknown, where: string, taken: { has(l: unknown): boolean } | undefined) => {
     if (own === false) return undefined;
-    if (own === undefined || own === true) return { limiter: config.limiterOption, hook: shared };
+    if (own === undefined || own === true) {
+      return { limiter: config.limiterOption, hook: shared, engine: sharedEngine };
+    }
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
     const c = readOptions(where, merged, KNOWN);
     // The route names a limiter of its own, merged over each stacked plugin's options:
     // the first plugin installs it, the others would count each request again. (Without
     // one, each plugin limits the route with its own limiter, as on other routes.)
     if ('limiter' in (own as object) && taken?.has(c.limiterOption)) return undefined;
-    return { limiter: c.limiterOption, hook: hookFor(new Engine(fastifyHost, c, where), where) };
+    const engine = new Engine(fastifyHost, c, where);
+    return { limiter: c.limiterOption, hook: hookFor(engine, where), engine };
   };
   // This plugin's mark on the routes it saw added (in their config, which Fastify copies
   // into the route's context with its own symbols).
@@ -203,7 +216,7 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     const where = `${owner} (route ${show(route.method)} ${route.url})`;
     const h = hookOf(routeConfig.rateLimit, where, installed.get(route));
     if (h === undefined) return;
-    addOnRequest(route, h.limiter, h.hook);
+    addOnRequest(route, h.limiter, h.hook, h.engine);
     // For the routes other plugins meet late (below): the limiters counting this one.
     // A set of this route's own: a config object may serve several routes, and Fastify
     // copies it (shallowly) into each route's context as the route is added.
@@ -232,7 +245,7 @@ function addAppHook(
   hookOf: (
     own: unknown,
     where: string,
-    taken: Set<unknown> | undefined,
+    taken: { has(l: unknown): boolean } | undefined,
   ) => { limiter: unknown; hook: ReturnType<typeof hookFor> } | undefined,
   shared: ReturnType<typeof hookFor>,
   lateRoutes: boolean,

@@ -68,10 +68,21 @@ function marked(was: object | undefined, engine: object): object | undefined {
   return was instanceof Set ? was.add(engine) : new Set([was, engine]);
 }
 
+/** Express's application of a request, where Express serves it. */
+function expressApp(req: NodeRequest): { get(name: string): unknown } | undefined {
+  const app = (req as { app?: { get?: unknown } }).app;
+  return typeof app?.get === 'function' ? (app as { get(name: string): unknown }) : undefined;
+}
+
 const nodeHost: Host<NodeRequest, ServerResponse> = {
   raw: (req) => req,
   rawRes: (res) => res,
   ip: (req) => req.ip,
+  trustsAnyProxy: (req) => expressApp(req)?.get('trust proxy') === true,
+  trustName: (req) =>
+    expressApp(req) === undefined
+      ? 'option "trustProxy" is off'
+      : `Express's "trust proxy" setting`,
   visit(req, res, engine) {
     // Not made here: a skipped request must leave the response as it was.
     const table = existingHeaderTable(res);
@@ -81,11 +92,14 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
       const was = (table[COUNTED_BY] as object | undefined) ?? seen.get(req);
       const mark = marked(was, engine);
       if (mark === undefined) return REVISIT;
+      if (was !== undefined) (engine as Engine<NodeRequest, ServerResponse>).addPeers(was);
       table[COUNTED_BY] = mark;
       return table;
     }
-    const mark = marked(seen.get(req), engine);
+    const was = seen.get(req);
+    const mark = marked(was, engine);
     if (mark === undefined) return REVISIT;
+    if (was !== undefined) (engine as Engine<NodeRequest, ServerResponse>).addPeers(was);
     seen.set(req, mark);
     return undefined;
   },
