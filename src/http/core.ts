@@ -242,9 +242,10 @@ export class Engine<Req, Res> {
   private warnedNoAddress = false;
   private warnedTrustAll = false;
   private warnedForwarded = false;
-  // Engines of other middlewares with the same limiter (see addPeers()); undefined once
-  // a request counted twice was reported.
+  // Engines of other middlewares with the same limiter (see addPeers()); none once a
+  // request counted twice was reported.
   private peers: Set<Engine<Req, Res>> | undefined;
+  private warnedTwice = false;
   // The last request this engine decided, and its key (for the peers' check).
   private lastRaw: IncomingMessage | undefined;
   private lastKey: Key = '';
@@ -474,6 +475,7 @@ export class Engine<Req, Res> {
    * limiter become peers, whose last request and key decide() compares with its own.
    */
   addPeers(others: object): void {
+    if (this.warnedTwice) return;
     for (const e of others instanceof Set ? others : [others]) {
       if (e !== this && e instanceof Engine && e.c.limiterOption === this.c.limiterOption) {
         (this.peers ??= new Set()).add(e);
@@ -486,6 +488,7 @@ export class Engine<Req, Res> {
     for (const p of this.peers!) {
       if (p.lastRaw === raw && p.lastKey === key) {
         this.peers = undefined;
+        this.warnedTwice = true;
         this.warnConfig(
           'ATOMIC_LIMITER_COUNTED_TWICE',
           'two middlewares with the same limiter counted one request under one key: it is counted twice; give each its own limiter, or mount one of them on fewer paths',
