@@ -1,21 +1,55 @@
 // Types only: fastify is an optional peer, never loaded by this module.
-import type {
-  FastifyInstance,
-  FastifyPluginCallback,
-  FastifyReply,
-  FastifyRequest,
-  RouteOptions,
-} from 'fastify';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { show, typeError } from '../validate.js';
 import { ANSWERED, asError, Engine, GO, type Host, type Outcome } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type Config, OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
 
+/**
+ * A Fastify request as the options' functions see it: the fields of Fastify's
+ * `FastifyRequest` they commonly read, typed here so that this package's types never import
+ * `fastify` (an app without it type-checks without skipLibCheck). The object is Fastify's
+ * own request: annotate a function's parameter as `FastifyRequest` to see all of it.
+ */
+export interface FastifyRequestLike {
+  readonly id: unknown;
+  readonly raw: IncomingMessage;
+  readonly ip: string;
+  readonly headers: IncomingHttpHeaders;
+  readonly url: string;
+  readonly method: string;
+  readonly hostname: string;
+  readonly params: unknown;
+  readonly query: unknown;
+  readonly body: unknown;
+  /** True for the not-found handler's requests. */
+  readonly is404: boolean;
+}
+
+/** A Fastify reply as the options' functions see it (see FastifyRequestLike). */
+export interface FastifyReplyLike {
+  readonly raw: ServerResponse;
+  readonly statusCode: number;
+  readonly sent: boolean;
+  getHeader(name: string): unknown;
+}
+
 /** Options of the Fastify plugin: those of `rateLimit()` but `trustProxy` (Fastify has its own). */
 export type FastifyRateLimitOptions = Omit<
-  RateLimitOptions<FastifyRequest, FastifyReply>,
+  RateLimitOptions<FastifyRequestLike, FastifyReplyLike>,
   'trustProxy'
 >;
+
+/**
+ * The plugin's type: a Fastify plugin callback (`app.register(fastifyRateLimit, options)`),
+ * written without Fastify's types (see FastifyRequestLike).
+ */
+export type FastifyRateLimitPlugin = (
+  app: unknown,
+  options: FastifyRateLimitOptions,
+  done: (error?: Error) => void,
+) => void;
 
 /** A route's `config.rateLimit`: false to skip it, or options merged over the plugin's. */
 export type RouteRateLimit = false | Partial<FastifyRateLimitOptions>;
@@ -135,7 +169,7 @@ function addOnRequest(
  * await app.register(fastifyRateLimit, { limiter });
  * ```
  */
-export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = (
+const plugin = (
   app: FastifyInstance,
   options: FastifyRateLimitOptions,
   done: (error?: Error) => void,
@@ -145,7 +179,7 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
   let config: Config<FastifyRequest, FastifyReply>;
   try {
     base = ownOptions(owner, options);
-    config = readOptions(owner, base, KNOWN);
+    config = readOptions<FastifyRequest, FastifyReply>(owner, base, KNOWN);
   } catch (error) {
     done(error as Error);
     return;
@@ -250,6 +284,15 @@ function addAppHook(
 
 /** In a route's config: the limiters counting its requests (for routes met late). */
 const COUNTING = Symbol('atomic-limiter/http: limiters counting this route');
+
+/**
+ * The Fastify 5 plugin (see plugin above): every route registered after it is limited.
+ *
+ * ```ts
+ * await app.register(fastifyRateLimit, { limiter });
+ * ```
+ */
+export const fastifyRateLimit = plugin as unknown as FastifyRateLimitPlugin;
 
 // Applies to the whole app rather than its own encapsulated context: what the
 // fastify-plugin package does, without depending on it.

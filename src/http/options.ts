@@ -34,6 +34,13 @@ export interface HttpLimiter {
 /** A response body: a string (text/plain) or a value sent as JSON. */
 export type Message = string | Record<string, unknown> | readonly unknown[];
 
+/**
+ * A function option. Its parameters are checked both ways (as methods' are), so that a
+ * function annotated with the framework's own, wider request type (Fastify's
+ * `FastifyRequest`, an Express `Request` with your additions) is accepted.
+ */
+export type Fn<A extends unknown[], R> = { bivarianceHack(...args: A): R }['bivarianceHack'];
+
 /** Options of `rateLimit()` and `fastifyRateLimit`. `Req`/`Res` are the framework's. */
 export interface RateLimitOptions<Req, Res> {
   /**
@@ -41,16 +48,16 @@ export interface RateLimitOptions<Req, Res> {
    * (a plan's limiter: free 100/min, paid 10 000/min), which may return a promise; each
    * limiter it returns has its own policy in the headers.
    */
-  limiter: HttpLimiter | ((req: Req) => HttpLimiter | PromiseLike<HttpLimiter>);
+  limiter: HttpLimiter | Fn<[req: Req], HttpLimiter | PromiseLike<HttpLimiter>>;
   /**
    * What a request is counted under (a string or a finite number; may return a promise).
    * Default: the client address, IPv6 grouped by `ipv6Subnet`.
    */
-  key?: (req: Req) => Key | PromiseLike<Key>;
+  key?: Fn<[req: Req], Key | PromiseLike<Key>>;
   /** Prefix length IPv6 clients are grouped by (default 56), 32…64, or false for none. */
   ipv6Subnet?: number | false;
   /** Permits a request costs: an integer from 1 to the limiter's limit, or a function of it. */
-  permits?: number | ((req: Req) => number);
+  permits?: number | Fn<[req: Req], number>;
   /** Header formats (default 'draft-8'); false for none; `Retry-After` is always sent. */
   headers?: HeaderFormat | false | readonly HeaderFormat[];
   /**
@@ -61,9 +68,9 @@ export interface RateLimitOptions<Req, Res> {
   /** Status of a refusal, 400…599 (default 429). */
   statusCode?: number;
   /** Body of a refusal (default 'Too Many Requests'): a string, JSON, or a function. */
-  message?: Message | ((req: Req, decision: Decision) => Message | PromiseLike<Message>);
+  message?: Message | Fn<[req: Req, decision: Decision], Message | PromiseLike<Message>>;
   /** Answers a refusal yourself (instead of `statusCode` and `message`). */
-  onRejected?: (req: Req, res: Res, decision: Decision) => unknown;
+  onRejected?: Fn<[req: Req, res: Res, decision: Decision], unknown>;
   /**
    * Called when the limiter fails (its backend unreachable under `whenUnavailable:
    * 'throw'`), instead of the default answer (503 with `Retry-After`). It may answer the
@@ -71,15 +78,15 @@ export interface RateLimitOptions<Req, Res> {
    * throw (reject) to hand the error to the framework's error handler. If it does none of
    * these, the default answer is sent.
    */
-  onError?: (error: Error, req: Req, res: Res) => unknown;
+  onError?: Fn<[error: Error, req: Req, res: Res], unknown>;
   /**
    * Asked when the response has finished: true gives the request's permits back (a login
    * route that counts failed attempts only: `(req, res) => res.statusCode < 400`). A
    * response that never finishes (its client went away) stays counted.
    */
-  refundWhen?: (req: Req, res: Res) => boolean;
+  refundWhen?: Fn<[req: Req, res: Res], boolean>;
   /** Requests to let through without asking the limiter. */
-  skip?: (req: Req) => boolean;
+  skip?: Fn<[req: Req], boolean>;
   /** Wait in the limiter's FIFO queue (`acquire()`) instead of refusing at once. */
   wait?: boolean | { timeoutMs?: number };
   /** node:http (and Connect): which proxies to believe about X-Forwarded-For. */
