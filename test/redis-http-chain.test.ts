@@ -256,4 +256,29 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       limiter.close();
     }
   });
+
+  it('a chain with a Redis member refuses with the time at which every member admits, in either order', async () => {
+    const clock = new ManualClock();
+    const remote = new redisLimiters.FixedWindow({
+      redis,
+      prefix: 'chain-retry-test',
+      limit: 1,
+      windowMs: 60_000,
+      clock,
+    });
+    const local = new FixedWindow({ limit: 1, windowMs: 1000, clock });
+    expect((await remote.consume('k')).allowed).toBe(true);
+    expect(local.tryAcquire('k')).toBe(true);
+    for (const both of [chain(local, remote), chain(remote, local)]) {
+      const d = await both.consume('k');
+      expect(d).toMatchObject({ allowed: false, retryAfterMs: 60_000 });
+      expect(d.decisions.map((x) => x.retryAfterMs).sort((a, b) => a - b)).toEqual([1000, 60_000]);
+    }
+    // A member that grants while another refuses gives its permit back (Redis too).
+    clock.advance(1000);
+    const d = await chain(local, remote).consume('k');
+    expect(d.allowed).toBe(false);
+    expect(local.stats('k').available).toBe(1);
+    remote.close();
+  });
 });
