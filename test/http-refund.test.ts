@@ -157,6 +157,25 @@ describe('refundWhen: counting requests by their outcome', () => {
   });
 });
 
+describe('refundWhen with wait', () => {
+  it('a refund lets the next waiter in; a request that waited is refunded too', async () => {
+    const clock = new ManualClock();
+    const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 1, queueLimit: 2, clock });
+    const { port, parked } = await loginApp(
+      rateLimit({ limiter, key: () => 'u', wait: { timeoutMs: 60_000 }, refundWhen: () => true }),
+    );
+    const a = request(port, { path: '/slow' });
+    await until(() => parked.length === 1, 'the first in its handler');
+    const b = request(port, { path: '/slow' });
+    await until(() => limiter.stats('u').queued === 1, 'the second waiting');
+    parked[0]!.send('a'); // its refund is the token the waiter takes: no time passes
+    await until(() => parked.length === 2, 'the second served');
+    parked[1]!.send('b');
+    expect([(await a).status, (await b).status]).toEqual([200, 200]);
+    await until(() => limiter.stats('u').available === 1, 'the waiter refunded too');
+  });
+});
+
 describe('refundWhen with Fastify', () => {
   it('an auth hook that rejects before the limiter is never counted; failures after it are', async () => {
     const limiter = new FixedWindow({ limit: 2, windowMs: 60_000, clock: new ManualClock() });
