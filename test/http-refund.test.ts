@@ -11,6 +11,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
+import { runScenario } from './helpers/child.js';
 import { listen, request, sequence, until, watchWarnings } from './http/helpers.js';
 
 const warnings = watchWarnings();
@@ -201,5 +202,15 @@ describe('refundWhen with Fastify', () => {
     await until(() => limiter.stats('a').available === 2, 'the successes given back');
     const no = { headers: { 'x-user': 'a' } };
     expect((await sequence(port, 3, no)).map((r) => r.status)).toEqual([403, 403, 429]);
+  });
+});
+
+describe('refundWhen over a cluster client', () => {
+  it('a worker process gives its successes back to the primary; failures count', async () => {
+    const script = new URL('./http/cluster-refund.mjs', import.meta.url).pathname;
+    const r = await runScenario(script, '');
+    expect(r.ok).toEqual([200, 200, 200, 200]);
+    expect(r.failed).toEqual([401, 401, 429]);
+    expect(r.stats).toMatchObject({ available: 0, admitted: 6, rejected: 1 });
   });
 });
