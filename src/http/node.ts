@@ -17,6 +17,8 @@ import {
   type HeaderTable,
   headerTable,
   headStarted,
+  markIn,
+  setMarkIn,
   tableSink,
 } from './out-headers.js';
 
@@ -53,14 +55,6 @@ const responseSink: HeaderSink<ServerResponse> = {
  */
 const seen = new WeakMap<IncomingMessage, object>();
 
-/**
- * Where the response has a header table, the same mark is kept in it, under a symbol:
- * Node reads the table by field name only (for…in, Object.keys, name lookups), so the mark
- * is never sent nor listed among the fields, and it costs a lookup where a WeakMap entry
- * cost ~0.6 µs a request (its set and the collector's work on it).
- */
-const COUNTED_BY = Symbol('atomic-limiter/http: decided by');
-
 /** Adds `engine` to a mark; undefined when it was already there. */
 function marked(was: object | undefined, engine: object): object | undefined {
   if (was === undefined) return engine;
@@ -89,11 +83,11 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
     if (table !== undefined) {
       // A mark made before the table was (below) is in the WeakMap: a miss there is cheap
       // for a request that never went in.
-      const was = (table[COUNTED_BY] as object | undefined) ?? seen.get(req);
+      const was = markIn(table) ?? seen.get(req);
       const mark = marked(was, engine);
       if (mark === undefined) return REVISIT;
       if (was !== undefined) (engine as Engine<NodeRequest, ServerResponse>).addPeers(was);
-      table[COUNTED_BY] = mark;
+      setMarkIn(table, mark);
       return table;
     }
     const was = seen.get(req);
