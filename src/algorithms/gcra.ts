@@ -46,7 +46,7 @@ export function readBucketOptions(
  * A bucket's time units (see Gcra): `k` units per emission interval, `scale` units per µs
  * and the burst `tau` in units. Every backend computes them here, so that all decide alike.
  * The finest unit such that the burst fits in 2^24 units (2^40 in a wide table) and a unit
- * is at least 1 µs, so that time in units (µs since the epoch × scale) stays an exact
+ * is at least 1 µs — or up to half as fine, where that makes the scale exact (exactUnits) — so that time in units (µs since the epoch × scale) stays an exact
  * integer for 285 years; past 10^6 per second (wide only) a unit is the emission interval
  * itself, under 1 µs: time in units is then kept modulo 2^52 (see Gcra's stepWide).
  */
@@ -57,8 +57,37 @@ export function gcraUnits(
 ): { k: number; scale: number; tau: number } {
   const intervalUs = 1e6 / ratePerSecond;
   const maxTau = wide ? MAX_WIDE_TAU : MAX_GCRA_CAPACITY;
-  const k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
-  return { k, scale: k / intervalUs, tau: capacity * k };
+  const most = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
+  const exact = exactUnits(ratePerSecond, most);
+  if (exact > 0) return { k: exact, scale: (exact * ratePerSecond) / 1e6, tau: capacity * exact };
+  return { k: most, scale: most / intervalUs, tau: capacity * most };
+}
+
+/**
+ * The most units per interval, up to `most`, that make `scale` (k × rate / 10^6 units per
+ * µs) a binary fraction of a few bits, or 0 if none does. Time in units is then the exact
+ * product of whole µs and the scale, so a token falls due exactly at its boundary: with
+ * `k / intervalUs` rounded (7 per second: 142 857 / 142 857.142…), 1 000 000 µs came out
+ * a hair under 7 intervals and the 7th token a microsecond late.
+ *
+ * The rate is m × 2^e with m odd; the scale is k × m × 2^(e − 6) / 5^6, a binary fraction
+ * when k is a multiple of f = 5^6 / gcd(m, 5^6), with the odd part m / gcd(m, 5^6) as
+ * its mantissa. k = f × 2^j, the largest not above `most`.
+ */
+function exactUnits(ratePerSecond: number, most: number): number {
+  let m = ratePerSecond;
+  while (!Number.isInteger(m)) m *= 2;
+  while (m % 2 === 0 && m > 0) m /= 2;
+  let f = 15_625;
+  while (f % 5 === 0 && m % 5 === 0) {
+    f /= 5;
+    m /= 5;
+  }
+  // A short mantissa keeps whole µs × scale exact for any uptime a process reaches (2^53 / m µs).
+  if (f > most || m >= 2 ** 16) return 0;
+  let k = f;
+  while (k * 2 <= most) k *= 2;
+  return k;
 }
 
 /** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
