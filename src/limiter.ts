@@ -368,14 +368,15 @@ export abstract class Limiter implements SlotPolicy {
     const state = core.lastState;
     const stamp = core.lastStamp;
     let remaining = this.available(state, stamp, nowUs);
-    let retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
-    if (retryUs === 0) {
-      // Refused with the permits there: waiters queued ahead take them first (FIFO). What is
-      // left is what they leave, and the wait is until theirs and these fit (at most the
-      // limit's worth: past it, the least the queue ahead takes to drain).
-      const queued = this.queues.waitingPermits(core.lastWord);
+    // Waiters queued ahead (FIFO) take the permits first, whether they are there or not yet:
+    // what is left is what they leave, and the wait is until theirs and then these are due.
+    const queued = core.fifo ? this.queues.waitingPermits(core.lastWord) : 0;
+    let retryUs: number;
+    if (queued > 0) {
       remaining = Math.max(0, remaining - queued);
-      retryUs = this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
+      retryUs = this.retryBehindUs(state, stamp, nowUs, queued, permits);
+    } else {
+      retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
     }
     return {
       allowed: false,
@@ -442,6 +443,22 @@ export abstract class Limiter implements SlotPolicy {
     });
     this.core.lastWord = NO_SLOT;
     return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
+  }
+
+  /**
+   * The wait in whole µs for `permits` behind `queued` permits waiting ahead. Here the
+   * least time at which the queue's permits and these fit in one grant (at most the
+   * limit's worth: past it, the least the queue ahead takes to drain); algorithms whose
+   * state is a time line (GCRA) charge the queue to it and answer exactly.
+   */
+  protected retryBehindUs(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    queued: number,
+    permits: number,
+  ): number {
+    return this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
   }
 
   /**

@@ -234,6 +234,38 @@ export abstract class Gcra extends Limiter {
     return wait / this.scale;
   }
 
+  /**
+   * Behind `queued` permits waiting ahead: they are granted as their tokens come (each
+   * waiter's turn adds its cost to the TAT from where it is, or from its turn if the TAT
+   * has passed), so these are due once the TAT plus the queue's cost allows them — the
+   * least whole µs r with units(now + r) ≥ max(TAT, now) + queue + own cost − allowance.
+   */
+  protected override retryBehindUs(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    queued: number,
+    permits: number,
+  ): number {
+    const cost = permits * this.k;
+    const need =
+      this.ahead(state, stamp, nowUs) + queued * this.k + (this.leaky ? 0 : cost - this.tau);
+    if (need <= 0) return 0;
+    const gone = (r: number) => this.unitsBetween(nowUs, nowUs + r) >= need;
+    let r = Math.max(0, Math.ceil(need / this.scale) - 1);
+    if (!(r <= 2 ** 52)) return Number.POSITIVE_INFINITY;
+    while (r > 0 && gone(r - 1)) r--;
+    while (!gone(r)) r++;
+    return r;
+  }
+
+  /** Whole units of time from `fromUs` to `toUs`, as the decisions count them. */
+  private unitsBetween(fromUs: number, toUs: number): number {
+    if (!this.core.wide) return this.nowUnits(toUs) - this.nowUnits(fromUs);
+    const d = this.unitsMod(toUs) - this.unitsMod(fromUs);
+    return d < 0 ? d + WIDE_MOD : d;
+  }
+
   /** How far the TAT is ahead of now, in units (0 when it is not), for either table. */
   private ahead(state: number, stamp: number, nowUs: number): number {
     if (this.core.wide) return Math.max(0, this.lead(state, stamp, nowUs, this.unitsMod(nowUs)));
