@@ -731,7 +731,8 @@ export abstract class Limiter implements SlotPolicy {
     this.waiting.add(x);
     if (this.heartbeatTimer) return;
     this.heartbeatTimer = setInterval(() => {
-      this.queues.heartbeat();
+      // A timer: nobody would catch a throw. A waiter has its entry (enqueue() took it).
+      this.queues.tryHeartbeat();
       this.onHeartbeat();
       const seen = new Set<number>();
       for (const y of this.waiting) {
