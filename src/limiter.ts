@@ -80,6 +80,8 @@ const TABLE_FULL_RETRY_MS = 1000;
  * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
  */
 const MAX_RETRY_US = 2 ** 52;
+/** A punctual head waiter turns the event loop for the last this many ms of its wait. */
+const PUNCTUAL_MS = 1;
 
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
@@ -322,10 +324,8 @@ export abstract class Limiter implements SlotPolicy {
   rebuilding(_w: number): void {}
 
   /**
-   * step() for the head of the wait queue. The head wakes when its permits are due, but
-   * always a little late (timers, the event loop); algorithms whose schedule is a time line
-   * (GCRA) override this to grant at the due time, so the lateness is made up rather than
-   * carried into every later waiter's turn.
+   * step() for the head of the wait queue (`core.queuedSinceUs` tells when it was refused
+   * and queued). Every algorithm here grants the head as any caller, at the time it wakes.
    */
   protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
     return this.step(state, stamp, nowUs, permits);
@@ -589,6 +589,16 @@ export abstract class Limiter implements SlotPolicy {
     return this.core.priorState >>> GEN_SHIFT;
   }
 
+  /**
+   * Whether the head waiter must wake at its due time to the microsecond rather than the
+   * millisecond: a rate whose waiters are granted one after another (GCRA) loses each
+   * wake-up's lateness for good (it is never made up: see Gcra), so a late wake-up costs
+   * rate. Such a head waits the last PUNCTUAL_MS by turning the event loop.
+   */
+  protected get punctual(): boolean {
+    return false;
+  }
+
   /** The queue limit in permits (LeakyBucket: its capacity). */
   protected effectiveQueueLimit(): number {
     return this.queueLimit;
@@ -670,6 +680,15 @@ export abstract class Limiter implements SlotPolicy {
         // time and wait again, spinning until its next tick.
         if (this.clock instanceof CoarseClock) {
           timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
+        } else if (this.punctual && !manual) {
+          // A timed wait rounds to whole milliseconds, early or late: it ends PUNCTUAL_MS
+          // early, and the last stretch is spent turning the event loop, so that the grant
+          // falls due on time.
+          if (timeoutMs < PUNCTUAL_MS) {
+            setImmediate(() => this.pump(x));
+            return;
+          }
+          timeoutMs -= PUNCTUAL_MS;
         }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;

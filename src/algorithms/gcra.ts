@@ -182,31 +182,15 @@ export abstract class Gcra extends Limiter {
     return ((state >>> 28) << 28) | (next >= RESERVED ? 0 : next);
   }
 
-  /**
-   * The head waiter's step: a waiter that wakes late is granted at the theoretical time
-   * (the TAT), not at its wake-up time, so the schedule follows the TAT line and lateness
-   * is made up instead of carried into every later turn. Never earlier than the waiter's
-   * own refused attempt: it was refused then, so the TAT was ahead of that time, and no
-   * idle period is credited. The TAT still grows by the full cost per grant, so over any
-   * interval T at most rate × T + capacity permits are granted.
-   */
-  protected override stepQueued(
-    state: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-  ): number {
-    const now = this.nowUnits(nowUs);
-    const cost = permits * this.k;
-    const since = this.nowUnits(this.core.queuedSinceUs);
-    let base = since < now ? since : now;
-    if ((state & PAYLOAD_MASK) !== FRESH) {
-      const tat = this.tat(state, stamp);
-      if (tat > base) base = tat;
-    }
-    const allowance = this.leaky ? cost : this.tau;
-    if (base - now + cost > allowance) return REJECT;
-    return this.encode(state, base + cost);
+  // The head waiter decides with step() itself (Limiter's stepQueued()), at the time it
+  // wakes: a waiter woken late is granted then, not at its due time. Granting at the due
+  // time made up the lateness, but a late timer then granted the overdue waiters — and a
+  // new caller — at one instant: a burst a leaky bucket must never show, and past the
+  // capacity for a token bucket. The head wakes on time instead (see `punctual`).
+
+  /** Head waiters wake at their due time to the microsecond (see Limiter.punctual). */
+  protected override get punctual(): boolean {
+    return true;
   }
 
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
@@ -304,27 +288,6 @@ export abstract class Gcra extends Limiter {
     const cost = permits * this.k;
     if (ahead + cost > (this.leaky ? cost : this.tau)) return REJECT;
     return this.wrap(now + ahead + cost);
-  }
-
-  protected override stepQueuedWide(
-    p: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-  ): number {
-    // stepQueued(), relative to now: the waiter is granted at the TAT, never before its
-    // own refused attempt.
-    const now = this.unitsMod(nowUs);
-    const cost = permits * this.k;
-    const u = Math.floor((nowUs - this.epochUs) * this.scale);
-    const since = Math.floor((this.core.queuedSinceUs - this.epochUs) * this.scale) - u;
-    let base = since < 0 ? since : 0;
-    if (p !== W_FRESH) {
-      const lead = this.lead(p, stamp, nowUs, now);
-      if (lead > base) base = lead;
-    }
-    if (base + cost > (this.leaky ? cost : this.tau)) return REJECT;
-    return this.wrap(now + base + cost);
   }
 
   private giveBackWide(p: number, stamp: number, nowUs: number, permits: number): number {
