@@ -69,7 +69,7 @@ export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;
 export const H_TABLE_FULL = 50;
 export const H_LOCK_STEALS = 51;
-export const H_HOLDERS_LOST = 52; // permits granted while the holder pool was full
+export const H_HOLDERS_LOST = 52; // permits granted unrecorded: holder pool or thread table full
 export const H_GROWTHS = 53; // segments added to the table
 export const HEADER_WORDS = 64;
 
