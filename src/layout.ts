@@ -71,6 +71,11 @@ export const H_TABLE_FULL = 50;
 export const H_LOCK_STEALS = 51;
 export const H_HOLDERS_LOST = 52; // permits granted unrecorded: holder pool or thread table full
 export const H_GROWTHS = 53; // segments added to the table
+// What the counters of slots reclaimed for another key, or reset, held when zeroed (modulo
+// 2^32): with every slot's own counters, the limiter's totals (atomic-limiter/metrics),
+// which then never go back.
+export const H_RETIRED_ADMITTED = 54;
+export const H_RETIRED_REJECTED = 55;
 export const HEADER_WORDS = 64;
 
 // Hot slot fields.

@@ -25,6 +25,8 @@ import {
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
   H_RECLAIMS,
+  H_RETIRED_ADMITTED,
+  H_RETIRED_REJECTED,
   H_SEGMENTS,
   H_TABLE_FULL,
   H_WHEN_FULL,
@@ -739,6 +741,10 @@ export abstract class Limiter implements SlotPolicy {
     if (x.onAbort) x.signal?.removeEventListener('abort', x.onAbort);
     if (this.queues.id(x.r) === x.id) this.queues.free(x.r);
     this.untrack(x);
+    if (this.waitObservers) {
+      const ms = (this.clock.nowUs() - x.sinceUs) / 1000;
+      for (const observe of this.waitObservers) observe(ms, lease !== undefined);
+    }
     if (lease) x.resolve(lease);
     else x.reject(error);
   }
@@ -823,6 +829,55 @@ export abstract class Limiter implements SlotPolicy {
     this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
   }
 
+  /**
+   * @internal atomic-limiter/metrics: called in this thread when one of its acquire() calls
+   * that waited settles, with the wait in ms and whether it got its permits. Undefined
+   * (nothing to do) unless a meter observes this limiter here.
+   */
+  waitObservers: Set<(waitedMs: number, granted: boolean) => void> | undefined = undefined;
+
+  /**
+   * @internal atomic-limiter/metrics: totals over every key, read when a meter collects
+   * (never on the decision path). `admitted` and `rejected` are permits modulo 2^32, those
+   * of keys since reclaimed or reset included; `queued` permits waiting now; `held` keys
+   * holding a slot (the default key while it has state), `active` slots whose key is not
+   * idle (could not be reclaimed now), `slots` the table's slots now.
+   */
+  totals(): {
+    admitted: number;
+    rejected: number;
+    queued: number;
+    held: number;
+    active: number;
+    slots: number;
+  } {
+    const nowUs = this.clock.nowUs();
+    const i32 = this.i32;
+    let admitted = Atomics.load(i32, H_RETIRED_ADMITTED) >>> 0;
+    let rejected = Atomics.load(i32, H_RETIRED_REJECTED) >>> 0;
+    let queued = 0;
+    let active = 0;
+    const lastWord = this.core.lastWord;
+    this.table.forEachHotWord((w) => {
+      admitted += Atomics.load(i32, w + S_ADMITTED) >>> 0;
+      rejected += Atomics.load(i32, this.table.rejectedWord(w)) >>> 0;
+      queued += this.queues.waitingPermits(w);
+      const s = Atomics.load(i32, w + S_STATE);
+      if ((s & PAYLOAD_MASK) !== RESERVED && !this.isIdle(s, w, nowUs)) active++;
+    });
+    this.core.lastWord = lastWord; // isIdle() sets it
+    // Keyed slots are counted as they are given to a key; the default key while it has state.
+    const d = Atomics.load(i32, this.table.defaultSlot >>> 4);
+    return {
+      admitted: admitted % 2 ** 32,
+      rejected: rejected % 2 ** 32,
+      queued,
+      held: (Atomics.load(i32, H_INSERTS) >>> 0) + ((d & PAYLOAD_MASK) === FRESH ? 0 : 1),
+      active,
+      slots: this.table.slotCount(),
+    };
+  }
+
   /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
   protected onHeartbeat(): void {}
 
@@ -852,8 +907,7 @@ export abstract class Limiter implements SlotPolicy {
     // Under the slot's lock, with the key's fingerprint checked (and the rings, SlidingLog's
     // and SlidingWindow's segments, cleared by initSlot()).
     if (!this.table.rebuild(ref, this, key)) return;
-    Atomics.store(this.i32, (ref >>> 4) + S_ADMITTED, 0);
-    Atomics.store(this.i32, this.table.rejectedWord(ref >>> 4), 0);
+    this.table.retireCounters(ref >>> 4);
     this.wakeWaiters(ref >>> 4);
   }
 

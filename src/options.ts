@@ -63,7 +63,8 @@ export type AlgorithmName =
   | 'FixedWindow'
   | 'SlidingWindow'
   | 'SlidingLog'
-  | 'Concurrency';
+  | 'Concurrency'
+  | 'WarmingBucket';
 
 /** Options every limiter takes. */
 export interface CommonOptions {
