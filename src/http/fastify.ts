@@ -226,7 +226,7 @@ const plugin = (
   // or setNotFoundHandler's; no onRoute for them), limited like any other request; and
   // routes added before this plugin loaded (declared first, or right after an
   // `app.register()` that was not awaited), which never reach onRoute. One app-level hook
-  // serves both; it costs every request a hook call (0.05–0.1 µs).
+  // serves both; it costs every request a hook call.
   const before = app.printRoutes({ commonPrefix: false }).trim();
   // Fastify prints an empty router as "(empty tree)"; were that to change, the late-routes
   // part would be on, to no harm.

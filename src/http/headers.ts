@@ -62,7 +62,7 @@ export interface Policy {
   readonly structured: string;
 }
 
-/** The duck-typed face of a limiter: the public properties contracts.md §1 lists. */
+/** The duck-typed face of a limiter: the public properties every limiter of this package has (docs/api.md). */
 export interface LimiterFace {
   readonly algorithm?: string;
   readonly limit?: number;
@@ -381,7 +381,7 @@ const STATE_SLOTS = 256;
  * One policy's state values (draft 8's member, draft 7's `RateLimit`) by (remaining, reset
  * seconds), in a direct-mapped table of 256. Building a value costs little, but it is a
  * concatenation, which Node's value check and the head's serialization flatten on every
- * response (~0.3 µs a field in the HTTP bench); a value from here was flattened once, in
+ * response; a value from here was flattened once, in
  * place, when first sent. Most responses repeat a few pairs: a key's bucket full or
  * nearly, its window ending in the same second.
  */

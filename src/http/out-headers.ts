@@ -5,8 +5,8 @@ import type { HeaderSink } from './headers.js';
 /**
  * Node's table of a response's header fields, written directly. `setHeader` checks each
  * field's name and value with a regular expression apiece before storing
- * `table[lower] = [name, value]`: ~0.6 µs a field on a bare response, more in a loaded server,
- * where most of this middleware's own time on Express went to it. The fields written here
+ * `table[lower] = [name, value]`: most of this middleware's own cost on Express would go
+ * to those checks. The fields written here
  * are valid by construction (constant names; values of digits, ASCII punctuation and policy
  * names checked to be printable ASCII when the middleware was made), so they go straight
  * into that table: the entry setHeader would have made, which getHeader, hasHeader,
@@ -40,9 +40,9 @@ const nodeSetHeader = OutgoingMessage.prototype.setHeader;
  * Read with a computed key, and so are the table's symbol and the mark: every Express 5
  * response has a hidden class of its own (Express sets its prototype, then adds
  * `res.locals`, a null-prototype object), so a property read by name on it misses V8's
- * inline caches and then its stub cache the first time each name is read on each response,
- * ~0.6 to 1.5 µs a name on this machine. A computed-key read takes the generic path
- * instead (~0.3 µs); the prototype's property and an own-property check cost less still.
+ * inline caches and then its stub cache the first time each name is read on each response.
+ * A computed-key read takes the generic path instead, which is cheaper; the prototype's
+ * property and an own-property check cost less still.
  */
 const HEAD = '_header';
 
@@ -135,7 +135,7 @@ export const tableSink: HeaderSink<HeaderTable> = {
  * Where the response has a header table, the same mark is kept in it, under a symbol:
  * Node reads the table by field name only (for…in, Object.keys, name lookups), so the mark
  * is never sent nor listed among the fields, and it costs a lookup where a WeakMap entry
- * cost ~0.6 µs a request (its set and the collector's work on it).
+ * costs a set and the collector's work on it.
  */
 const COUNTED_BY = Symbol('atomic-limiter/http: decided by');
 
