@@ -50,6 +50,7 @@ export class Concurrency extends Limiter {
       this.queues,
       (ref, n) => this.giveBackRef(ref, n),
       this.core.shared,
+      () => this.table.mapped(),
     );
   }
 
@@ -92,7 +93,9 @@ export class Concurrency extends Limiter {
   /**
    * Returns `permits` held for `key`. Releasing more than the key holds is a bug in the
    * caller and throws a RangeError (nothing is released then). Permits this thread held
-   * that were already given back because it looked dead are not given back twice.
+   * that were already given back because it looked dead are not given back twice; nor are
+   * permits another thread took and handed to this one (released here beyond what this
+   * thread took of the key) that came back when their taker died (see holders.ts).
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
@@ -170,7 +173,7 @@ export class Concurrency extends Limiter {
 
   /**
    * Recorded after the grant's CAS: a thread terminated between the two loses the permits
-   * (nobody gives them back), never the other way round (see README, Caveats).
+   * (nobody gives them back), never the other way round (see docs/guarantees.md).
    */
   override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);

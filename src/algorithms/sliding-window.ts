@@ -12,7 +12,7 @@ export interface SlidingWindowOptions extends CommonOptions {
   /**
    * Permits per sliding window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more
    * (past what the 32-bit state holds, a wide table), less for shorter ones or with
-   * `segments` (see the README's range table).
+   * `segments` (see the range table in docs/algorithms.md).
    */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^31; 2^30 with `segments`). */
