@@ -61,7 +61,7 @@ import type {
   WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
-import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './table.js';
 import { acquireOptions, permitsError } from './validate.js';
 import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
