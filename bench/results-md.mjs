@@ -68,6 +68,15 @@ export function summaryTable(result) {
       '-',
     ]);
   }
+  const host = result.host;
+  if (host?.decision) {
+    rows.push([
+      'host mode: TokenBucket allowed, 1 key',
+      fmtNs(host.decision.hostNs),
+      `${fmtRatio(host.decision.ratio)}× between threads`,
+      '-',
+    ]);
+  }
   const c = result.cluster;
   if (c?.ours) {
     rows.push([
@@ -506,6 +515,37 @@ function fleetSection(f) {
   ].join('\n');
 }
 
+function hostSection(h) {
+  if (h.skipped) return `## Host mode\n\nSkipped: ${h.skipped}.`;
+  return [
+    '## Host mode (processes of one host, beside worker threads)',
+    '',
+    md(
+      [L('figure'), R('host mode'), R('worker threads'), R('host ÷ threads')],
+      [
+        [
+          '1-key decision',
+          fmtNs(h.decision.hostNs),
+          fmtNs(h.decision.threadsNs),
+          fmtRatio(h.decision.ratio),
+        ],
+        ...h.hot.map((x) => [
+          `${x.n} on one hot key`,
+          fmtOps(x.processesPerSec),
+          fmtOps(x.threadsPerSec),
+          fmtRatio(x.ratio),
+        ]),
+        [
+          'acquire() wake-up, one way, p50 / p99',
+          `${us(h.wake.processes.p50Us)} / ${us(h.wake.processes.p99Us)}`,
+          `${us(h.wake.threads.p50Us)} / ${us(h.wake.threads.p99Us)}`,
+          '-',
+        ],
+      ],
+    ),
+  ].join('\n');
+}
+
 /** The whole of bench/RESULTS.md. */
 export function formatResultsMarkdown(result, { commit }) {
   const out = [header(result, commit)];
@@ -546,6 +586,7 @@ export function formatResultsMarkdown(result, { commit }) {
   if (result.http) add('HTTP', () => httpSection(result.http));
   if (result.redis) add('Redis', () => redisSection(result.redis));
   if (result.fleet) add('Fleet mode', () => fleetSection(result.fleet));
+  if (result.host) add('Host mode', () => hostSection(result.host));
   return `${out.join('\n')}\n`;
 }
 
