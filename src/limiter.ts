@@ -82,6 +82,8 @@ const TABLE_FULL_RETRY_MS = 1000;
  * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
  */
 const MAX_RETRY_US = 2 ** 52;
+/** A punctual head waiter turns the event loop for the last this many ms of its wait. */
+const PUNCTUAL_MS = 1;
 
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
@@ -324,10 +326,8 @@ export abstract class Limiter implements SlotPolicy {
   rebuilding(_w: number): void {}
 
   /**
-   * step() for the head of the wait queue. The head wakes when its permits are due, but
-   * always a little late (timers, the event loop); algorithms whose schedule is a time line
-   * (GCRA) override this to grant at the due time, so the lateness is made up rather than
-   * carried into every later waiter's turn.
+   * step() for the head of the wait queue (`core.queuedSinceUs` tells when it was refused
+   * and queued). Every algorithm here grants the head as any caller, at the time it wakes.
    */
   protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
     return this.step(state, stamp, nowUs, permits);
@@ -370,14 +370,15 @@ export abstract class Limiter implements SlotPolicy {
     const state = core.lastState;
     const stamp = core.lastStamp;
     let remaining = this.available(state, stamp, nowUs);
-    let retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
-    if (retryUs === 0) {
-      // Refused with the permits there: waiters queued ahead take them first (FIFO). What is
-      // left is what they leave, and the wait is until theirs and these fit (at most the
-      // limit's worth: past it, the least the queue ahead takes to drain).
-      const queued = this.queues.waitingPermits(core.lastWord);
+    // Waiters queued ahead (FIFO) take the permits first, whether they are there or not yet:
+    // what is left is what they leave, and the wait is until theirs and then these are due.
+    const queued = core.fifo ? this.queues.waitingPermits(core.lastWord) : 0;
+    let retryUs: number;
+    if (queued > 0) {
       remaining = Math.max(0, remaining - queued);
-      retryUs = this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
+      retryUs = this.retryBehindUs(state, stamp, nowUs, queued, permits);
+    } else {
+      retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
     }
     return {
       allowed: false,
@@ -444,6 +445,22 @@ export abstract class Limiter implements SlotPolicy {
     });
     this.core.lastWord = NO_SLOT;
     return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
+  }
+
+  /**
+   * The wait in whole µs for `permits` behind `queued` permits waiting ahead. Here the
+   * least time at which the queue's permits and these fit in one grant (at most the
+   * limit's worth: past it, the least the queue ahead takes to drain); algorithms whose
+   * state is a time line (GCRA) charge the queue to it and answer exactly.
+   */
+  protected retryBehindUs(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    queued: number,
+    permits: number,
+  ): number {
+    return this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
   }
 
   /**
@@ -574,6 +591,16 @@ export abstract class Limiter implements SlotPolicy {
     return this.core.priorState >>> GEN_SHIFT;
   }
 
+  /**
+   * Whether the head waiter must wake at its due time to the microsecond rather than the
+   * millisecond: a rate whose waiters are granted one after another (GCRA) loses each
+   * wake-up's lateness for good (it is never made up: see Gcra), so a late wake-up costs
+   * rate. Such a head waits the last PUNCTUAL_MS by turning the event loop.
+   */
+  protected get punctual(): boolean {
+    return false;
+  }
+
   /** The queue limit in permits (LeakyBucket: its capacity). */
   protected effectiveQueueLimit(): number {
     return this.queueLimit;
@@ -655,6 +682,15 @@ export abstract class Limiter implements SlotPolicy {
         // time and wait again, spinning until its next tick.
         if (this.clock instanceof CoarseClock) {
           timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
+        } else if (this.punctual && !manual) {
+          // A timed wait rounds to whole milliseconds, early or late: it ends PUNCTUAL_MS
+          // early, and the last stretch is spent turning the event loop, so that the grant
+          // falls due on time.
+          if (timeoutMs < PUNCTUAL_MS) {
+            setImmediate(() => this.pump(x));
+            return;
+          }
+          timeoutMs -= PUNCTUAL_MS;
         }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
@@ -720,7 +756,8 @@ export abstract class Limiter implements SlotPolicy {
     this.waiting.add(x);
     if (this.heartbeatTimer) return;
     this.heartbeatTimer = setInterval(() => {
-      this.queues.heartbeat();
+      // A timer: nobody would catch a throw. A waiter has its entry (enqueue() took it).
+      this.queues.tryHeartbeat();
       this.onHeartbeat();
       const seen = new Set<number>();
       for (const y of this.waiting) {

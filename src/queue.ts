@@ -47,6 +47,9 @@ function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
 }
 
+/** How often a thread that found the thread table full looks through it again. */
+const FULL_RETRY_MS = 250;
+
 /** How far ahead of this thread's clock another thread's heartbeat may be and still be fresh. */
 const FUTURE_HEARTBEAT_MS = 1000;
 
@@ -98,8 +101,28 @@ export class WaitQueues {
 
   // ---- threads -------------------------------------------------------------------------
 
-  /** This thread's entry in the thread table, (re)claimed when needed; proves it alive. */
+  /**
+   * This thread's entry in the thread table, (re)claimed when needed; proves it alive.
+   * Throws QueueFullError when the table is full (see THREAD_ENTRIES): for a caller about
+   * to wait, before anything is granted.
+   */
   heartbeat(): void {
+    if (!this.tryHeartbeat()) {
+      throw new QueueFullError(
+        `more than ${THREAD_ENTRIES} threads are waiting on or holding permits of this limiter`,
+      );
+    }
+  }
+
+  /** When a full table was last found: looked through again at most every FULL_RETRY_MS. */
+  private fullAtMs = -1;
+
+  /**
+   * heartbeat() that answers false instead of throwing when the thread table is full: for
+   * callers that have already been granted something (a grant is never followed by a
+   * throw) and for timers (nobody would catch it).
+   */
+  tryHeartbeat(): boolean {
     const i32 = this.i32;
     const base = this.layout.threadBase;
     const now = nowMs();
@@ -107,9 +130,14 @@ export class WaitQueues {
       const e = base + this.threadEntry * 2;
       if (Atomics.load(i32, e + T_TOKEN) === this.threadToken) {
         Atomics.store(i32, e + T_HEARTBEAT, now);
-        return;
+        return true;
       }
       this.threadEntry = -1; // taken over while this thread had no waiters
+    }
+    // A full table is scanned again only now and then: a thread granted permits over and
+    // over while it is full must not pay two passes over it on every grant.
+    if (this.fullAtMs >= 0 && diff31(now, this.fullAtMs) >= 0) {
+      if (diff31(now, this.fullAtMs) < FULL_RETRY_MS) return false;
     }
     const token = (Math.random() * 0x7fffffff) | 0 | 1;
     for (let pass = 0; pass < 2; pass++) {
@@ -126,11 +154,13 @@ export class WaitQueues {
           Atomics.store(i32, e + T_HEARTBEAT, now);
           this.threadEntry = t;
           this.threadToken = token;
-          return;
+          this.fullAtMs = -1;
+          return true;
         }
       }
     }
-    throw new QueueFullError(`more than ${THREAD_ENTRIES} threads are waiting on this limiter`);
+    this.fullAtMs = now;
+    return false;
   }
 
   private isStale(heartbeat: number, now: number, deadAfterMs = DEAD_AFTER_MS): boolean {

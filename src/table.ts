@@ -270,7 +270,7 @@ export class SlotTable {
    * The number of segments that exist, with this thread's views covering all of them (a
    * segment added by another thread is mapped here before any of its slots is used).
    */
-  private mapped(): number {
+  mapped(): number {
     const n = Atomics.load(this.i32, H_SEGMENTS);
     if (this.layout.segments[n - 1]!.endBytes > this.i32.byteLength) this.remap();
     return n;

@@ -50,6 +50,7 @@ export class Concurrency extends Limiter {
       this.queues,
       (ref, n) => this.giveBackRef(ref, n),
       this.core.shared,
+      () => this.table.mapped(),
     );
   }
 
