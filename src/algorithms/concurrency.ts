@@ -37,13 +37,13 @@ export interface ConcurrencyOptions extends CommonOptions {
  */
 export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
-  readonly limit: number;
+  readonly limit!: number;
 
   private readonly holders: Holders;
 
   constructor(options: ConcurrencyOptions) {
     super('Concurrency', ALGO_CONCURRENCY, Concurrency.prepare(options));
-    this.limit = this.param(0);
+    this.configure();
     this.holders = new Holders(
       this.i32,
       this.layout,
@@ -52,6 +52,37 @@ export class Concurrency extends Limiter {
       this.core.shared,
       () => this.table.mapped(),
     );
+  }
+
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+  }
+
+  /**
+   * Takes `limit`. Permits held stay held: a lower limit admits nothing more until
+   * releases bring a key under it.
+   */
+  override reconfigure(options: { limit?: number }): void {
+    super.reconfigure(options);
+  }
+
+  protected override reconfigurable(): readonly string[] {
+    return ['limit'];
+  }
+
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const limit = integerOption(name, 'limit', opts.limit ?? this.limit, 1, MAX_WIDE_CONCURRENCY);
+    if (limit > MAX_CONCURRENCY && !this.core.wide) {
+      throw rangeError(
+        `${name}: option "limit" (${limit}) needs a wide table (past ${MAX_CONCURRENCY}), and this limiter was created with a narrow one; create it with such a limit to reconfigure within it`,
+      );
+    }
+    return [limit];
+  }
+
+  /** A state is the count held: the same under any limit. */
+  protected override get convertsStates(): boolean {
+    return false;
   }
 
   protected override becameShared(): void {
@@ -97,7 +128,8 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
+    // Not bounded by the limit: a key may hold more than a limit reconfigure() lowered.
+    if (!(permits >= 1) || (permits | 0) !== permits) {
       throw permitsError('Concurrency.release', permits, this.limit);
     }
     // One lookup serves the ghost check, the swap and the records (this is half of every

@@ -4,7 +4,12 @@ import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
-import { readWindowOptions, wideWindowBits, windowBits } from './window-bits.js';
+import {
+  readWindowOptions,
+  reconfiguredWindow,
+  wideWindowBits,
+  windowBits,
+} from './window-bits.js';
 
 export interface FixedWindowOptions extends CommonOptions {
   /**
@@ -23,23 +28,62 @@ export interface FixedWindowOptions extends CommonOptions {
  */
 export class FixedWindow extends Limiter {
   readonly algorithm = 'FixedWindow';
-  readonly limit: number;
-  readonly windowMs: number;
-  private readonly windowUs: number;
-  private readonly countBits: number;
-  private readonly countMask: number;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
+  private windowUs!: number;
+  private countBits!: number;
+  private countMask!: number;
   /** 2^countBits: a wide payload's window number is counted in these. */
-  private readonly countSpan: number;
+  private countSpan!: number;
   /** 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
-  private readonly perCount: number;
-  private readonly wBits: number;
-  private readonly wMask: number;
+  private perCount!: number;
+  private wBits!: number;
+  private wMask!: number;
 
   constructor(options: FixedWindowOptions) {
     super('FixedWindow', ALGO_FIXED_WINDOW, FixedWindow.prepare(options));
-    this.limit = this.param(0);
-    this.windowMs = this.param(1);
-    this.windowUs = this.windowMs * 1000;
+    this.configure();
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.param(1);
+  }
+
+  /**
+   * Takes `limit` and `windowMs`. What each key was granted in its current window stays
+   * counted (up to the new limit): a higher limit admits the difference in the same window,
+   * a lower one nothing more until the window ends. A new `windowMs` counts those permits
+   * in the new window that contains now.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number }): void {
+    super.reconfigure(options);
+  }
+
+  protected override reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs'];
+  }
+
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { limit: this.param(0), windowMs: this.param(1) };
+    return reconfiguredWindow(name, opts, current, 1, this.core.wide);
+  }
+
+  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+    const { window, count } = this.read(state, stamp, nowUs);
+    return count === 0 ? undefined : [window * this.windowUs, count];
+  }
+
+  protected override restate(d: number[], nowUs: number): number {
+    const window = Math.max(Math.floor(d[0]! / this.windowUs), Math.floor(nowUs / this.windowUs));
+    const count = Math.min(d[1]!, this.limit);
+    if (this.core.wide) return this.packWide(window, count);
+    return ((window & this.wMask) << this.countBits) | count;
+  }
+
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+    this.windowUs = this.param(1) * 1000;
     const bits = this.core.wide
       ? wideWindowBits(this.limit, this.windowUs)
       : windowBits(this.limit, this.windowUs, 1)!;

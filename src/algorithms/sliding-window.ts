@@ -3,10 +3,11 @@ import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } f
 import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
+import { rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
-import { readSlidingWindowOptions } from './segment-bits.js';
+import { readSlidingWindowOptions, segmentBits } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
-import { wideSlidingBits, windowBits } from './window-bits.js';
+import { reconfiguredWindow, wideSlidingBits, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
   /**
@@ -39,31 +40,29 @@ export interface SlidingWindowOptions extends CommonOptions {
  */
 export class SlidingWindow extends Limiter {
   readonly algorithm = 'SlidingWindow';
-  readonly limit: number;
-  readonly windowMs: number;
-  /** Segments per window; undefined for the two-window estimate. */
-  readonly segments: number | undefined;
-  private readonly windowUs: number;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
+  private windowUs!: number;
   /** The segmented algorithm, or null for the two-window estimate. */
-  private readonly ring: SegmentRing | null;
-  private readonly countBits: number;
-  private readonly countMask: number;
-  private readonly wBits: number;
-  private readonly wMask: number;
+  private ring!: SegmentRing | null;
+  private countBits!: number;
+  private countMask!: number;
+  private wBits!: number;
+  private wMask!: number;
   /** Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
-  private readonly prevQuantum: number;
-  private readonly prevBits: number;
+  private prevQuantum!: number;
+  private prevBits!: number;
   /** 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
-  private readonly countSpan: number;
-  private readonly prevSpan: number;
+  private countSpan!: number;
+  private prevSpan!: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
   // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
   // three of them stood one after another on the decision's path.
-  private readonly perCount: number;
-  private readonly perPrev: number;
-  private readonly perQuantum: number;
+  private perCount!: number;
+  private perPrev!: number;
+  private perQuantum!: number;
   /** Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
-  private readonly exactWeights: boolean;
+  private exactWeights!: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
   private window = 0;
   private prev = 0;
@@ -71,12 +70,104 @@ export class SlidingWindow extends Limiter {
 
   constructor(options: SlidingWindowOptions) {
     super('SlidingWindow', ALGO_SLIDING_WINDOW, SlidingWindow.prepare(options));
-    this.limit = this.param(0);
-    this.windowMs = this.param(1);
-    this.windowUs = this.windowMs * 1000;
+    this.configure();
+    // The default key's ring is taken here once per buffer (attach() finds it taken).
+    if (this.ring !== null && !(options instanceof Attached)) this.initSlot(0);
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.param(1);
+  }
+
+  /** Segments per window; undefined for the two-window estimate. */
+  get segments(): number | undefined {
+    const segments = this.param(2);
+    return segments > 0 ? segments : undefined;
+  }
+
+  /**
+   * Takes `limit` and `windowMs` (with `segments`: `limit` alone, within the segment
+   * fields the limiter was created with). What each key was granted stays counted (up to
+   * the new limit): a higher limit admits the difference in the same window, a lower one
+   * nothing more until the window allows. A new `windowMs` counts the key's weighted count
+   * (previous window's share and current count) in the new window that contains now.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number; segments?: number }): void {
+    super.reconfigure(options);
+  }
+
+  protected override reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs', 'segments'];
+  }
+
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { limit: this.param(0), windowMs: this.param(1) };
+    const segments = this.segments;
+    if (segments === undefined) {
+      if (opts.segments !== undefined) {
+        throw rangeError(
+          `${name}: option "segments" (${show(opts.segments)}) needs a ring of counts per key, and this limiter was created without "segments"; create it with segments to count by segment`,
+        );
+      }
+      return reconfiguredWindow(name, opts, current, 2, this.core.wide);
+    }
+    // Each key's ring holds `segments` counts of segments of a fixed length.
+    for (const option of ['windowMs', 'segments'] as const) {
+      const was = option === 'windowMs' ? current.windowMs : segments;
+      if (opts[option] !== undefined && opts[option] !== was) {
+        throw rangeError(
+          `${name}: option "${option}" (${show(opts[option])}) cannot change with segments: each key's ring counts ${segments} segments of ${(current.windowMs / segments).toFixed(3).replace(/\.?0+$/, '')} ms; create a new limiter for another window or segment count`,
+        );
+      }
+    }
+    const merged = { ...current, segments, ...opts };
+    const { limit } = readSlidingWindowOptions(name, merged, false);
+    const segmentUs = (current.windowMs * 1000) / segments;
+    const a = segmentBits(current.limit, segmentUs, segments)!;
+    const b = segmentBits(limit, segmentUs, segments)!;
+    if (a.countBits !== b.countBits || a.segBits !== b.segBits || a.tagBits !== b.tagBits) {
+      throw rangeError(
+        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (created with limit ${current.limit}, counts below ${2 ** a.countBits - 2}); with segments, reconfigure the limit within that range`,
+      );
+    }
+    return [limit, current.windowMs, segments];
+  }
+
+  /** The segment ring's counts are plain counts: a new limit reads them as they are. */
+  protected override get convertsStates(): boolean {
+    return this.ring === null;
+  }
+
+  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+    this.read(state, stamp, nowUs);
+    if (this.prev === 0 && this.curr === 0) return undefined;
+    // The previous window's share now, and the current count, in the current window.
+    const share = this.weightedPrev(nowUs) / this.windowUs;
+    return [this.window, this.windowUs, this.prev, this.curr, share];
+  }
+
+  protected override restate(d: number[], nowUs: number): number {
+    const [window, windowUs, prev, curr, share] = d as [number, number, number, number, number];
+    const w = this.windowUs;
+    if (windowUs === w) {
+      // The same window length: both counts as they were, up to the new limit.
+      this.window = window;
+      this.prev = Math.min(prev, this.limit);
+      this.curr = Math.min(curr, this.limit);
+    } else {
+      this.window = Math.max(Math.floor(nowUs / w), Math.floor((window * windowUs) / w));
+      this.prev = 0;
+      this.curr = Math.min(this.limit, Math.ceil(share + curr));
+    }
+    return this.encode(0);
+  }
+
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+    this.windowUs = this.param(1) * 1000;
     const segments = this.param(2);
     if (segments > 0) {
-      this.segments = segments;
       this.ring = new SegmentRing(
         this.limit,
         Math.round(this.windowUs),
@@ -91,11 +182,8 @@ export class SlidingWindow extends Limiter {
       this.prevQuantum = this.prevBits = this.countSpan = this.prevSpan = 0;
       this.perCount = this.perPrev = this.perQuantum = 0;
       this.exactWeights = true;
-      // The default key's ring is taken here once per buffer (attach() finds it taken).
-      if (!(options instanceof Attached)) this.initSlot(0);
       return;
     }
-    this.segments = undefined;
     this.ring = null;
     const bits = this.core.wide
       ? wideSlidingBits(this.limit, this.windowUs)
