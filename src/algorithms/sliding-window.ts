@@ -128,7 +128,7 @@ export class SlidingWindow extends Limiter {
     const b = segmentBits(limit, segmentUs, segments)!;
     if (a.countBits !== b.countBits || a.segBits !== b.segBits || a.tagBits !== b.tagBits) {
       throw rangeError(
-        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (created with limit ${current.limit}, counts below ${2 ** a.countBits - 2}); with segments, reconfigure the limit within that range`,
+        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (segment counts of ${a.countBits} bits: limits up to ${2 ** a.countBits - 3}); create a new limiter for a larger limit`,
       );
     }
     return [limit, current.windowMs, segments];

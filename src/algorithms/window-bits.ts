@@ -115,17 +115,17 @@ export function reconfiguredWindow(
   wideTable: boolean,
 ): [number, number] {
   const merged = { ...current, ...opts };
+  if (wideTable && typeof merged.windowMs === 'number' && merged.windowMs < MIN_WIDE_WINDOW_MS) {
+    throw rangeError(
+      `${name}: option "windowMs" must be at least ${MIN_WIDE_WINDOW_MS} ms for this limiter (created with a wide table, for a large limit or window), got ${show(merged.windowMs)}`,
+    );
+  }
   const { limit, windowMs, wide } = readWindowOptions(name, merged, counters, true);
   if (wide && !wideTable) {
     const option = windowMs > MAX_WINDOW_MS ? 'windowMs' : 'limit';
     const value = option === 'limit' ? limit : windowMs;
     throw rangeError(
       `${name}: option "${option}" (${show(value)}) needs a wide table (a limit past ${maxLimitFor(windowMs * 1000, counters)} for this window, or a window past ${MAX_WINDOW_MS} ms), and this limiter was created with a narrow one; create it with such a limit or window to reconfigure within them`,
-    );
-  }
-  if (wideTable && windowMs < MIN_WIDE_WINDOW_MS) {
-    throw rangeError(
-      `${name}: option "windowMs" must be at least ${MIN_WIDE_WINDOW_MS} ms for this limiter (created with a wide table, for a large limit or window), got ${show(windowMs)}`,
     );
   }
   return [limit, windowMs];
