@@ -92,3 +92,53 @@ it('a reconfigure() on one thread applies to the next decision of every attach()
     expect(c.limiter.stats(c.key ?? undefined).admitted).toBe(i === 2 ? 4 : 5);
   }
 });
+
+for (const [name, make, key, options] of [
+  [
+    'TokenBucket',
+    (clock: ManualClock) => new TokenBucket({ capacity: 100, refillPerSecond: 1e-6, clock }),
+    'k',
+    (n: number) => ({ capacity: n }),
+  ],
+  [
+    'FixedWindow',
+    (clock: ManualClock) => new FixedWindow({ limit: 100, windowMs: 1e6, clock }),
+    null,
+    (n: number) => ({ limit: n }),
+  ],
+  [
+    'Concurrency',
+    (clock: ManualClock) => new Concurrency({ limit: 100, clock }),
+    'k',
+    (n: number) => ({ limit: n }),
+  ],
+] as const) {
+  it(`${name}: threads deciding while the limit changes 200 times are granted exactly the last limit`, async () => {
+    // The clock never moves: nothing refills, every grant stays counted.
+    const clock = new ManualClock();
+    const limiter = make(clock) as Limiter & { reconfigure(o: object): void };
+    limiter.reconfigure(options(1));
+    const ctl = new Int32Array(new SharedArrayBuffer(4));
+    const group = startWorkers<number>(workerScript('reconfigure-hammer.mjs'), THREADS, {
+      handle: limiter.handle,
+      key,
+      ctl: ctl.buffer,
+      final: 1000,
+    });
+    try {
+      while (Atomics.load(group.arrivals, 0) < THREADS) await new Promise((r) => setTimeout(r, 1));
+      for (let i = 0; i < 200; i++) {
+        limiter.reconfigure(options(i % 2 === 0 ? 60 : 20 + (i % 7)));
+        if (i % 20 === 0) await new Promise((r) => setImmediate(r));
+      }
+      limiter.reconfigure(options(100));
+      Atomics.store(ctl, 0, 1);
+      const granted = await group.results;
+      // Never more than the limit, and no grant lost or counted twice on the way.
+      expect(granted.reduce((a, b) => a + b, 0)).toBe(100);
+      expect(limiter.stats(key ?? undefined)).toMatchObject({ admitted: 100, available: 0 });
+    } finally {
+      await group.terminate();
+    }
+  });
+}

@@ -65,11 +65,15 @@ describe('reconfigure() on TokenBucket', () => {
         [99, 1, false],
         [100, 1, true],
         [100, 1, false],
-        // Lower than what is owed: empty until a token refills at the new rate.
+        // Lowered and raised again: the 6 tokens owed are still owed.
+        [100, { capacity: 2 }],
+        [100, { capacity: 6 }],
+        [100, 1, false],
+        // Lower than what is owed: refused until it owes 1 (5 tokens at 2 per second).
         [100, { capacity: 2, refillPerSecond: 2 }],
-        [599, 1, false],
-        [600, 1, true],
-        [600, 1, false],
+        [2599, 1, false],
+        [2600, 1, true],
+        [2600, 1, false],
         [10_000, 2, true],
         [10_000, 1, false],
       ];
@@ -111,6 +115,12 @@ describe('reconfigure() on FixedWindow', () => {
         [0, 2, true],
         [0, 1, false],
         [500, { limit: 2 }],
+        [500, 1, false],
+        // Raised again in the same window: the 5 granted still count.
+        [600, { limit: 6 }],
+        [600, 1, true],
+        [600, 1, false],
+        [700, { limit: 2 }],
         [999, 1, false],
         [1000, 2, true],
         [1000, 1, false],

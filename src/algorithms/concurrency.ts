@@ -324,7 +324,8 @@ export class Concurrency extends Limiter {
   }
 
   protected available(state: number): number {
-    return this.limit - this.held(state);
+    // Past the limit after a reconfigure() lowered it.
+    return Math.max(0, this.limit - this.held(state));
   }
 
   protected untilFreshUs(state: number): number {

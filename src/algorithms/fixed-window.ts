@@ -39,6 +39,8 @@ export class FixedWindow extends Limiter {
   private perCount!: number;
   private wBits!: number;
   private wMask!: number;
+  /** The largest count the count field holds (see configure()). */
+  private ceiling!: number;
 
   constructor(options: FixedWindowOptions) {
     super('FixedWindow', ALGO_FIXED_WINDOW, FixedWindow.prepare(options));
@@ -66,7 +68,7 @@ export class FixedWindow extends Limiter {
 
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
-    return reconfiguredWindow(name, opts, current, 1, this.core.wide);
+    return reconfiguredWindow(name, opts, current, 1, this.core.wide, this.param(2));
   }
 
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
@@ -76,7 +78,7 @@ export class FixedWindow extends Limiter {
 
   protected override restate(d: number[], nowUs: number): number {
     const window = Math.max(Math.floor(d[0]! / this.windowUs), Math.floor(nowUs / this.windowUs));
-    const count = Math.min(d[1]!, this.limit);
+    const count = Math.min(d[1]!, this.ceiling);
     if (this.core.wide) return this.packWide(window, count);
     return ((window & this.wMask) << this.countBits) | count;
   }
@@ -84,9 +86,12 @@ export class FixedWindow extends Limiter {
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
+    // After a reconfigure(), the largest limit the count field holds (param 2; 0 until
+    // then): a key keeps what an earlier, higher limit granted it.
+    this.ceiling = Math.max(this.limit, this.param(2));
     const bits = this.core.wide
-      ? wideWindowBits(this.limit, this.windowUs)
-      : windowBits(this.limit, this.windowUs, 1)!;
+      ? wideWindowBits(this.ceiling, this.windowUs)
+      : windowBits(this.ceiling, this.windowUs, 1)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.countSpan = 2 ** bits.countBits;
@@ -199,7 +204,8 @@ export class FixedWindow extends Limiter {
   }
 
   protected available(state: number, stamp: number, nowUs: number): number {
-    return this.limit - this.read(state, stamp, nowUs).count;
+    // Past the limit after a reconfigure() lowered it.
+    return Math.max(0, this.limit - this.read(state, stamp, nowUs).count);
   }
 
   override countsUntilUs(takenUs: number): number {

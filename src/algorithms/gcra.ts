@@ -23,7 +23,8 @@ export function reconfiguredBucket(
   current: { capacity: number; rate: number },
   rateName: 'refillPerSecond' | 'ratePerSecond',
   wideTable: boolean,
-): [number, number] {
+  ceiling: number,
+): [number, number, number] {
   const merged = { capacity: current.capacity, [rateName]: current.rate, ...opts };
   const { capacity, rate, wide } = readBucketOptions(name, merged, rateName, true);
   if (wide && !wideTable) {
@@ -33,7 +34,8 @@ export function reconfiguredBucket(
       `${name}: option "${option}" (${show(value)}) needs a wide table (capacity past ${MAX_GCRA_CAPACITY} or rate past ${MAX_RATE_PER_SECOND} per second), and this limiter was created with a narrow one; create it with such a capacity or rate to reconfigure within them`,
     );
   }
-  return [capacity, rate];
+  // The units must hold what a key may owe: up to the largest capacity it had.
+  return [capacity, rate, Math.max(ceiling, current.capacity, capacity)];
 }
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
@@ -164,18 +166,22 @@ export abstract class Gcra extends Limiter {
   protected override configure(): void {
     const capacity = this.param(0);
     (this as { limit: number }).limit = capacity;
-    const { k, scale, tau } = gcraUnits(capacity, this.param(1), this.core.wide);
+    // After a reconfigure(), the largest capacity the limiter had (param 2; 0 until then):
+    // a key may owe that much, so the units are chosen for it.
+    const ceiling = Math.max(capacity, this.param(2));
+    const { k, scale } = gcraUnits(ceiling, this.param(1), this.core.wide);
     this.k = k;
     this.scale = scale;
-    this.tau = tau;
+    this.tau = capacity * k;
     this.unitsPerStamp = STAMP_US * this.scale;
-    // The last grant was before the end of its stamp period; its TAT at most tau later.
-    this.staleUs = STAMP_US + this.tau / this.scale;
+    // The last grant was before the end of its stamp period; its TAT at most what a key
+    // may owe later.
+    this.staleUs = STAMP_US + (ceiling * k) / this.scale;
   }
 
   // reconfigure(): the permits a key owes (TAT − now, in permits: what was taken and has
-  // not refilled or leaked yet) stay owed, and come back at the new rate; a bucket owing
-  // more than a new, smaller capacity is empty.
+  // not refilled or leaked yet) stay owed, and come back at the new rate. A key owing more
+  // than a new, smaller capacity is refused until it owes less than the capacity again.
 
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const ahead = this.ahead(state, stamp, nowUs);
@@ -183,7 +189,7 @@ export abstract class Gcra extends Limiter {
   }
 
   protected override restate(d: number[], nowUs: number): number {
-    const lead = Math.min(this.tau, Math.ceil(d[0]! * this.k));
+    const lead = Math.ceil(d[0]! * this.k);
     if (this.core.wide) return this.wrap(this.unitsMod(nowUs) + lead);
     return this.encode(0, this.nowUnits(nowUs) + lead);
   }

@@ -62,7 +62,7 @@ export class LeakyBucket extends Gcra {
 
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { capacity: this.param(0), rate: this.param(1) };
-    return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide);
+    return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide, this.param(2));
   }
 
   // The same four lines in every class: see Limiter.consume.

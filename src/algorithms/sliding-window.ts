@@ -61,6 +61,8 @@ export class SlidingWindow extends Limiter {
   private perCount!: number;
   private perPrev!: number;
   private perQuantum!: number;
+  /** The largest count the count fields hold (see configure()). */
+  private ceiling!: number;
   /** Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
   private exactWeights!: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
@@ -110,7 +112,15 @@ export class SlidingWindow extends Limiter {
           `${name}: option "segments" (${show(opts.segments)}) needs a ring of counts per key, and this limiter was created without "segments"; create it with segments to count by segment`,
         );
       }
-      return reconfiguredWindow(name, opts, current, 2, this.core.wide);
+      const [limit, windowMs, ceiling] = reconfiguredWindow(
+        name,
+        opts,
+        current,
+        2,
+        this.core.wide,
+        this.param(3),
+      );
+      return [limit, windowMs, 0, ceiling];
     }
     // Each key's ring holds `segments` counts of segments of a fixed length.
     for (const option of ['windowMs', 'segments'] as const) {
@@ -153,12 +163,12 @@ export class SlidingWindow extends Limiter {
     if (windowUs === w) {
       // The same window length: both counts as they were, up to the new limit.
       this.window = window;
-      this.prev = Math.min(prev, this.limit);
-      this.curr = Math.min(curr, this.limit);
+      this.prev = Math.min(prev, this.ceiling);
+      this.curr = Math.min(curr, this.ceiling);
     } else {
       this.window = Math.max(Math.floor(nowUs / w), Math.floor((window * windowUs) / w));
       this.prev = 0;
-      this.curr = Math.min(this.limit, Math.ceil(share + curr));
+      this.curr = Math.min(this.ceiling, Math.ceil(share + curr));
     }
     return this.encode(0);
   }
@@ -182,12 +192,16 @@ export class SlidingWindow extends Limiter {
       this.prevQuantum = this.prevBits = this.countSpan = this.prevSpan = 0;
       this.perCount = this.perPrev = this.perQuantum = 0;
       this.exactWeights = true;
+      this.ceiling = this.limit;
       return;
     }
     this.ring = null;
+    // After a reconfigure(), the largest limit the count fields hold (param 3; 0 until
+    // then): a key keeps what an earlier, higher limit granted it.
+    this.ceiling = Math.max(this.limit, this.param(3));
     const bits = this.core.wide
-      ? wideSlidingBits(this.limit, this.windowUs)
-      : { ...windowBits(this.limit, this.windowUs, 2)!, prevBits: 0, prevQuantum: 1 };
+      ? wideSlidingBits(this.ceiling, this.windowUs)
+      : { ...windowBits(this.ceiling, this.windowUs, 2)!, prevBits: 0, prevQuantum: 1 };
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.wBits = bits.windowBits;
@@ -249,7 +263,7 @@ export class SlidingWindow extends Limiter {
       const rest = Math.floor(state * this.perCount);
       curr = state - rest * this.countSpan;
       const high = Math.floor(rest * this.perPrev);
-      prev = Math.min(this.limit, (rest - high * this.prevSpan) * this.prevQuantum);
+      prev = Math.min(this.ceiling, (rest - high * this.prevSpan) * this.prevQuantum);
       stored = Limiter.near(high, ref, this.wBits);
     } else {
       const p = state & PAYLOAD_MASK;

@@ -53,7 +53,14 @@ export class TokenBucket extends Gcra {
 
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { capacity: this.param(0), rate: this.param(1) };
-    return reconfiguredBucket(name, opts, current, 'refillPerSecond', this.core.wide);
+    return reconfiguredBucket(
+      name,
+      opts,
+      current,
+      'refillPerSecond',
+      this.core.wide,
+      this.param(2),
+    );
   }
 
   // The same four lines in every class: see Limiter.consume.

@@ -113,7 +113,8 @@ export function reconfiguredWindow(
   current: { limit: number; windowMs: number },
   counters: number,
   wideTable: boolean,
-): [number, number] {
+  ceiling: number,
+): [number, number, number] {
   const merged = { ...current, ...opts };
   if (wideTable && typeof merged.windowMs === 'number' && merged.windowMs < MIN_WIDE_WINDOW_MS) {
     throw rangeError(
@@ -128,5 +129,8 @@ export function reconfiguredWindow(
       `${name}: option "${option}" (${show(value)}) needs a wide table (a limit past ${maxLimitFor(windowMs * 1000, counters)} for this window, or a window past ${MAX_WINDOW_MS} ms), and this limiter was created with a narrow one; create it with such a limit or window to reconfigure within them`,
     );
   }
-  return [limit, windowMs];
+  // The count fields must hold what a key was granted: up to the largest limit the limiter
+  // had, as far as the new window leaves room for (counts past it are cut to it).
+  const most = wideTable ? MAX_WIDE_LIMIT : maxLimitFor(windowMs * 1000, counters);
+  return [limit, windowMs, Math.min(most, Math.max(ceiling, current.limit, limit))];
 }
