@@ -116,7 +116,7 @@ describe('reconfigure() refuses what the constructor would, and what the table c
       'a segmented limit past its count fields',
       () => new SlidingWindow({ limit: 4, windowMs: 1000, segments: 4, clock }),
       { limit: 6 },
-      /option "limit" \(6\) needs wider count fields .*limits up to 5/,
+      /option "limit" \(6\) needs wider count fields .*limits up to 5 with segments/,
       RangeError,
     ],
     [

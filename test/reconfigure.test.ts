@@ -189,9 +189,15 @@ describe('reconfigure() on SlidingWindow', () => {
       // The segment of time 0 has left the window.
       [1000, 3, true],
       [1000, 1, false],
+      // Down to 1 and back up to 5 in the same window: the 3 granted still count.
+      [1000, { limit: 1 }],
+      [1000, 1, false],
+      [1100, { limit: 5 }],
+      [1100, 2, true],
+      [1100, 1, false],
     ];
     expect(play(window, clock, steps)).toEqual(steps);
-    expect(window.limit).toBe(3);
+    expect(window.limit).toBe(5);
   });
 });
 

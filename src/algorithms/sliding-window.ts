@@ -133,15 +133,16 @@ export class SlidingWindow extends Limiter {
     }
     const merged = { ...current, segments, ...opts };
     const { limit } = readSlidingWindowOptions(name, merged, false);
+    // The state words and rings keep the count fields the limiter was created with.
+    const fieldsFor = Math.max(current.limit, this.param(3));
     const segmentUs = (current.windowMs * 1000) / segments;
-    const a = segmentBits(current.limit, segmentUs, segments)!;
-    const b = segmentBits(limit, segmentUs, segments)!;
-    if (a.countBits !== b.countBits || a.segBits !== b.segBits || a.tagBits !== b.tagBits) {
+    const most = 2 ** segmentBits(fieldsFor, segmentUs, segments)!.countBits - 3;
+    if (limit > most) {
       throw rangeError(
-        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (segment counts of ${a.countBits} bits: limits up to ${2 ** a.countBits - 3}); create a new limiter for a larger limit`,
+        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (limits up to ${most} with segments); create a new limiter for a larger limit`,
       );
     }
-    return [limit, current.windowMs, segments];
+    return [limit, current.windowMs, segments, fieldsFor];
   }
 
   /** The segment ring's counts are plain counts: a new limit reads them as they are. */
@@ -187,6 +188,7 @@ export class SlidingWindow extends Limiter {
         this.layout,
         this.epochUs,
         this.core,
+        Math.max(this.limit, this.param(3)),
       );
       this.countBits = this.countMask = this.wBits = this.wMask = 0;
       this.prevQuantum = this.prevBits = this.countSpan = this.prevSpan = 0;
