@@ -184,7 +184,7 @@ export class Holders {
     m.rw = -1;
   }
 
-  /** A free record for `ref`, claimed; or a swept one taken over; or −1. */
+  /** A free record for `ref`, claimed, or −1. */
   private claim(ref: number): number {
     const n = this.segmentCount();
     if (n === 0) return -1;
@@ -216,7 +216,7 @@ export class Holders {
 
   // ---- a key's balance record: hand-off releases − permits swept back ------------------
 
-  /** The first of slot `ref`'s own records (its segment's, `perSlot` of them from here). */
+  /** Record `j` (0 … perSlot − 1) of slot `ref`'s own records, in the slot's segment. */
   private homeRecord(ref: number, j: number): number {
     const slot = slotOfHotWord(this.layout, ref >>> 4);
     const home =
@@ -243,9 +243,10 @@ export class Holders {
     for (let j = 0; j < this.perSlot; j++) {
       const rw = this.homeRecord(ref, j);
       if (Atomics.compareExchange(i32, rw + H_REF, 0, ref + 1) !== 0) continue;
-      // Balance and token first, the mark last: a record is a balance record once marked.
-      Atomics.store(i32, rw + H_THREAD, 0);
+      // Token (no live holder's: a reaper or a release skips it) and balance first, the mark
+      // last: a record is a balance record once marked.
       Atomics.store(i32, rw + H_TOKEN, 0);
+      Atomics.store(i32, rw + H_THREAD, 0);
       Atomics.store(i32, rw + H_PERMITS, BALANCE);
       return rw;
     }

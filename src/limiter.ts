@@ -826,7 +826,7 @@ export abstract class Limiter implements SlotPolicy {
    * wake-up's lateness for good (it is never made up: see Gcra), so a late wake-up costs
    * rate. Such a head waits the last PUNCTUAL_MS by turning the event loop.
    */
-  protected get punctual(): boolean {
+  protected punctual(_permits: number): boolean {
     return false;
   }
 
@@ -911,7 +911,7 @@ export abstract class Limiter implements SlotPolicy {
         // time and wait again, spinning until its next tick.
         if (this.clock instanceof CoarseClock) {
           timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
-        } else if (this.punctual && !manual) {
+        } else if (!manual && this.punctual(x.permits)) {
           // A timed wait rounds to whole milliseconds, early or late: it ends PUNCTUAL_MS
           // early, and the last stretch is spent turning the event loop, so that the grant
           // falls due on time.

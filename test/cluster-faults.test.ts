@@ -134,9 +134,8 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
   it('spends permit blocks in consume() and acquire() too, exact in total, and says remaining as the local block', async () => {
     const r = await run('blocks');
     expect(r.allowed).toBe(25);
-    // Blocks of 10; at half spent the next is asked for in the background, and arrives
-    // when the loop next waits: 10, then a top-up of 6, then of 5, then the last 4.
-    expect(r.remainings).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 5, 4]);
+    // Blocks of 10, each leased when the last is spent (no leaseAhead): 10, 10, the last 5.
+    expect(r.remainings).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 9, 8]);
     expect(r.refused).toEqual({ reason: 'limited', retryFinite: true });
     expect(r.leases).toBe(26);
     expect(r.whileWaiting).toMatchObject({ available: 0, queued: 1, admitted: 25 });
@@ -197,14 +196,22 @@ describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
     expect(() => connectCluster('' as never)).toThrow(TypeError);
   });
 
-  it('connectCluster refuses bad options first, naming the option (a block is at least 2)', () => {
-    expect(() => connectCluster('api', { block: 1 })).toThrow(
+  it('connectCluster refuses bad options first, naming the option', () => {
+    expect(() => connectCluster('api', { block: 0 })).toThrow(
       expect.objectContaining({
         name: 'RangeError',
         code: 'ERR_OUT_OF_RANGE',
-        message: 'connectCluster: option "block" must be an integer from 2 to 2147483647, got 1',
+        message: 'connectCluster: option "block" must be a positive integer, got 0',
       }),
     );
+    // The block options of Redis fleet mode, with the same checks.
+    expect(() => connectCluster('api', { block: 8, maxBlock: 4 })).toThrow(
+      /"maxBlock" must be an integer from "block" \(8\)/,
+    );
+    expect(() => connectCluster('api', { leaseAhead: true })).toThrow(
+      /"leaseAhead" is for permit blocks and needs "block"/,
+    );
+    expect(() => connectCluster('api', { block: 8, leaseAhead: 1 as never })).toThrow(TypeError);
     expect(() => connectCluster('api', { block: 2.5 })).toThrow(RangeError);
     expect(() => connectCluster('api', { block: '8' as never })).toThrow(TypeError);
     expect(() => connectCluster('api', { timeoutMs: 0 })).toThrow(/"timeoutMs"/);

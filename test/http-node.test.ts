@@ -207,7 +207,8 @@ describe('rateLimit on plain node:http', () => {
     }
     const full = await request(port, n(4));
     expect(full.status).toBe(429);
-    expect(full.headers['retry-after']).toBe('1');
+    // Behind the three waiters, due at 1, 2 and 3 s: a retry is next at 4 s.
+    expect(full.headers['retry-after']).toBe('4');
     for (let i = 1; i <= 3; i++) {
       expect(served).toEqual([0, ...Array.from({ length: i - 1 }, (_, j) => j + 1)]);
       clock.advance(1000);
@@ -250,7 +251,8 @@ describe('rateLimit on plain node:http', () => {
   });
 
   it('wait: a request that times out gets no RateLimit fields and a Retry-After less the time it waited', async () => {
-    // The clock never moves: every refusal says 2 s. The wait times out in real time.
+    // The clock never moves: a refusal says 2 s per permit, the queued one's included. The
+    // wait times out in real time.
     const clock = new ManualClock();
     const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 0.5, queueLimit: 1, clock });
     const { port, outcomes } = await serve({
@@ -261,13 +263,14 @@ describe('rateLimit on plain node:http', () => {
     expect((await request(port)).status).toBe(200);
     const waiting = request(port);
     await until(() => limiter.stats('k').queued === 1, 'the second request queued');
-    // The queue is full: refused at once, with the figures of its refusal.
+    // The queue is full: refused at once, with the figures of its refusal (next after the
+    // waiter: in 4 s).
     const full = await request(port);
     expect(full.status).toBe(429);
     expect(rateFields(full.headers)).toEqual({
       'ratelimit-policy': '"1-in-2s";q=1;w=2',
       ratelimit: '"1-in-2s";r=0;t=2',
-      'retry-after': '2',
+      'retry-after': '4',
     });
     // Refused after waiting 1.2 s of the 2 s its refusal said: 0.8 s, rounded up.
     const timedOut = await waiting;

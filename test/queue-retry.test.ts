@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { LeakyBucket, ManualClock, TokenBucket } from '../src/index.js';
+import { LeakyBucket, LimiterClosedError, ManualClock, TokenBucket } from '../src/index.js';
 
 // retryAfterMs behind acquire() waiters: the waiters queued ahead are served first, so a
 // refused caller's retry is due once their permits and then its own have come. Cases ported
@@ -30,7 +30,7 @@ describe('retryAfterMs with waiters queued ahead', () => {
     expect(bucket.tryAcquire('k')).toBe(true);
   });
 
-  it('counts a queued waiter as .NET does: 2 tokens behind 1 queued, 1 per 20 s, wait 60 s', () => {
+  it('counts a queued waiter as .NET does: 2 tokens behind 1 queued, 1 per 20 s, wait 60 s', async () => {
     const clock = new ManualClock();
     const bucket = new TokenBucket({
       capacity: 2,
@@ -39,12 +39,13 @@ describe('retryAfterMs with waiters queued ahead', () => {
       clock,
     });
     expect(bucket.tryAcquire('k', 2)).toBe(true);
-    void bucket.acquire('k', 1);
+    const waiter = bucket.acquire('k', 1);
     const refused = bucket.consume('k', 2);
     expect(refused.allowed).toBe(false);
     expect(refused.retryAfterMs).toBe(60_000);
     expect(refused.remaining).toBe(0);
     bucket.close();
+    await expect(waiter).rejects.toThrow(LimiterClosedError);
   });
 
   it('stacks reservations as x/time/rate does: 10 per second, burst 2, requests of 2', async () => {
@@ -66,18 +67,20 @@ describe('retryAfterMs with waiters queued ahead', () => {
     expect(bucket.tryAcquire('k', 2)).toBe(true);
   });
 
-  it('stacks several waiters: each one queued ahead moves the retry one cost later', () => {
+  it('stacks several waiters: each one queued ahead moves the retry one cost later', async () => {
     const clock = new ManualClock();
     const bucket = new TokenBucket({ capacity: 3, refillPerSecond: 4, queueLimit: 20, clock });
     expect(bucket.tryAcquire('k', 3)).toBe(true);
     const expected = [250, 500, 750, 1000, 1250];
+    const waiters: Promise<unknown>[] = [];
     for (let n = 0; n < 5; n++) {
       expect(bucket.consume('k').retryAfterMs, `${n} queued ahead`).toBe(expected[n]);
-      void bucket.acquire('k');
+      waiters.push(bucket.acquire('k'));
     }
     // Two of 2 behind five of 1: 7 tokens at 4 per second.
     expect(bucket.consume('k', 2).retryAfterMs).toBe(1750);
     bucket.close();
+    for (const waiter of waiters) await expect(waiter).rejects.toThrow(LimiterClosedError);
   });
 
   it('counts waiters queued on a LeakyBucket: each leaves one interval after the one before', async () => {

@@ -124,7 +124,9 @@ export class Concurrency extends Limiter {
   /**
    * Returns `permits` held for `key`. Releasing more than the key holds is a bug in the
    * caller and throws a RangeError (nothing is released then). Permits this thread held
-   * that were already given back because it looked dead are not given back twice.
+   * that were already given back because it looked dead are not given back twice; nor are
+   * permits another thread took and handed to this one (released here beyond what this
+   * thread took of the key) that came back when their taker died (see holders.ts).
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();

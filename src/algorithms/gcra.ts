@@ -238,9 +238,14 @@ export abstract class Gcra extends Limiter {
   // new caller — at one instant: a burst a leaky bucket must never show, and past the
   // capacity for a token bucket. The head wakes on time instead (see `punctual`).
 
-  /** Head waiters wake at their due time to the microsecond (see Limiter.punctual). */
-  protected override get punctual(): boolean {
-    return true;
+  /**
+   * Whether a head waiter for `permits` must wake at its due time to the microsecond (see
+   * Limiter.punctual): always for a leaky bucket; for a token bucket only when the request
+   * takes the whole burst — else a wake-up later than the due time by less than the rest of
+   * the burst finds the tokens it missed still in the bucket, and nothing is lost.
+   */
+  protected override punctual(permits: number): boolean {
+    return this.leaky || permits * this.k >= this.tau;
   }
 
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
