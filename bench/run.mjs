@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis,fleet]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis,fleet,host]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -17,6 +17,8 @@
 // 6. Redis (redis.mjs): atomic-limiter/redis beside rate-limiter-flexible's RateLimiterRedis on
 //    one redis-server started for the run, and the floor (a trivial EVALSHA round trip);
 //    skipped with one line when redis-server is not on the PATH.
+// 6c. Host mode (host.mjs): host memory beside worker threads (decision, N processes on one
+//    key, cross-process wake-up); skipped with one line when its native addon cannot load.
 // 6. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -154,10 +156,27 @@ if (opts.parts.has('fleet')) {
   }
 }
 
+// ---- 6c. host mode ------------------------------------------------------------------------
+if (opts.parts.has('host')) {
+  progress(`[${elapsed()}] host: host memory beside worker threads`);
+  try {
+    const { runHost } = await import('./host.mjs');
+    result.host = await runHost({ quick: opts.quick });
+  } catch (error) {
+    const why = String(error?.message ?? error).split('\n')[0];
+    progress(`host: skipped — ${why}`);
+    result.host = { skipped: why };
+  }
+}
+
 // ---- 7. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
 if (result.growth) console.log(`\n${formatGrowth(result.growth)}`);
+if (result.host && !result.host.skipped) {
+  const { formatHost } = await import('./host.mjs');
+  console.log(`\n${formatHost(result.host)}`);
+}
 const dir = new URL('./results/', import.meta.url);
 mkdirSync(dir, { recursive: true });
 const jsonFile = opts.jsonFile ?? fileURLToPath(new URL('latest.json', dir));

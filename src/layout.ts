@@ -25,7 +25,7 @@
  * grows by appending segments past the end of the buffer (see Segment).
  *
  * SlidingLog's rings of 16-byte entries live in a second buffer, the log pool (see
- * LogPool in algorithms/log-pool.ts): a slot takes a ring from it the first time a key
+ * LogPool in log-pool.ts): a slot takes a ring from it the first time a key
  * claims the slot and keeps it, so the pool holds as many rings as slots ever used.
  *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
@@ -63,7 +63,7 @@ export const H_DEFAULT_LOCK = 33;
 // The table's segments that exist (≥ 1), and the lease lock of growing it (rarely written).
 export const H_SEGMENTS = 34;
 export const H_GROW_LOCK = 35;
-/** 1: a wide table (32-byte hot slots with a 64-bit state; read-only after creation). */
+/** 1: a wide table (a 64-bit state per slot, three slots to a line; read-only after creation). */
 export const H_WIDE = 36;
 /**
  * The options' sequence lock: even while the options (F64_PARAMS) are stable, odd while a
@@ -103,8 +103,8 @@ export const FRESH = 0x0fffffff;
 export const RESERVED = 0x0ffffffe;
 /**
  * A step() result meaning "refused": not an integer, so no result of a grant equals it —
- * neither a 32-bit state word nor a wide table's payload (any integer from 0 to 2^53; it
- * was 2^32 once, which a wide bucket's new TAT can be, and such a grant was refused).
+ * neither a 32-bit state word nor a wide table's payload (any integer from 0 to 2^53, 2^32
+ * included: a wide bucket's new TAT can be that).
  */
 export const REJECT = -0.5;
 

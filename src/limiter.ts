@@ -50,17 +50,18 @@ import {
   W_WAITING,
 } from './layout.js';
 import { LogPool } from './log-pool.js';
-import {
-  type AcquireOptions,
-  type AlgorithmName,
+import type {
+  AcquireOptions,
+  AlgorithmName,
   Attached,
-  type Decision,
-  type Fresh,
-  type Lease,
-  type LimiterHandle,
-  type QueueOrder,
-  type Stats,
-  type WhenFull,
+  Decision,
+  Fresh,
+  Lease,
+  LimiterHandle,
+  QueueOrder,
+  Stats,
+  Waits,
+  WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
@@ -78,8 +79,6 @@ export type { Key } from './table.js';
  */
 export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
-/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
-const TABLE_FULL_RETRY_MS = 1000;
 /**
  * The longest wait retryAfterUs() computes, 2^52 µs (~143 years; a bucket refilled at
  * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
@@ -137,22 +136,31 @@ export abstract class Limiter implements SlotPolicy {
   /** True while this thread runs reconfigure() (it holds the options' lock). */
   private reconfiguring = false;
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  /** The state existed before this instance (a handle, or another process's region). */
+  protected readonly attached: boolean;
+  /** Lets other processes use a region this one made (see opened()). */
+  private readonly publish: () => void;
+  /** Waiting across processes (host memory); Atomics.waitAsync otherwise. */
+  private readonly waits: Waits | undefined;
   protected constructor(
     protected readonly owner: string,
     algo: number,
     source: Fresh | Attached,
   ) {
-    const { buffer, layout } = openBuffer(owner, algo, source);
+    const { buffer, layout, logs, attached, shared, publish, liveness, waits } = openBuffer(
+      owner,
+      algo,
+      source,
+    );
     this.buffer = buffer;
     this.layout = layout;
+    this.attached = attached;
+    this.publish = publish;
     this.clock = source.clock;
     this.i32 = fixedView(buffer);
     this.f64 = new Float64Array(buffer, 0, 16);
     this.readConfig();
-    if (this.layout.logRing > 0) {
-      const logs = source instanceof Attached ? source.logs! : LogPool.create(this.layout);
-      this.pool = new LogPool(logs, this.layout);
-    }
+    if (this.layout.logRing > 0) this.pool = new LogPool(logs!, this.layout);
     this.keys = this.i32[H_KEYS]!;
     this.maxKeys = this.layout.maxKeys;
     this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
@@ -168,7 +176,8 @@ export abstract class Limiter implements SlotPolicy {
       () => this.remap(),
       () => this.syncConfig(),
     );
-    this.queues = new WaitQueues(this.i32, this.layout, this.table);
+    this.waits = waits;
+    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness, waits);
     this.core = new Core(
       this.i32,
       b64,
@@ -179,9 +188,20 @@ export abstract class Limiter implements SlotPolicy {
       this.queues,
       this.queueOrder === 'oldest-first',
       owner,
-      source instanceof Attached,
+      shared,
     );
     this.core.syncConfig = () => this.syncConfig();
+    // Classes with per-slot rings publish after building the default key's (opened()).
+    if (this.layout.logRing === 0) publish();
+  }
+
+  /**
+   * For classes with per-slot rings, at the end of their constructor: builds the default
+   * key's ring once per state (`init`, unless attached), then lets other processes in.
+   */
+  protected opened(init: () => void): void {
+    if (!this.attached) init();
+    this.publish();
   }
 
   /**
@@ -673,7 +693,8 @@ export abstract class Limiter implements SlotPolicy {
       return this.untilFreshUs(this.stateAt(w), this.stampOf(w, nowUs), nowUs);
     });
     this.core.lastWord = NO_SLOT;
-    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
+    // None frees by time alone (Concurrency slots held): only a release can help.
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : Number.POSITIVE_INFINITY;
   }
 
   /**
@@ -923,14 +944,15 @@ export abstract class Limiter implements SlotPolicy {
         }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
+      const wait = this.waits ?? Atomics;
       if (head && tick) {
         // Under a ManualClock time moves only by advance()/set(), which tick this word;
         // releases tick it too.
-        result = Atomics.waitAsync(tick.words, tick.index, tickSeen);
+        result = wait.waitAsync(tick.words, tick.index, tickSeen);
       } else {
         result = Number.isFinite(timeoutMs)
-          ? Atomics.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
-          : Atomics.waitAsync(i32, futex, seen);
+          ? wait.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
+          : wait.waitAsync(i32, futex, seen);
       }
       if (result.async) {
         result.value.then(() => this.pump(x));
@@ -1008,7 +1030,7 @@ export abstract class Limiter implements SlotPolicy {
 
   /** After permits came back to slot `w`: wake its head waiter, if it has waiters. */
   protected wakeWaiters(w: number): void {
-    if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (it costs ~50 ns)
+    if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (a call into a builtin)
     this.queues.wakeHead(w);
     if (this.clock instanceof ManualClock) this.clock.tick();
   }

@@ -33,6 +33,7 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
+import type { Liveness, Waits } from './options.js';
 import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */
@@ -88,6 +89,10 @@ export class WaitQueues {
     public i32: Int32Array,
     private readonly layout: Layout,
     private readonly table: SlotTable,
+    /** Host memory: tells a dead process's entries at once (else heartbeat age alone). */
+    private readonly liveness?: Liveness,
+    /** Host memory: wakes waiters of other processes too. */
+    private readonly waits?: Waits,
   ) {}
 
   private q(w: number): number {
@@ -155,6 +160,7 @@ export class WaitQueues {
           this.threadEntry = t;
           this.threadToken = token;
           this.fullAtMs = -1;
+          this.liveness?.claimed(t, token);
           return true;
         }
       }
@@ -171,16 +177,20 @@ export class WaitQueues {
   entryDead(entry: number, token: number, deadAfterMs: number): boolean {
     const e = this.layout.threadBase + entry * 2;
     if (Atomics.load(this.i32, e + T_TOKEN) !== token) return true;
-    return this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs);
+    if (this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs)) return true;
+    return this.liveness?.dead(entry, token) === true;
   }
 
   /** Whether the thread that made record `r` is gone (terminated, or silent too long). */
   private ownerDead(r: number): boolean {
     const i32 = this.i32;
     const rw = this.rec(r);
-    const e = this.layout.threadBase + Atomics.load(i32, rw + R_THREAD) * 2;
-    if (Atomics.load(i32, e + T_TOKEN) !== Atomics.load(i32, rw + R_TOKEN)) return true;
-    return this.isStale(Atomics.load(i32, e + T_HEARTBEAT), nowMs());
+    const entry = Atomics.load(i32, rw + R_THREAD);
+    const e = this.layout.threadBase + entry * 2;
+    const token = Atomics.load(i32, rw + R_TOKEN);
+    if (Atomics.load(i32, e + T_TOKEN) !== token) return true;
+    if (this.isStale(Atomics.load(i32, e + T_HEARTBEAT), nowMs())) return true;
+    return this.liveness?.dead(entry, token) === true;
   }
 
   // ---- records ---------------------------------------------------------------------------
@@ -245,6 +255,7 @@ export class WaitQueues {
     const f = this.rec(r) + R_FUTEX;
     Atomics.add(this.i32, f, 1);
     Atomics.notify(this.i32, f);
+    this.waits?.notify(this.i32, f);
   }
 
   // ---- queues ------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ export class Concurrency extends Limiter {
 
   /**
    * Recorded after the grant's CAS: a thread terminated between the two loses the permits
-   * (nobody gives them back), never the other way round (see README, Caveats).
+   * (nobody gives them back), never the other way round (see docs/guarantees.md).
    */
   override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);

@@ -14,7 +14,7 @@ import {
 export interface FixedWindowOptions extends CommonOptions {
   /**
    * Permits per window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more (past what
-   * the 32-bit state holds, a wide table), less for shorter ones (see README).
+   * the 32-bit state holds, a wide table), less for shorter ones (see docs/algorithms.md).
    */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^31). Windows are aligned to the clock's origin. */

@@ -29,7 +29,7 @@ export function segmentBits(
   return { countBits, segBits, tagBits };
 }
 
-/** The largest limit `segmentBits` accepts (for error messages and the README table). */
+/** The largest limit `segmentBits` accepts (for error messages and the docs' range table). */
 export function maxSegmentedLimit(segmentUs: number, segments: number): number {
   let lo = 0;
   let hi = 2 ** 26;

@@ -74,7 +74,7 @@ export class SlidingLog extends Limiter {
     this.ring = this.layout.logRing;
     this.rings = this.pool!; // logRing > 0: the base made (or attached) the pool
     // The default key's ring is built here once per buffer (attach() finds it built).
-    if (!(options instanceof Attached)) this.initSlot(0);
+    this.opened(() => this.initSlot(0));
   }
 
   /** Window length in milliseconds (reconfigure() changes it). */

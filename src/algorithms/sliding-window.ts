@@ -13,7 +13,7 @@ export interface SlidingWindowOptions extends CommonOptions {
   /**
    * Permits per sliding window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more
    * (past what the 32-bit state holds, a wide table), less for shorter ones or with
-   * `segments` (see the README's range table).
+   * `segments` (see the range table in docs/algorithms.md).
    */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^31; 2^30 with `segments`). */
@@ -74,7 +74,7 @@ export class SlidingWindow extends Limiter {
     super('SlidingWindow', ALGO_SLIDING_WINDOW, SlidingWindow.prepare(options));
     this.configure();
     // The default key's ring is taken here once per buffer (attach() finds it taken).
-    if (this.ring !== null && !(options instanceof Attached)) this.initSlot(0);
+    if (this.ring !== null) this.opened(() => this.initSlot(0));
   }
 
   /** Window length in milliseconds (reconfigure() changes it). */

@@ -86,8 +86,8 @@ const MAX_UNANSWERED_BATCHES = 10_000;
  * least EARLY_BATCH_MIN), not all at the tick's end: the primary decides the first batch
  * while this process still makes the tick's other calls, so the two processes work at
  * once instead of in turns. With about three batches out, each process always has one to
- * work on; smaller batches would cost more per call than the overlap saves (measured in
- * the README, *Benchmarks*, under *Cluster*).
+ * work on; smaller batches would cost more per call than the overlap saves (the bench's
+ * cluster part measures it).
  */
 const EARLY_BATCH_PARTS = 3;
 const EARLY_BATCH_MIN = 8;

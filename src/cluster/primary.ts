@@ -358,7 +358,7 @@ export class Dispatcher {
       case GIVE: {
         // A block's unspent permits, with the time the TAKE that granted them answered:
         // back to the window they were taken in, so a window that has passed since is not
-        // credited (issue #9, item 6). (A worker could as well refund(): nothing to trust.)
+        // credited. (A worker could as well refund(): nothing to trust.)
         const takenUs = c[i + 3];
         if (typeof takenUs !== 'number' || !Number.isFinite(takenUs)) {
           throw typeError(
