@@ -310,3 +310,26 @@ describe('reconfigure() and waiting callers', () => {
     expect(limiter.stats('k')).toMatchObject({ available: 0, queued: 0 });
   });
 });
+
+describe('reconfigure() seen from an attach()ed copy', () => {
+  it('stats() and consume() of a copy report the new limit before it decides again', () => {
+    const clock = new ManualClock();
+    const limiter = new Concurrency({ limit: 2, clock });
+    const other = attach(limiter.handle) as Concurrency;
+    expect(other.tryAcquire('k')).toBe(true);
+    limiter.reconfigure({ limit: 5 });
+    expect(other.stats('k').available).toBe(4);
+    expect(other.limit).toBe(5);
+    expect(other.consume('k', 4)).toMatchObject({ allowed: true, remaining: 0, limit: 5 });
+  });
+
+  it('a copy asking for more permits than its old limit is not refused by it', () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 2, windowMs: 1000, clock });
+    const other = attach(limiter.handle) as FixedWindow;
+    expect(other.tryAcquire('k')).toBe(true);
+    limiter.reconfigure({ limit: 10 });
+    expect(other.tryAcquire('k', 9)).toBe(true);
+    expect(() => other.tryAcquire('k', 11)).toThrow(/exceed the limit \(10\)/);
+  });
+});
