@@ -282,6 +282,15 @@ export abstract class Limiter implements SlotPolicy {
     return true;
   }
 
+  /**
+   * @internal Changes with every reconfigure() (as this thread takes it up): what caches
+   * figures derived from the options (HTTP's policy headers) compares it to read them again.
+   */
+  get optionsVersion(): number {
+    this.syncConfig();
+    return this.configVersion;
+  }
+
   /** @internal See Algorithm.decidedOnOldOptions() in decision.ts. */
   decidedOnOldOptions(): boolean {
     // A converted slot has a new generation: a decision that used a reference to it came

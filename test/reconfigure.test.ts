@@ -85,6 +85,30 @@ describe('reconfigure() on TokenBucket', () => {
   }
 });
 
+describe('reconfigure() on a wide TokenBucket', () => {
+  it('keeps the tokens owed in a 64-bit state, and the version other parts re-read by changes', () => {
+    const clock = new ManualClock();
+    const bucket = new TokenBucket({ capacity: 2 ** 26, refillPerSecond: 2 ** 20, clock });
+    const version = bucket.optionsVersion;
+    const steps: Step[] = [
+      [0, 2 ** 26, true],
+      [0, 1, false],
+      [0, { capacity: 2 ** 26 + 10 }],
+      [0, 10, true],
+      [0, 1, false],
+      // 10^9 per second: 10^6 tokens per ms.
+      [0, { refillPerSecond: 1e9 }],
+      [1, 1e6, true],
+      [1, 1, false],
+      [1, { capacity: 5 }],
+      [1000, 5, true],
+      [1000, 1, false],
+    ];
+    expect(play(bucket, clock, steps, 'k')).toEqual(steps);
+    expect(bucket.optionsVersion).not.toBe(version);
+  });
+});
+
 describe('reconfigure() on LeakyBucket', () => {
   it('keeps the outflow owed and leaks it at the new rate', () => {
     const clock = new ManualClock();
