@@ -199,6 +199,24 @@ describe('reconfigure() on SlidingWindow', () => {
     expect(play(window, clock, steps, 'k')).toEqual(steps);
   });
 
+  it('keeps both counts in a wide table', () => {
+    const clock = new ManualClock();
+    const window = new SlidingWindow({ limit: 2 ** 30, windowMs: 1000, clock });
+    const steps: Step[] = [
+      [0, 2 ** 30, true],
+      [0, { limit: 2 ** 30 + 5 }],
+      [0, 5, true],
+      [0, 1, false],
+      [0, { windowMs: 2000 }],
+      [1999, 1, false],
+      [2000, 1, false],
+      // Half-way through the next 2 s window, the previous one weighs half.
+      [3000, 2 ** 29, true],
+      [3000, 3, false],
+    ];
+    expect(play(window, clock, steps, 'k')).toEqual(steps);
+  });
+
   it('with segments, keeps the counts of every segment and applies a new limit to them', () => {
     const clock = new ManualClock();
     const window = new SlidingWindow({ limit: 4, windowMs: 1000, segments: 4, clock });
