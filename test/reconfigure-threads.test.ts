@@ -113,24 +113,30 @@ for (const [name, make, key, options] of [
     (n: number) => ({ limit: n }),
   ],
 ] as const) {
-  it(`${name}: threads deciding while the limit changes 200 times are granted exactly the last limit`, async () => {
+  it(`${name}: threads deciding while two threads change the limit 400 times are granted exactly the last limit`, async () => {
     // The clock never moves: nothing refills, every grant stays counted.
     const clock = new ManualClock();
     const limiter = make(clock) as Limiter & { reconfigure(o: object): void };
     limiter.reconfigure(options(1));
-    const ctl = new Int32Array(new SharedArrayBuffer(4));
-    const group = startWorkers<number>(workerScript('reconfigure-hammer.mjs'), THREADS, {
+    const ctl = new Int32Array(new SharedArrayBuffer(8));
+    // One worker reconfigures as the main thread does, at the same time.
+    const changes = Array.from({ length: 200 }, (_, i) => options(i % 2 === 0 ? 30 : 70));
+    const group = startWorkers<number>(workerScript('reconfigure-hammer.mjs'), THREADS + 1, {
       handle: limiter.handle,
       key,
       ctl: ctl.buffer,
       final: 1000,
+      changes,
     });
     try {
-      while (Atomics.load(group.arrivals, 0) < THREADS) await new Promise((r) => setTimeout(r, 1));
+      while (Atomics.load(group.arrivals, 0) < THREADS + 1) {
+        await new Promise((r) => setTimeout(r, 1));
+      }
       for (let i = 0; i < 200; i++) {
         limiter.reconfigure(options(i % 2 === 0 ? 60 : 20 + (i % 7)));
         if (i % 20 === 0) await new Promise((r) => setImmediate(r));
       }
+      await waitForCount(ctl, 1, 1);
       limiter.reconfigure(options(100));
       Atomics.store(ctl, 0, 1);
       const granted = await group.results;
