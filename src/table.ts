@@ -5,6 +5,7 @@ import {
   FRESH,
   GEN_MASK,
   GEN_SHIFT,
+  H_CONFIG,
   H_CONTROL,
   H_DEFAULT_LOCK,
   H_GROW_LOCK,
@@ -91,6 +92,8 @@ export class SlotTable {
   private lastRef = NO_SLOT;
   /** The control word when the cache was last cleared: every reference is derived after it. */
   epoch: number;
+  /** The options' version (H_CONFIG) then, read after the control word: see trusted(). */
+  private epochConfig: number;
   private readonly hash = new Int32Array(2);
   private readonly pair = new Int32Array(2);
   /** insert()'s stripe locks held: two per segment at most. */
@@ -125,6 +128,7 @@ export class SlotTable {
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
+    this.epochConfig = Atomics.load(i32, H_CONFIG);
     const w = layout.hotBase + layout.hotOffset;
     this.defaultSlot = w * 16 + (i32[w + S_STATE]! >>> GEN_SHIFT);
   }
@@ -156,6 +160,23 @@ export class SlotTable {
     this.cacheChars = 0;
     this.lastKey = undefined;
     this.epoch = control & ~1;
+    this.epochConfig = Atomics.load(this.i32, H_CONFIG);
+  }
+
+  /**
+   * Whether references derived since the epoch are still trusted (as while the control word
+   * is within GEN_SAFE_SPAN of it), not counting what reconfigure()s added: GEN_SAFE_SPAN
+   * each, to send every thread to stands(), where it bumped each slot's generation once
+   * at most (counted as 2). So a decision made on a slot just before a reconfigure()
+   * converted it stands, though the slot's generation moved on.
+   */
+  trusted(): boolean {
+    // The options' version first: a reconfigure() it counts has added to the control word.
+    // (One under way at the epoch is not counted: floor.)
+    const config = Atomics.load(this.i32, H_CONFIG);
+    const control = Atomics.load(this.i32, H_CONTROL);
+    const reconfigures = Math.floor((config - this.epochConfig) / 2);
+    return control - this.epoch - reconfigures * (GEN_SAFE_SPAN - 2) < GEN_SAFE_SPAN;
   }
 
   /**

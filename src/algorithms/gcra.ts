@@ -185,11 +185,13 @@ export abstract class Gcra extends Limiter {
 
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const ahead = this.ahead(state, stamp, nowUs);
-    return ahead > 0 ? [ahead / this.k] : undefined;
+    return ahead > 0 ? [ahead, this.k] : undefined;
   }
 
   protected override restate(d: number[], nowUs: number): number {
-    const lead = Math.ceil(d[0]! * this.k);
+    // ahead × k′ is an exact integer (both below 2^26): the one rounding is the division's,
+    // so units that did not change give the lead back exactly.
+    const lead = Math.ceil((d[0]! * this.k) / d[1]!);
     if (this.core.wide) return this.wrap(this.unitsMod(nowUs) + lead);
     return this.encode(0, this.nowUnits(nowUs) + lead);
   }
