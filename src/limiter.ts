@@ -64,7 +64,7 @@ import type {
   WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
-import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './table.js';
 import { acquireOptions, checkOptionsObject, permitsError } from './validate.js';
 import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
@@ -97,7 +97,7 @@ export function granted(remaining: number, limit: number, untilFreshUs: number):
  * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
  * and the few functions that explain a state.
  */
-export abstract class Limiter implements SlotPolicy {
+export abstract class Limiter {
   /** The limiter's clock. */
   readonly clock: Clock;
   /** Largest permits one call may ask for. */
@@ -116,31 +116,40 @@ export abstract class Limiter implements SlotPolicy {
    * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
    * length-tracking view of a growable buffer cost twice as much, so a thread maps the
    * buffer again (remap) when its table finds a segment beyond its view.
+   * @internal
    */
   protected i32: Int32Array;
+  /** @internal */
   protected readonly f64: Float64Array;
+  /** @internal */
   protected readonly layout: Layout;
+  /** @internal */
   protected readonly table: SlotTable;
+  /** @internal */
   protected readonly epochUs: number;
+  /** @internal */
   protected readonly buffer: SharedArrayBuffer;
+  /** @internal */
   protected readonly queues: WaitQueues;
-  /** Per-slot memory sized by the options (SlidingLog's rings), when `layout.logRing` > 0. */
+  /** @internal Per-slot memory sized by the options (SlidingLog's rings), when `layout.logRing` > 0. */
   protected readonly pool: LogPool | undefined;
-  /** What every decision reads and writes, in one shape for every class (decision.ts). */
+  /** @internal What every decision reads and writes, in one shape for every class (decision.ts). */
   protected readonly core: Core;
-  /** This thread's pending acquire() calls on this limiter. */
+  /** @internal This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
-  /** This thread's copy of the options (F64_PARAMS), read when H_CONFIG was `configVersion`. */
+  /** @internal This thread's copy of the options (F64_PARAMS), read when H_CONFIG was `configVersion`. */
   private params: number[] = [];
+  /** @internal */
   private configVersion = 0;
-  /** True while this thread runs reconfigure() (it holds the options' lock). */
+  /** @internal True while this thread runs reconfigure() (it holds the options' lock). */
   private reconfiguring = false;
+  /** @internal */
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
-  /** The state existed before this instance (a handle, or another process's region). */
+  /** @internal The state existed before this instance (a handle, or another process's region). */
   protected readonly attached: boolean;
-  /** Lets other processes use a region this one made (see opened()). */
+  /** @internal Lets other processes use a region this one made (see opened()). */
   private readonly publish: () => void;
-  /** Waiting across processes (host memory); Atomics.waitAsync otherwise. */
+  /** @internal Waiting across processes (host memory); Atomics.waitAsync otherwise. */
   private readonly waits: Waits | undefined;
   protected constructor(
     protected readonly owner: string,
@@ -198,6 +207,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * For classes with per-slot rings, at the end of their constructor: builds the default
    * key's ring once per state (`init`, unless attached), then lets other processes in.
+   * @internal
    */
   protected opened(init: () => void): void {
     if (!this.attached) init();
@@ -207,6 +217,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * Maps the buffer again as far as it has grown (the table grew, here or in another
    * thread): every view this thread's objects hold is replaced by one over the new length.
+   * @internal
    */
   protected remap(): void {
     this.i32 = fixedView(this.buffer);
@@ -219,25 +230,26 @@ export abstract class Limiter implements SlotPolicy {
     this.remapped();
   }
 
-  /** Hook after remap() (views an algorithm keeps of its own). */
+  /** @internal Hook after remap() (views an algorithm keeps of its own). */
   protected remapped(): void {}
 
   /**
    * Hook when the `handle` is first read (see Core.shared), before any other thread can
    * reach the buffer: what this thread kept in plain fields goes where others see it.
+   * @internal
    */
   protected becameShared(): void {}
 
   /**
-   * The algorithm's stored options, in the order the subclass wrote them: this thread's
-   * copy, as of the last reconfigure() it has seen (see syncConfig()).
+   * @internal The algorithm's stored options, in the order the subclass wrote them: this
+   * thread's copy, as of the last reconfigure() it has seen (see syncConfig()).
    */
   protected param(k: number): number {
     return this.params[k]!;
   }
 
   /**
-   * Recomputes what the class derives from its options (param()): in its constructor, and
+   * @internal Recomputes what the class derives from its options (param()): in its constructor, and
    * again whenever this thread takes up options another reconfigure() wrote.
    */
   protected configure(): void {}
@@ -354,13 +366,13 @@ export abstract class Limiter implements SlotPolicy {
     if (this.clock instanceof ManualClock) this.clock.tick();
   }
 
-  /** The options reconfigure() takes (the class's own options that size the rule). */
+  /** @internal The options reconfigure() takes (the class's own options that size the rule). */
   protected reconfigurable(): readonly string[] {
     return [];
   }
 
   /**
-   * The options after `opts` (checked: names known) replace some of them: validated as the
+   * @internal The options after `opts` (checked: names known) replace some of them: validated as the
    * constructor does, and refused when the table the limiter was created with cannot hold
    * them. Any option `opts` lacks keeps its value (param()).
    */
@@ -369,7 +381,7 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /**
-   * Whether a slot's state means something else under other options (bucket units, window
+   * @internal Whether a slot's state means something else under other options (bucket units, window
    * fields), so that reconfigure() rewrites every slot's state (see describe()). When not
    * (Concurrency's count, SlidingLog's head), the states stay as they are.
    */
@@ -378,7 +390,7 @@ export abstract class Limiter implements SlotPolicy {
   }
 
   /**
-   * What a state amounts to, in terms that do not depend on the options (tokens owed, a
+   * @internal What a state amounts to, in terms that do not depend on the options (tokens owed, a
    * window's start and count), read with the options it was written under; undefined for
    * a state as good as fresh. restate() writes it back under the new options.
    */
@@ -386,7 +398,7 @@ export abstract class Limiter implements SlotPolicy {
     return undefined;
   }
 
-  /** The state (a wide table's payload) carrying `d` (from describe()) under the new options. */
+  /** @internal The state (a wide table's payload) carrying `d` (from describe()) under the new options. */
   protected restate(_d: number[], _nowUs: number): number {
     return this.core.wide ? W_FRESH : FRESH;
   }
@@ -518,12 +530,14 @@ export abstract class Limiter implements SlotPolicy {
    * The state after granting `permits` at `nowUs`, or REJECT. Pure: reads the state
    * word's payload (decoded relative to `stamp`), never shared memory it does not own.
    * Must keep the generation bits of `state`.
+   * @internal
    */
   protected abstract step(state: number, stamp: number, nowUs: number, permits: number): number;
   /**
    * The state after giving back `permits` that were taken at `takenUs` (never above the
    * limit), or `state` itself. Windows credit the window the permits were taken in and drop
    * a give-back whose window has passed: crediting a newer window would over-admit.
+   * @internal
    */
   protected abstract giveBack(
     state: number,
@@ -532,11 +546,11 @@ export abstract class Limiter implements SlotPolicy {
     permits: number,
     takenUs: number,
   ): number;
-  /** Permits grantable now from `state`. */
+  /** @internal Permits grantable now from `state`. */
   protected abstract available(state: number, stamp: number, nowUs: number): number;
-  /** Microseconds until `state` is equivalent to a fresh one (0 if it is). */
+  /** @internal Microseconds until `state` is equivalent to a fresh one (0 if it is). */
   protected abstract untilFreshUs(state: number, stamp: number, nowUs: number): number;
-  /** A first guess, in µs from `nowUs`, of when `permits` could be granted; refined exactly. */
+  /** @internal A first guess, in µs from `nowUs`, of when `permits` could be granted; refined exactly. */
   protected abstract retryEstimateUs(
     state: number,
     stamp: number,
@@ -544,6 +558,7 @@ export abstract class Limiter implements SlotPolicy {
     permits: number,
   ): number;
 
+  /** @internal */
   isIdle(state: number, w: number, nowUs: number): boolean {
     // Options changed and not taken up yet: the state may be written under the new ones.
     if (Atomics.load(this.i32, H_CONFIG) !== this.configVersion) return false;
@@ -557,35 +572,39 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * The wide table's step (see stepWide in decision.ts): the payload after granting
    * `permits`, or REJECT. Classes whose options can choose a wide table override it.
+   * @internal
    */
   protected stepWide(_p: number, _stamp: number, _nowUs: number, _permits: number): number {
     throw new Error(`${this.owner}: no wide table`);
   }
 
-  /** stepQueued() for a wide table. */
+  /** @internal stepQueued() for a wide table. */
   protected stepQueuedWide(p: number, stamp: number, nowUs: number, permits: number): number {
     return this.stepWide(p, stamp, nowUs, permits);
   }
 
-  /** The decision for a wide table: tryAcquire() calls it when `core.wide`. */
+  /** @internal The decision for a wide table: tryAcquire() calls it when `core.wide`. */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
-  /** What the algorithm reads for slot word `w` now: its state word, or wide payload. */
+  /** @internal What the algorithm reads for slot word `w` now: its state word, or wide payload. */
   protected stateAt(w: number): number {
     const s = Atomics.load(this.i32, w + S_STATE);
     return this.core.wide ? widePayload(s, Atomics.load(this.i32, w - 1)) : s;
   }
 
+  /** @internal */
   initSlot(_s: number): void {}
 
+  /** @internal */
   rebuilding(_w: number): void {}
 
   /**
    * step() for the head of the wait queue (`core.queuedSinceUs` tells when it was refused
    * and queued). Every algorithm here grants the head as any caller, at the time it wakes.
+   * @internal
    */
   protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
     return this.step(state, stamp, nowUs, permits);
@@ -594,6 +613,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * @internal Hook after a grant by CAS (SlidingLog writes its entries here, Concurrency
    * its holder record), run by whoever called run(): `before` is the state replaced.
+   * @internal
    */
   admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
@@ -620,7 +640,7 @@ export abstract class Limiter implements SlotPolicy {
    */
   abstract consume(key?: Key, permits?: number): Decision;
 
-  /** consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
+  /** @internal consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
   protected explain(allowed: boolean, key: Key | undefined, permits: number): Decision {
     const core = this.core;
     const nowUs = core.decisionUs;
@@ -648,7 +668,7 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** A key with no slot, allowed or refused by `whenFull`. */
+  /** @internal A key with no slot, allowed or refused by `whenFull`. */
   private tableFullDecision(allowed: boolean, key: Key): Decision {
     return {
       allowed,
@@ -660,7 +680,7 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** A decision for acquire(): its first try, or the head waiter's turn. */
+  /** @internal A decision for acquire(): its first try, or the head waiter's turn. */
   private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
     const core = this.core;
     const ref = enter(core, this, key, permits, nowUs);
@@ -695,6 +715,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * When a slot for `key` may be free: the soonest time one of its candidate slots
    * returns to its initial state (and so can be reclaimed). Whole µs, finite.
+   * @internal
    */
   private tableFullRetryUs(key: Key, nowUs: number): number {
     const us = this.table.soonestIdleUs(key, (_state, w) => {
@@ -711,6 +732,7 @@ export abstract class Limiter implements SlotPolicy {
    * least time at which the queue's permits and these fit in one grant (at most the
    * limit's worth: past it, the least the queue ahead takes to drain); algorithms whose
    * state is a time line (GCRA) charge the queue to it and answer exactly.
+   * @internal
    */
   protected retryBehindUs(
     state: number,
@@ -725,6 +747,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. Infinity past
    * MAX_RETRY_US, where whole µs stop being exact doubles (a search there would not end).
+   * @internal
    */
   protected retryAfterUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
@@ -845,7 +868,7 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** The generation of the slot the last decision read (the state word it read). */
+  /** @internal The generation of the slot the last decision read (the state word it read). */
   private lastGeneration(): number {
     return this.core.priorState >>> GEN_SHIFT;
   }
@@ -855,21 +878,23 @@ export abstract class Limiter implements SlotPolicy {
    * millisecond: a rate whose waiters are granted one after another (GCRA) loses each
    * wake-up's lateness for good (it is never made up: see Gcra), so a late wake-up costs
    * rate. Such a head waits the last PUNCTUAL_MS by turning the event loop.
+   * @internal
    */
   protected punctual(_permits: number): boolean {
     return false;
   }
 
-  /** The queue limit in permits (LeakyBucket: its capacity). */
+  /** @internal The queue limit in permits (LeakyBucket: its capacity). */
   protected effectiveQueueLimit(): number {
     return this.queueLimit;
   }
 
+  /** @internal */
   private leaseFor(key: Key | undefined, permits: number): Lease {
     return this.releasable ? new HeldLease(this, key, permits) : NO_OP_LEASE;
   }
 
-  /** Whether a Lease gives its permits back on release (Concurrency). */
+  /** @internal Whether a Lease gives its permits back on release (Concurrency). */
   protected get releasable(): boolean {
     return false;
   }
@@ -879,7 +904,7 @@ export abstract class Limiter implements SlotPolicy {
     this.refund(key, permits);
   }
 
-  /** Runs a waiter until it parks (Atomics.waitAsync) or settles. */
+  /** @internal Runs a waiter until it parks (Atomics.waitAsync) or settles. */
   private pump(x: Waiter): void {
     try {
       this.pumpOnce(x);
@@ -890,6 +915,7 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
+  /** @internal */
   private pumpOnce(x: Waiter): void {
     const i32 = this.i32;
     const manual = this.clock instanceof ManualClock ? this.clock : undefined;
@@ -975,25 +1001,28 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
+  /** @internal */
   private evictedError(): QueueFullError {
     return new QueueFullError(
       `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
     );
   }
 
+  /** @internal */
   private skippedError(): QueueFullError {
     return new QueueFullError(
       `${this.owner}: the waiter was skipped: its thread was silent for too long`,
     );
   }
 
-  /** The waiter leaves (abort, timeout, close): out of the queue, then settled. */
+  /** @internal The waiter leaves (abort, timeout, close): out of the queue, then settled. */
   private leaveQueue(x: Waiter, error: unknown): void {
     if (x.done) return;
     this.queues.leave(x.w, x.r, x.id);
     this.settle(x, error);
   }
 
+  /** @internal */
   private settle(x: Waiter, error: unknown, lease?: Lease): void {
     if (x.done) return;
     x.done = true;
@@ -1012,6 +1041,7 @@ export abstract class Limiter implements SlotPolicy {
   // A pending Atomics.waitAsync does not keep Node's event loop alive. While this thread
   // has waiters, one interval per limiter (not per key) does: it also proves the thread
   // alive to the others, and removes dead threads' waiters from the heads of our queues.
+  /** @internal */
   private track(x: Waiter): void {
     this.waiting.add(x);
     if (this.heartbeatTimer) return;
@@ -1029,6 +1059,7 @@ export abstract class Limiter implements SlotPolicy {
     }, HEARTBEAT_MS);
   }
 
+  /** @internal */
   private untrack(x: Waiter): void {
     this.waiting.delete(x);
     if (this.waiting.size === 0 && this.heartbeatTimer) {
@@ -1037,7 +1068,7 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** After permits came back to slot `w`: wake its head waiter, if it has waiters. */
+  /** @internal After permits came back to slot `w`: wake its head waiter, if it has waiters. */
   protected wakeWaiters(w: number): void {
     if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (a call into a builtin)
     this.queues.wakeHead(w);
@@ -1058,6 +1089,7 @@ export abstract class Limiter implements SlotPolicy {
    * @internal refund() of permits taken at `takenUs` on this limiter's clock (NaN: now).
    * The chain's rollback, acquire()'s give-back and the cluster's blocks use it, so that a
    * give-back reaching a window after the one the permits came from is dropped.
+   * @internal
    */
   refundTaken(key: Key | undefined, permits: number, takenUs: number): void {
     this.checkOpen();
@@ -1072,6 +1104,7 @@ export abstract class Limiter implements SlotPolicy {
    * they were counted: spent later, they would count in the wrong place and the limit could
    * be exceeded. A window's end (FixedWindow), a segment's or window's (SlidingWindow);
    * Infinity where no such time exists. The cluster's permit blocks expire by it.
+   * @internal
    */
   countsUntilUs(_takenUs: number): number {
     return Number.POSITIVE_INFINITY;
@@ -1082,7 +1115,7 @@ export abstract class Limiter implements SlotPolicy {
     return this.core.decisionUs;
   }
 
-  /** refund() without the closed check: a waiter settling during close() still returns what it took. */
+  /** @internal refund() without the closed check: a waiter settling during close() still returns what it took. */
   protected giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
     const at = Number.isNaN(takenUs) ? nowUs : takenUs;
@@ -1093,6 +1126,7 @@ export abstract class Limiter implements SlotPolicy {
    * @internal atomic-limiter/metrics: called in this thread when one of its acquire() calls
    * that waited settles, with the wait in ms and whether it got its permits. Undefined
    * (nothing to do) unless a meter observes this limiter here.
+   * @internal
    */
   waitObservers: Set<(waitedMs: number, granted: boolean) => void> | undefined = undefined;
 
@@ -1102,6 +1136,7 @@ export abstract class Limiter implements SlotPolicy {
    * of keys since reclaimed or reset included; `queued` permits waiting now; `held` keys
    * holding a slot (the default key while it has state), `active` slots whose key is not
    * idle (could not be reclaimed now), `slots` the table's slots now.
+   * @internal
    */
   totals(): {
     admitted: number;
@@ -1138,7 +1173,7 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
+  /** @internal Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
   protected onHeartbeat(): void {}
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
@@ -1181,11 +1216,13 @@ export abstract class Limiter implements SlotPolicy {
     if (this.clock instanceof ManualClock) this.clock.tick();
   }
 
+  /** @internal */
   protected checkOpen(): void {
     // A plain read, as enter()'s: a close() racing with the call may land either side.
     if ((this.i32[H_CONTROL]! & 1) !== 0) throw new LimiterClosedError();
   }
 
+  /** @internal */
   protected limitWhenFresh(): number {
     return this.available(this.core.wide ? W_FRESH : FRESH, 0, this.clock.nowUs());
   }
@@ -1193,6 +1230,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * Applies `f` to the key's state (a wide table's payload) by CAS until it sticks; no-op
    * for unknown keys. Returns the state written, or NO_SLOT.
+   * @internal
    */
   protected update(
     key: Key | undefined,
@@ -1210,6 +1248,7 @@ export abstract class Limiter implements SlotPolicy {
    * update() on slot word `w` while it holds generation `gen` (and, for a `key`, while the
    * reference is trusted; see GEN_SAFE_SPAN). SLOT_GONE when the slot went to another key
    * before the CAS, or (undone then) at it.
+   * @internal
    */
   private updateSlot(
     w: number,
@@ -1258,6 +1297,7 @@ export abstract class Limiter implements SlotPolicy {
    * One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next` (a wide
    * table's payload); plain stores while no other thread can reach the buffer (see
    * Core.shared). True when it took.
+   * @internal
    */
   protected swap(w: number, s: number, x: number, next: number): boolean {
     const core = this.core;
@@ -1273,7 +1313,7 @@ export abstract class Limiter implements SlotPolicy {
     return true;
   }
 
-  /** Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
+  /** @internal Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
   private unswap(w: number, s: number, x: number, next: number): boolean {
     const core = this.core;
     if (!core.shared) {
@@ -1304,18 +1344,18 @@ export abstract class Limiter implements SlotPolicy {
     this.wakeWaiters(w);
   }
 
-  /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
+  /** @internal The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
   protected stampOf(w: number, nowUs: number): number {
     const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
     return unwrapStamp(this.i32[w + S_STAMP]!, stampNow);
   }
 
-  /** Slot number of a packed reference (for algorithms with per-slot memory). */
+  /** @internal Slot number of a packed reference (for algorithms with per-slot memory). */
   protected slotOfRef(ref: number): number {
     return slotOfHotWord(this.layout, ref >>> 4);
   }
 
-  /** Decodes a time-like payload field of `bits` bits relative to `ref` (any integer). */
+  /** @internal Decodes a time-like payload field of `bits` bits relative to `ref` (any integer). */
   protected static near(field: number, ref: number, bits: number): number {
     const shift = 32 - bits;
     return ref + (((field - ref) << shift) >> shift);

@@ -164,17 +164,20 @@ export interface MemoryRegion {
   readonly waits?: Waits;
 }
 
+/**
+ * What `Atomics.waitAsync` returns, spelled out so that the published types need no
+ * `lib` newer than the user's.
+ */
+export type WaitAsyncResult =
+  | { async: false; value: 'not-equal' | 'timed-out' }
+  | { async: true; value: Promise<'ok' | 'timed-out'> };
+
 /** Waiting on words of a memory shared with other processes. */
 export interface Waits {
   /** After `Atomics.notify(words, index)`: wakes the waiters of other processes too. */
   notify(words: Int32Array, index: number): void;
   /** As `Atomics.waitAsync`, and also woken by notify() from any process. */
-  waitAsync(
-    words: Int32Array,
-    index: number,
-    value: number,
-    timeoutMs?: number,
-  ): ReturnType<typeof Atomics.waitAsync>;
+  waitAsync(words: Int32Array, index: number, value: number, timeoutMs?: number): WaitAsyncResult;
 }
 
 /**

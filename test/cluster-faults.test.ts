@@ -4,14 +4,14 @@ import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluste
 import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
 import { runScenario } from './helpers/child.js';
 
-// Real cluster processes (issue #9): each scenario is a primary that forks workers (the
+// Real cluster processes: each scenario is a primary that forks workers (the
 // same script, which uses the built package: `npm test` builds first) and prints its
 // outcome as JSON.
 const FAULTS = fileURLToPath(new URL('./cluster/faults.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(FAULTS, scenario, 50_000);
 
-describe('atomic-limiter/cluster faults (issue #9)', () => {
+describe('atomic-limiter/cluster faults', () => {
   it('survives 8 of 10 workers killed mid-traffic, serves the other two, and gets back every permit the dead held', async () => {
     const r = await run('kill');
     expect(r.killed).toEqual(Array(8).fill('SIGKILL'));
@@ -125,7 +125,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
-  it('a block given back after its window passed is not credited to the next window (issue #9, item 6)', async () => {
+  it('a block given back after its window passed is not credited to the next window', async () => {
     const r = (await run('stale-block')) as { first: number; second: number };
     expect(r.first).toBe(100); // window 1 admits its limit…
     expect(r.second).toBe(0); // …and the 59 given back from window 0 do not add to it
@@ -147,7 +147,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
   }, 60_000);
 });
 
-describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
+describe('atomic-limiter/cluster misuse', () => {
   const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
 
   it('serveCluster refuses what is not an object of limiters, naming the entry', () => {

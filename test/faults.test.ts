@@ -17,9 +17,9 @@ import {
 import { S_STATE } from '../src/layout.js';
 import { startWorkers } from './helpers/threads.js';
 
-// Regression tests for issue #9's engine faults; each failed on the code before its fix.
+// Regression tests for engine faults at the edges; each failed on the code before its fix.
 
-describe('SlidingLog refunds (issue #9, item 3)', () => {
+describe('SlidingLog refunds', () => {
   it('a permit taken after a refund carries its own time, not the refunded one', () => {
     const clock = new ManualClock();
     const log = new SlidingLog({ limit: 2, windowMs: 1000, clock });
@@ -54,7 +54,7 @@ describe('SlidingLog refunds (issue #9, item 3)', () => {
   });
 });
 
-describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', () => {
+describe('SlidingLog entries a dead thread left unwritten', () => {
   // What a thread terminated at the worst instruction leaves behind, made by hand: the
   // engine's own steps, run up to the point where the thread stopped.
   // biome-ignore lint/suspicious/noExplicitAny: the test reaches the engine's internals
@@ -128,7 +128,7 @@ describe('SlidingLog entries a dead thread left unwritten (issue #9, item 8)', (
   });
 });
 
-describe('window refunds land in the window the permits came from (issue #9, item 6)', () => {
+describe('window refunds land in the window the permits came from', () => {
   it('FixedWindow drops a rollback that reaches the next window', () => {
     const clock = new ManualClock(999);
     const perSecond = new FixedWindow({ limit: 20, windowMs: 1000, clock });
@@ -299,7 +299,7 @@ describe('acquire() granted with no slot (whenFull: allow) holds nothing', () =>
   });
 });
 
-describe('cached lookups never reach another key (issue #9, item 4)', () => {
+describe('cached lookups never reach another key', () => {
   it('stats, reset and refund of a key whose slot was reused 16+ times act on nobody else', () => {
     const clock = new ManualClock();
     const mine = new FixedWindow({ limit: 5, windowMs: 1000, keys: 1, maxKeys: 1, clock });
@@ -318,7 +318,7 @@ describe('cached lookups never reach another key (issue #9, item 4)', () => {
   });
 });
 
-describe('a waiter never queues on a slot that went to another key (issue #9, item 5)', () => {
+describe('a waiter never queues on a slot that went to another key', () => {
   // The race is narrow: between acquire()'s refused attempt and its enqueue. A subclass
   // runs another "thread"'s work exactly there (the hook acquire() calls in between).
   class Interleaved extends Concurrency {
@@ -533,7 +533,7 @@ describe('a decision never lands on a slot that went to another key meanwhile', 
   });
 });
 
-describe('misuse is refused clearly (issue #9, item 11)', () => {
+describe('misuse is refused clearly', () => {
   it('chain() names an argument that is not a limiter', () => {
     const a = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
     // @ts-expect-error: 5 is not a limiter
@@ -648,7 +648,7 @@ describe('acquire() when wake-ups are late', () => {
 });
 
 // Concurrent: each test waits HOLDER_DEAD_MS of real time (heartbeats are real time).
-describe.concurrent('a terminated worker thread gives back its Concurrency permits (issue #9, item 8)', () => {
+describe.concurrent('a terminated worker thread gives back its Concurrency permits', () => {
   it('the dead thread’s permits come back within HOLDER_DEAD_MS; a live holder keeps its own', async ({
     expect,
   }) => {

@@ -11,8 +11,8 @@ import { listen, rateFields, request, sequence, until, watchWarnings } from './h
 
 const warnings = watchWarnings();
 
-// The parts together: a Redis limiter behind the HTTP middleware (issue #10), and chain()
-// mixing a Redis limiter with an in-memory one (issue #14), against a real redis-server.
+// The parts together: a Redis limiter behind the HTTP middleware, and chain()
+// mixing a Redis limiter with an in-memory one, against a real redis-server.
 
 describe('Redis limiters with chain() and the HTTP middleware', () => {
   let redis: Redis;

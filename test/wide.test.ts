@@ -20,7 +20,7 @@ import {
 } from '../src/layout.js';
 import { runWorkers, workerScript } from './helpers/threads.js';
 
-// Wide limits (issue #11): options past what the 32-bit state word holds choose a wide
+// Wide limits: options past what the 32-bit state word holds choose a wide
 // table, whose state is a 64-bit word changed by one 64-bit CAS. Time is a ManualClock,
 // so every count is exact.
 

@@ -39,6 +39,7 @@ export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
   readonly limit!: number;
 
+  /** @internal */
   private readonly holders: Holders;
 
   constructor(options: ConcurrencyOptions) {
@@ -54,6 +55,7 @@ export class Concurrency extends Limiter {
     );
   }
 
+  /** @internal */
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
   }
@@ -66,10 +68,12 @@ export class Concurrency extends Limiter {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['limit'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const limit = integerOption(name, 'limit', opts.limit ?? this.limit, 1, MAX_WIDE_CONCURRENCY);
     if (limit > MAX_CONCURRENCY && !this.core.wide) {
@@ -80,11 +84,12 @@ export class Concurrency extends Limiter {
     return [limit];
   }
 
-  /** A state is the count held: the same under any limit. */
+  /** @internal A state is the count held: the same under any limit. */
   protected override get convertsStates(): boolean {
     return false;
   }
 
+  /** @internal */
   protected override becameShared(): void {
     if (!this.holders.share()) return;
     // Until now this thread was the only one: every permit a slot holds is its own.
@@ -96,6 +101,7 @@ export class Concurrency extends Limiter {
     });
   }
 
+  /** @internal */
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('Concurrency', options, ['limit']);
@@ -104,19 +110,19 @@ export class Concurrency extends Limiter {
     return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2, wide };
   }
 
-  /** A Lease from `acquire()` gives its permits back on `release()`. */
+  /** @internal A Lease from `acquire()` gives its permits back on `release()`. */
   protected override get releasable(): boolean {
     return true;
   }
 
-  /** Permits held in `state` (a wide table's payload is the count itself). */
+  /** @internal Permits held in `state` (a wide table's payload is the count itself). */
   private held(state: number): number {
     if (this.core.wide) return state === W_FRESH ? 0 : state;
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? 0 : p;
   }
 
-  /** Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
+  /** @internal Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
   private swapHeld(w: number, s: number, x: number, next: number): boolean {
     return this.swap(w, s, x, this.core.wide ? next : (s & GEN_MASK) | next);
   }
@@ -185,6 +191,7 @@ export class Concurrency extends Limiter {
     }
   }
 
+  /** @internal */
   private overRelease(permits: number, held: number): RangeError {
     return rangeError(
       `Concurrency.release: permits (${permits}) exceed the permits held for this key (${held})`,
@@ -198,6 +205,7 @@ export class Concurrency extends Limiter {
     if (rest > 0) this.giveBackUnchecked(key, rest, Number.NaN);
   }
 
+  /** @internal */
   private ghostsOf(key: Key | undefined, permits: number): number {
     const ref = this.table.find(key);
     return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
@@ -206,12 +214,13 @@ export class Concurrency extends Limiter {
   /**
    * Recorded after the grant's CAS: a thread terminated between the two loses the permits
    * (nobody gives them back), never the other way round (see docs/guarantees.md).
+   * @internal
    */
   override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
   }
 
-  /** refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
+  /** @internal refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
   protected override giveBackUnchecked(
     key: Key | undefined,
     permits: number,
@@ -237,20 +246,22 @@ export class Concurrency extends Limiter {
     }
   }
 
-  /** reset(): what the records say this key's threads hold is void with the key's state. */
+  /** @internal reset(): what the records say this key's threads hold is void with the key's state. */
   override rebuilding(w: number): void {
     this.holders.voidSlot(w);
   }
 
+  /** @internal */
   protected override onHeartbeat(): void {
     this.holders.reap();
   }
 
+  /** @internal */
   protected override remapped(): void {
     this.holders.i32 = this.i32;
   }
 
-  /** A dead holder's permits, back to the slot they were taken from. */
+  /** @internal A dead holder's permits, back to the slot they were taken from. */
   private giveBackRef(ref: number, permits: number): void {
     const w = ref >>> 4;
     // Another thread's record may name a slot of a segment this thread has not mapped yet.
@@ -286,6 +297,7 @@ export class Concurrency extends Limiter {
     return this.take(key, permits) || (this.holders.refused() && this.take(key, permits));
   }
 
+  /** @internal */
   private take(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     if (core.wide) {
@@ -300,6 +312,7 @@ export class Concurrency extends Limiter {
     return true;
   }
 
+  /** @internal */
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held + permits > this.limit) return REJECT;
@@ -307,16 +320,19 @@ export class Concurrency extends Limiter {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = p === W_FRESH ? 0 : p;
     return held + permits > this.limit ? REJECT : held + permits;
   }
 
+  /** @internal */
   protected giveBack(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held === 0) return state;
@@ -325,15 +341,18 @@ export class Concurrency extends Limiter {
       : (state & GEN_MASK) | Math.max(0, held - permits);
   }
 
+  /** @internal */
   protected available(state: number): number {
     // Past the limit after a reconfigure() lowered it.
     return Math.max(0, this.limit - this.held(state));
   }
 
+  /** @internal */
   protected untilFreshUs(state: number): number {
     return this.held(state) === 0 ? 0 : Number.POSITIVE_INFINITY;
   }
 
+  /** @internal */
   protected retryEstimateUs(): number {
     return Number.POSITIVE_INFINITY;
   }

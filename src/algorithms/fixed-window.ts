@@ -30,16 +30,21 @@ export class FixedWindow extends Limiter {
   readonly algorithm = 'FixedWindow';
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
+  /** @internal */
   private windowUs!: number;
+  /** @internal */
   private countBits!: number;
+  /** @internal */
   private countMask!: number;
-  /** 2^countBits: a wide payload's window number is counted in these. */
+  /** @internal 2^countBits: a wide payload's window number is counted in these. */
   private countSpan!: number;
-  /** 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
+  /** @internal 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
   private perCount!: number;
+  /** @internal */
   private wBits!: number;
+  /** @internal */
   private wMask!: number;
-  /** The largest count the count field holds (see configure()). */
+  /** @internal The largest count the count field holds (see configure()). */
   private ceiling!: number;
 
   constructor(options: FixedWindowOptions) {
@@ -62,20 +67,24 @@ export class FixedWindow extends Limiter {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     return reconfiguredWindow(name, opts, current, 1, this.core.wide, this.param(2));
   }
 
+  /** @internal */
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? undefined : [window * this.windowUs, count];
   }
 
+  /** @internal */
   protected override restate(d: number[], nowUs: number): number {
     const window = Math.max(Math.floor(d[0]! / this.windowUs), Math.floor(nowUs / this.windowUs));
     const count = Math.min(d[1]!, this.ceiling);
@@ -83,6 +92,7 @@ export class FixedWindow extends Limiter {
     return ((window & this.wMask) << this.countBits) | count;
   }
 
+  /** @internal */
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
@@ -100,6 +110,7 @@ export class FixedWindow extends Limiter {
     this.wMask = 2 ** bits.windowBits - 1;
   }
 
+  /** @internal */
   private static prepare(options: FixedWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('FixedWindow', options, ['limit', 'windowMs']);
@@ -107,7 +118,7 @@ export class FixedWindow extends Limiter {
     return { ...common, params: [limit, windowMs], logRing: 0, wide };
   }
 
-  /** The window the state counts in (≥ the current one) and its count; count 0 if stale. */
+  /** @internal The window the state counts in (≥ the current one) and its count; count 0 if stale. */
   private read(state: number, stamp: number, nowUs: number): { window: number; count: number } {
     const window = Math.floor(nowUs / this.windowUs);
     if (this.core.wide) {
@@ -126,17 +137,19 @@ export class FixedWindow extends Limiter {
     return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
   }
 
-  /** A wide table's payload: `count` in `window`. */
+  /** @internal A wide table's payload: `count` in `window`. */
   private packWide(window: number, count: number): number {
     return (window & this.wMask) * this.countSpan + count;
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     // read() written out without its object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
@@ -170,6 +183,7 @@ export class FixedWindow extends Limiter {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     // Inline of read() without the object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
@@ -187,6 +201,7 @@ export class FixedWindow extends Limiter {
     return (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | (count + permits);
   }
 
+  /** @internal */
   protected giveBack(
     state: number,
     stamp: number,
@@ -203,20 +218,24 @@ export class FixedWindow extends Limiter {
     );
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     // Past the limit after a reconfigure() lowered it.
     return Math.max(0, this.limit - this.read(state, stamp, nowUs).count);
   }
 
+  /** @internal */
   override countsUntilUs(takenUs: number): number {
     return (Math.floor(takenUs / this.windowUs) + 1) * this.windowUs;
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? 0 : (window + 1) * this.windowUs - nowUs;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number): number {
     return (this.read(state, stamp, nowUs).window + 1) * this.windowUs - nowUs;
   }

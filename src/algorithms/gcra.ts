@@ -142,15 +142,15 @@ export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number)
 export abstract class Gcra extends Limiter {
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
-  /** Units per emission interval. */
+  /** @internal Units per emission interval. */
   protected k!: number;
-  /** Units per microsecond. */
+  /** @internal Units per microsecond. */
   protected scale!: number;
-  /** Burst tolerance in units: capacity × K. */
+  /** @internal Burst tolerance in units: capacity × K. */
   protected tau!: number;
-  /** Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
+  /** @internal Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
   private unitsPerStamp!: number;
-  /** Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
+  /** @internal Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
   private staleUs!: number;
 
   protected constructor(
@@ -163,6 +163,7 @@ export abstract class Gcra extends Limiter {
     this.configure();
   }
 
+  /** @internal */
   protected override configure(): void {
     const capacity = this.param(0);
     (this as { limit: number }).limit = capacity;
@@ -183,11 +184,13 @@ export abstract class Gcra extends Limiter {
   // not refilled or leaked yet) stay owed, and come back at the new rate. A key owing more
   // than a new, smaller capacity is refused until it owes less than the capacity again.
 
+  /** @internal */
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const ahead = this.ahead(state, stamp, nowUs);
     return ahead > 0 ? [ahead, this.k] : undefined;
   }
 
+  /** @internal */
   protected override restate(d: number[], nowUs: number): number {
     // ahead × k′ is an exact integer (both below 2^26): the one rounding is the division's,
     // so units that did not change give the lead back exactly.
@@ -196,14 +199,17 @@ export abstract class Gcra extends Limiter {
     return this.encode(0, this.nowUnits(nowUs) + lead);
   }
 
+  /** @internal */
   protected nowUnits(nowUs: number): number {
     return Math.floor((nowUs - this.epochUs) * this.scale);
   }
 
+  /** @internal */
   protected tat(state: number, stamp: number): number {
     return Limiter.near(state & PAYLOAD_MASK, Math.floor(stamp * STAMP_US * this.scale), 28);
   }
 
+  /** @internal */
   private encode(state: number, tat: number): number {
     let p = tat & PAYLOAD_MASK;
     // Two payload values are reserved; landing on one rounds the TAT up by ≤ 2 units
@@ -216,6 +222,7 @@ export abstract class Gcra extends Limiter {
   // LeakyBucket, not here: one copy serving both classes would see both, and V8 would
   // specialise it for neither (see Limiter.tryAcquire).
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     // nowUnits(), tat() and encode() written out, in as few bytes of bytecode as V8 allows:
     // the decision path inlines this, and V8 inlines only so much (see decide() in
@@ -245,11 +252,13 @@ export abstract class Gcra extends Limiter {
    * Limiter.punctual): always for a leaky bucket; for a token bucket only when the request
    * takes the whole burst — else a wake-up later than the due time by less than the rest of
    * the burst finds the tokens it missed still in the bucket, and nothing is lost.
+   * @internal
    */
   protected override punctual(permits: number): boolean {
     return this.leaky || permits * this.k >= this.tau;
   }
 
+  /** @internal */
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.core.wide) return this.giveBackWide(state, stamp, nowUs, permits);
     if ((state & PAYLOAD_MASK) === FRESH) return state;
@@ -259,16 +268,19 @@ export abstract class Gcra extends Limiter {
     return this.encode(state, Math.max(now, tat - permits * this.k));
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     if (this.leaky) return ahead === 0 ? this.limit : 0;
     return Math.max(0, Math.min(this.limit, Math.floor((this.tau - ahead) / this.k)));
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     return this.ahead(state, stamp, nowUs) / this.scale;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     const wait = this.leaky ? ahead : ahead + permits * this.k - this.tau;
@@ -280,6 +292,7 @@ export abstract class Gcra extends Limiter {
    * waiter's turn adds its cost to the TAT from where it is, or from its turn if the TAT
    * has passed), so these are due once the TAT plus the queue's cost allows them — the
    * least whole µs r with units(now + r) ≥ max(TAT, now) + queue + own cost − allowance.
+   * @internal
    */
   protected override retryBehindUs(
     state: number,
@@ -300,14 +313,14 @@ export abstract class Gcra extends Limiter {
     return r;
   }
 
-  /** Whole units of time from `fromUs` to `toUs`, as the decisions count them. */
+  /** @internal Whole units of time from `fromUs` to `toUs`, as the decisions count them. */
   private unitsBetween(fromUs: number, toUs: number): number {
     if (!this.core.wide) return this.nowUnits(toUs) - this.nowUnits(fromUs);
     const d = this.unitsMod(toUs) - this.unitsMod(fromUs);
     return d < 0 ? d + WIDE_MOD : d;
   }
 
-  /** How far the TAT is ahead of now, in units (0 when it is not), for either table. */
+  /** @internal How far the TAT is ahead of now, in units (0 when it is not), for either table. */
   private ahead(state: number, stamp: number, nowUs: number): number {
     if (this.core.wide) return Math.max(0, this.lead(state, stamp, nowUs, this.unitsMod(nowUs)));
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
@@ -322,23 +335,25 @@ export abstract class Gcra extends Limiter {
   // whose stamp (last grant) is older than `staleUs` has a TAT in the past, so it is
   // read as drained without decoding.
 
-  /** Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
+  /** @internal Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
   private unitsMod(nowUs: number): number {
     const u = Math.floor((nowUs - this.epochUs) * this.scale);
     return u >= 0 && u < WIDE_MOD ? u : u - Math.floor(u / WIDE_MOD) * WIDE_MOD;
   }
 
-  /** TAT − now in units, signed (0 for a fresh or long-idle slot). */
+  /** @internal TAT − now in units, signed (0 for a fresh or long-idle slot). */
   private lead(p: number, stamp: number, nowUs: number, now: number): number {
     if (p === W_FRESH || nowUs - this.epochUs >= stamp * STAMP_US + this.staleUs) return 0;
     const d = p - now;
     return d >= WIDE_HALF ? d - WIDE_MOD : d < -WIDE_HALF ? d + WIDE_MOD : d;
   }
 
+  /** @internal */
   private wrap(tat: number): number {
     return tat >= WIDE_MOD ? tat - WIDE_MOD : tat < 0 ? tat + WIDE_MOD : tat;
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.unitsMod(nowUs);
     const ahead = Math.max(0, this.lead(p, stamp, nowUs, now));
@@ -347,6 +362,7 @@ export abstract class Gcra extends Limiter {
     return this.wrap(now + ahead + cost);
   }
 
+  /** @internal */
   private giveBackWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.unitsMod(nowUs);
     const ahead = this.lead(p, stamp, nowUs, now);

@@ -44,22 +44,25 @@ export class LeakyBucket extends Gcra {
   }
 
   /**
-   * Takes `capacity` and `ratePerSecond` (see the class): the permits each key owes stay owed
-   * and come back at the new rate; a key owing more than a lower capacity is empty.
+   * Takes `capacity` and `ratePerSecond` (see the class): the permits each key owes stay
+   * owed and come back at the new rate; a key owing more than a lower capacity is refused
+   * until it owes less.
    */
   override reconfigure(options: { capacity?: number; ratePerSecond?: number }): void {
     super.reconfigure(options);
   }
 
-  /** The bucket is the queue: a capacity lowered by reconfigure() bounds `queueLimit` too. */
+  /** @internal The bucket is the queue: a capacity lowered by reconfigure() bounds `queueLimit` too. */
   protected override effectiveQueueLimit(): number {
     return Math.min(this.queueLimit, this.limit);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['capacity', 'ratePerSecond'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { capacity: this.param(0), rate: this.param(1) };
     return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide, this.param(2));
@@ -81,11 +84,13 @@ export class LeakyBucket extends Gcra {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   private static prepare(options: LeakyBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);

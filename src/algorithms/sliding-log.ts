@@ -59,13 +59,14 @@ export interface SlidingLogOptions extends CommonOptions {
 export class SlidingLog extends Limiter {
   readonly algorithm = 'SlidingLog';
   readonly limit!: number;
+  /** @internal */
   private windowUs!: number;
   private readonly ring: number;
-  /** The log rings, in a buffer of their own (see LogPool). */
+  /** @internal The log rings, in a buffer of their own (see LogPool). */
   private readonly rings: LogPool;
-  /** The slot stamp the last step() saw, before its grant raised it (for admitted()). */
+  /** @internal The slot stamp the last step() saw, before its grant raised it (for admitted()). */
   private stampSeen = 0;
-  /** Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
+  /** @internal Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
   private marked = { slot: -1, generation: 0, head: 0, count: 0 };
 
   constructor(options: SlidingLogOptions) {
@@ -82,6 +83,7 @@ export class SlidingLog extends Limiter {
     return this.param(1);
   }
 
+  /** @internal */
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
@@ -96,10 +98,12 @@ export class SlidingLog extends Limiter {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     const { limit, windowMs } = readLogOptions(name, { ...current, ...opts });
@@ -111,11 +115,12 @@ export class SlidingLog extends Limiter {
     return [limit, windowMs];
   }
 
-  /** A state is the log's head; the entries are times: the same under any options. */
+  /** @internal A state is the log's head; the entries are times: the same under any options. */
   protected override get convertsStates(): boolean {
     return false;
   }
 
+  /** @internal */
   private static prepare(options: SlidingLogOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingLog', options, ['limit', 'windowMs']);
@@ -124,16 +129,17 @@ export class SlidingLog extends Limiter {
     return { ...common, params: [limit, windowMs], logRing: ring };
   }
 
-  /** Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
+  /** @internal Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
   private entry(s: number, pos: number): number {
     return this.rings.start(this.i32, s) + (pos & (this.ring - 1)) * 16;
   }
 
+  /** @internal */
   private slot(): number {
     return this.slotOfRef(this.core.lastWord * 16);
   }
 
-  /** Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
+  /** @internal Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
   override initSlot(s: number): void {
     const start = this.rings.take(this.i32, s);
     const { i32, f64 } = this.rings;
@@ -144,6 +150,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   private head(state: number): number {
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? this.ring : p;
@@ -152,6 +159,7 @@ export class SlidingLog extends Limiter {
   /**
    * Relative time (µs since the epoch) at which log position `pos` was granted, or a later
    * one. `stamp` is the slot's stamp, read after the state that holds `pos`.
+   * @internal
    */
   private grantedAt(s: number, pos: number, relNow: number, stamp: number): number {
     pos &= POS_MASK;
@@ -186,7 +194,7 @@ export class SlidingLog extends Limiter {
     return relNow;
   }
 
-  /** Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
+  /** @internal Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
   private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
     this.rings.f64[(byte >> 3) + 1] = t;
     const i32 = this.rings.i32;
@@ -213,6 +221,7 @@ export class SlidingLog extends Limiter {
     return true;
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const h = this.head(state);
@@ -228,6 +237,7 @@ export class SlidingLog extends Limiter {
     return (state & GEN_MASK) | ((h + permits) & POS_MASK);
   }
 
+  /** @internal */
   override admitted(w: number, before: number, nowUs: number, permits: number): void {
     const s = this.slotOfRef(w * 16);
     const h = this.head(before);
@@ -269,6 +279,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     const s = this.slot();
     // Called again when the last attempt's CAS failed: unmark what it marked first.
@@ -305,6 +316,7 @@ export class SlidingLog extends Limiter {
    * reader would record a later time for them: stricter than the truth for a window).
    * Only while the slot is still this key's and the marked positions still lie below the
    * head; an entry some reader recorded a time for meanwhile keeps that later time.
+   * @internal
    */
   private unmark(s: number, state: number): void {
     const m = this.marked;
@@ -321,6 +333,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected override giveBackUnchecked(
     key: Key | undefined,
     permits: number,
@@ -334,6 +347,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   override takeBack(w: number, s: number, x: number, next: number, permits: number): void {
     try {
       super.takeBack(w, s, x, next, permits);
@@ -342,6 +356,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
@@ -360,6 +375,7 @@ export class SlidingLog extends Limiter {
     return lo;
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
     const relNow = nowUs - this.epochUs;
@@ -367,6 +383,7 @@ export class SlidingLog extends Limiter {
     return Math.max(0, newest + this.windowUs - relNow);
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const t = this.grantedAt(

@@ -42,32 +42,45 @@ export class SlidingWindow extends Limiter {
   readonly algorithm = 'SlidingWindow';
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
+  /** @internal */
   private windowUs!: number;
-  /** The segmented algorithm, or null for the two-window estimate. */
+  /** @internal The segmented algorithm, or null for the two-window estimate. */
   private ring!: SegmentRing | null;
+  /** @internal */
   private countBits!: number;
+  /** @internal */
   private countMask!: number;
+  /** @internal */
   private wBits!: number;
+  /** @internal */
   private wMask!: number;
-  /** Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
+  /** @internal Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
   private prevQuantum!: number;
+  /** @internal */
   private prevBits!: number;
-  /** 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
+  /** @internal 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
   private countSpan!: number;
+  /** @internal */
   private prevSpan!: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
   // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
   // three of them stood one after another on the decision's path.
+  /** @internal */
   private perCount!: number;
+  /** @internal */
   private perPrev!: number;
+  /** @internal */
   private perQuantum!: number;
-  /** The largest count the count fields hold (see configure()). */
+  /** @internal The largest count the count fields hold (see configure()). */
   private ceiling!: number;
-  /** Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
+  /** @internal Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
   private exactWeights!: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
+  /** @internal */
   private window = 0;
+  /** @internal */
   private prev = 0;
+  /** @internal */
   private curr = 0;
 
   constructor(options: SlidingWindowOptions) {
@@ -99,10 +112,12 @@ export class SlidingWindow extends Limiter {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs', 'segments'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     const segments = this.segments;
@@ -145,11 +160,12 @@ export class SlidingWindow extends Limiter {
     return [limit, current.windowMs, segments, fieldsFor];
   }
 
-  /** The segment ring's counts are plain counts: a new limit reads them as they are. */
+  /** @internal The segment ring's counts are plain counts: a new limit reads them as they are. */
   protected override get convertsStates(): boolean {
     return this.ring === null;
   }
 
+  /** @internal */
   protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     this.read(state, stamp, nowUs);
     if (this.prev === 0 && this.curr === 0) return undefined;
@@ -158,6 +174,7 @@ export class SlidingWindow extends Limiter {
     return [this.window, this.windowUs, this.prev, this.curr, share];
   }
 
+  /** @internal */
   protected override restate(d: number[], nowUs: number): number {
     const [window, windowUs, prev, curr, share] = d as [number, number, number, number, number];
     const w = this.windowUs;
@@ -174,6 +191,7 @@ export class SlidingWindow extends Limiter {
     return this.encode(0);
   }
 
+  /** @internal */
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
@@ -220,6 +238,7 @@ export class SlidingWindow extends Limiter {
     this.perQuantum = 1 / this.prevQuantum;
   }
 
+  /** @internal */
   private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingWindow', options, [
@@ -241,15 +260,17 @@ export class SlidingWindow extends Limiter {
     };
   }
 
+  /** @internal */
   protected override remapped(): void {
     if (this.ring) this.ring.i32 = this.i32;
   }
 
+  /** @internal */
   override initSlot(s: number): void {
     this.ring?.initSlot(s);
   }
 
-  /** Rolls the stored counters forward to now's window; results in window/prev/curr. */
+  /** @internal Rolls the stored counters forward to now's window; results in window/prev/curr. */
   private read(state: number, stamp: number, nowUs: number): void {
     const now = Math.floor(nowUs / this.windowUs);
     this.window = now;
@@ -284,12 +305,13 @@ export class SlidingWindow extends Limiter {
     }
   }
 
-  /** Weighted count of the previous window at `nowUs`, times windowUs (exact in doubles). */
+  /** @internal Weighted count of the previous window at `nowUs`, times windowUs (exact in doubles). */
   private weightedPrev(nowUs: number): number {
     const elapsed = Math.max(0, nowUs - this.window * this.windowUs);
     return this.prev * Math.max(0, this.windowUs - elapsed);
   }
 
+  /** @internal */
   private encode(state: number): number {
     if (this.core.wide) {
       const q = Math.ceil(this.prev * this.perQuantum);
@@ -319,6 +341,7 @@ export class SlidingWindow extends Limiter {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.step(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
@@ -329,11 +352,13 @@ export class SlidingWindow extends Limiter {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     this.read(p, stamp, nowUs);
     if (this.curr + permits > this.limit) return REJECT;
@@ -350,12 +375,14 @@ export class SlidingWindow extends Limiter {
     return this.encode(p);
   }
 
+  /** @internal */
   override countsUntilUs(takenUs: number): number {
     // Counted in a later window (segment), they would weigh less there than a new grant.
     const unit = this.ring !== null ? this.ring.segmentUs : this.windowUs;
     return (Math.floor(takenUs / unit) + 1) * unit;
   }
 
+  /** @internal */
   protected giveBack(
     state: number,
     stamp: number,
@@ -383,6 +410,7 @@ export class SlidingWindow extends Limiter {
     return this.encode(state);
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.available(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
@@ -390,6 +418,7 @@ export class SlidingWindow extends Limiter {
     return Math.max(0, Math.floor(this.limit - used));
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.untilFreshUs(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
@@ -398,6 +427,7 @@ export class SlidingWindow extends Limiter {
     return 0;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.retryEstimateUs(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);

@@ -40,17 +40,20 @@ export class TokenBucket extends Gcra {
   }
 
   /**
-   * Takes `capacity` and `refillPerSecond` (see the class): the permits each key owes stay owed
-   * and come back at the new rate; a key owing more than a lower capacity is empty.
+   * Takes `capacity` and `refillPerSecond` (see the class): the permits each key owes stay
+   * owed and come back at the new rate; a key owing more than a lower capacity is refused
+   * until it owes less.
    */
   override reconfigure(options: { capacity?: number; refillPerSecond?: number }): void {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['capacity', 'refillPerSecond'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { capacity: this.param(0), rate: this.param(1) };
     return reconfiguredBucket(
@@ -79,11 +82,13 @@ export class TokenBucket extends Gcra {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   private static prepare(options: TokenBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('TokenBucket', options, ['capacity', 'refillPerSecond']);

@@ -181,8 +181,9 @@ export class WarmingBucket extends Limiter {
   readonly algorithm = 'WarmingBucket';
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
+  /** @internal */
   private m!: WarmingModel;
-  /** Time units per µs (1 / unitUs, exact: a power of two). */
+  /** @internal Time units per µs (1 / unitUs, exact: a power of two). */
   private perUs!: number;
 
   constructor(options: WarmingBucketOptions) {
@@ -205,6 +206,7 @@ export class WarmingBucket extends Limiter {
     return this.param(3);
   }
 
+  /** @internal */
   protected override configure(): void {
     this.m = warmingModel(this.param(1), this.param(2), this.param(3));
     (this as { limit: number }).limit = this.param(0);
@@ -224,10 +226,12 @@ export class WarmingBucket extends Limiter {
     super.reconfigure(options);
   }
 
+  /** @internal */
   protected override reconfigurable(): readonly string[] {
     return ['ratePerSecond', 'warmupMs', 'coldFactor'];
   }
 
+  /** @internal */
   protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = {
       ratePerSecond: this.param(1),
@@ -239,6 +243,7 @@ export class WarmingBucket extends Limiter {
     return [limit, rate, warmupMs, coldFactor];
   }
 
+  /** @internal */
   protected override describe(p: number, stamp: number, nowUs: number): number[] | undefined {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return undefined;
@@ -253,6 +258,7 @@ export class WarmingBucket extends Limiter {
     return [stored / m.maxPermits, Math.max(now, next) * m.unitUs];
   }
 
+  /** @internal */
   protected override restate(d: number[], _nowUs: number): number {
     return this.encode(d[0]! * this.m.maxPermits, Math.ceil(d[1]! * this.perUs));
   }
@@ -271,22 +277,24 @@ export class WarmingBucket extends Limiter {
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     return this.tryAcquire(key, permits);
   }
 
+  /** @internal */
   protected step(): number {
     throw new Error('WarmingBucket: always a wide table');
   }
 
   // ---- the state: payload = stored quanta × 2^31 + (next free time in units mod 2^31) --
 
-  /** True when the slot's last grant is so long ago that it is cold whatever it holds. */
+  /** @internal True when the slot's last grant is so long ago that it is cold whatever it holds. */
   private stale(p: number, stamp: number, rel: number): boolean {
     return p === W_FRESH || rel >= stamp * STAMP_US + this.m.staleUs;
   }
 
-  /** The next free time in units, decoded as the nearest to `now` of its residue. */
+  /** @internal The next free time in units, decoded as the nearest to `now` of its residue. */
   private nextFree(p: number, now: number): number {
     const t = p - Math.floor(p / TIME_SPAN) * TIME_SPAN;
     let d = t - (now - Math.floor(now / TIME_SPAN) * TIME_SPAN);
@@ -295,6 +303,7 @@ export class WarmingBucket extends Limiter {
     return now + d;
   }
 
+  /** @internal */
   private stored(p: number): number {
     return Math.min(this.m.maxPermits, Math.floor(p / TIME_SPAN) / this.m.quanta);
   }
@@ -303,11 +312,13 @@ export class WarmingBucket extends Limiter {
    * When (µs since the epoch) a state with `stored` permits and next free time `next` is
    * cold again: its debt paid, then storage refilled. From then on it decides as a new key
    * (exactly maxPermits stored, where Guava's sum could fall an ulp short: never looser).
+   * @internal
    */
   private coldAtUs(stored: number, next: number): number {
     return next * this.m.unitUs + (this.m.maxPermits - stored) * this.m.coolDownUs;
   }
 
+  /** @internal */
   private encode(stored: number, next: number): number {
     const q = Math.min(this.m.maxQuanta, Math.ceil(stored * this.m.quanta));
     return q * TIME_SPAN + (next - Math.floor(next / TIME_SPAN) * TIME_SPAN);
@@ -316,6 +327,7 @@ export class WarmingBucket extends Limiter {
   /**
    * Guava's reserveEarliestAvailable() at time `at` (units, ≤ now), from stored permits
    * `stored` and next free time `next` (≤ at): the payload after taking `permits`.
+   * @internal
    */
   private reserve(stored: number, next: number, at: number, permits: number): number {
     const m = this.m;
@@ -327,6 +339,7 @@ export class WarmingBucket extends Limiter {
     return this.encode(stored - spend, at + Math.ceil(waitUs * this.perUs));
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
     const now = Math.floor(rel * this.perUs);
@@ -345,6 +358,7 @@ export class WarmingBucket extends Limiter {
    * as Guava's acquire() reserves the next free time: lateness is made up instead of
    * carried into every later turn. Never before its own refused attempt (no idleness it did
    * not wait through is credited), nor more than the warm-up before now.
+   * @internal
    */
   protected override stepQueuedWide(
     p: number,
@@ -371,6 +385,7 @@ export class WarmingBucket extends Limiter {
    * A refund undoes a grant: the permits go back to storage (up to maxPermits) and the debt
    * shrinks by what taking them from there costs, never to before now. Once the debt is
    * paid there is nothing to give back (storing permits then would only make it colder).
+   * @internal
    */
   protected giveBack(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
@@ -386,6 +401,7 @@ export class WarmingBucket extends Limiter {
     return this.encode(back, Math.max(now, next - Math.floor(creditUs * this.perUs)));
   }
 
+  /** @internal */
   protected available(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return this.limit;
@@ -393,6 +409,7 @@ export class WarmingBucket extends Limiter {
     return this.nextFree(p, now) > now ? 0 : this.limit;
   }
 
+  /** @internal */
   protected untilFreshUs(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return 0;
@@ -400,6 +417,7 @@ export class WarmingBucket extends Limiter {
     return Math.max(0, this.coldAtUs(this.stored(p), next) - rel);
   }
 
+  /** @internal */
   protected retryEstimateUs(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return 0;
@@ -407,6 +425,7 @@ export class WarmingBucket extends Limiter {
     return Math.max(0, next * this.m.unitUs - rel);
   }
 
+  /** @internal */
   private static prepare(options: WarmingBucketOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('WarmingBucket', options, [

@@ -123,3 +123,34 @@ await app.register(fastifyRateLimit, {
     expect(await tsc(dir)).toBe('');
   }, 60_000);
 });
+
+describe('the types of atomic-limiter', () => {
+  it("show each limiter's API, with no engine internals, and every entry type-checks alone", async () => {
+    const dir = project(
+      ['@types/node'],
+      `import {
+  Concurrency, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket, WarmingBucket,
+  ManualClock, attach, chain, type Decision,
+} from 'atomic-limiter';
+import { connectCluster, serveCluster } from 'atomic-limiter/cluster';
+import { hostMemory, removeHostMemory } from 'atomic-limiter/host';
+
+type Limiters =
+  | Concurrency | FixedWindow | LeakyBucket | SlidingLog | SlidingWindow | TokenBucket | WarmingBucket;
+// The user's methods are there …
+type UserApi = 'tryAcquire' | 'consume' | 'acquire' | 'refund' | 'stats' | 'reset' | 'close' | 'handle';
+const api: UserApi extends keyof Limiters ? true : false = true;
+// … and the engine's hooks are not.
+type Engine = 'isIdle' | 'initSlot' | 'rebuilding' | 'refundTaken' | 'giveLeaseBack' | 'tableFull';
+const none: [Extract<Engine, keyof Limiters>] extends [never] ? true : false = true;
+
+const clock = new ManualClock();
+const bucket = new TokenBucket({ capacity: 2, refillPerSecond: 1, clock });
+const d: Decision = chain(bucket, new Concurrency({ limit: 1 })).consume('k');
+attach<TokenBucket>(bucket.handle).tryAcquire('k');
+export { api, none, d, connectCluster, serveCluster, hostMemory, removeHostMemory };
+`,
+    );
+    expect(await tsc(dir)).toBe('');
+  }, 60_000);
+});
