@@ -81,7 +81,7 @@ export class Concurrency extends Limiter {
         `${name}: option "limit" (${limit}) needs a wide table (past ${MAX_CONCURRENCY}), and this limiter was created with a narrow one; create it with such a limit to reconfigure within it`,
       );
     }
-    return [limit];
+    return [limit, Math.max(this.param(1), this.limit, limit)];
   }
 
   /** @internal A state is the count held: the same under any limit. */
@@ -136,9 +136,11 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    // Not bounded by the limit: a key may hold more than a limit reconfigure() lowered.
-    if (!(permits >= 1) || (permits | 0) !== permits) {
-      throw permitsError('Concurrency.release', permits, this.limit);
+    // Bounded by the largest limit the limiter had (param 1 after a reconfigure()): a key
+    // may hold more than a limit reconfigure() lowered.
+    const most = Math.max(this.limit, this.param(1));
+    if (!(permits >= 1 && permits <= most) || (permits | 0) !== permits) {
+      throw permitsError('Concurrency.release', permits, most);
     }
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
