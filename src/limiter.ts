@@ -86,6 +86,12 @@ const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
 const MAX_RETRY_US = 2 ** 52;
 /** A punctual head waiter turns the event loop for the last this many ms of its wait. */
 const PUNCTUAL_MS = 1;
+/**
+ * How long the options' sequence lock may stay taken before another thread takes it over:
+ * a reconfigure() whose thread or process died midway (see takeOverConfig()).
+ */
+const CONFIG_STALE_MS = 5000;
+const CONFIG_WAIT_MS = 20;
 
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
@@ -257,10 +263,11 @@ export abstract class Limiter {
   /** Reads the options under their sequence lock (waiting out a reconfigure() under way). */
   private readConfig(): void {
     const i32 = this.i32;
+    let waits = 0;
     for (;;) {
       const v = Atomics.load(i32, H_CONFIG);
       if ((v & 1) !== 0) {
-        Atomics.wait(i32, H_CONFIG, v, 20);
+        waits = this.waitConfig(v, waits);
         continue;
       }
       const params = Array.from(this.f64.subarray(F64_PARAMS, F64_EPOCH_US));
@@ -269,6 +276,24 @@ export abstract class Limiter {
       this.configVersion = v;
       return;
     }
+  }
+
+  /**
+   * Waits for a reconfigure() under way (the lock word at odd `v`); `waits` counts the
+   * waits already spent on that same value. A lock held past CONFIG_STALE_MS belongs to a
+   * reconfigure() whose thread or process died midway: it is released as it stands — the
+   * options in the header are whole numbers each, old or new, and each slot was converted
+   * by one CAS or not at all — and every thread is sent off the fast path to take them up.
+   */
+  private waitConfig(v: number, waits: number): number {
+    const i32 = this.i32;
+    if (Atomics.wait(i32, H_CONFIG, v, CONFIG_WAIT_MS) !== 'timed-out') return 0;
+    if ((waits + 1) * CONFIG_WAIT_MS < CONFIG_STALE_MS) return waits + 1;
+    if (Atomics.compareExchange(i32, H_CONFIG, v, v + 1) === v) {
+      Atomics.add(i32, H_CONTROL, GEN_SAFE_SPAN);
+      Atomics.notify(i32, H_CONFIG);
+    }
+    return 0;
   }
 
   /** Makes `params` this thread's options. */
@@ -328,9 +353,10 @@ export abstract class Limiter {
     const opts = checkOptionsObject(name, options, this.reconfigurable());
     const i32 = this.i32;
     let v: number;
+    let waits = 0;
     for (;;) {
       v = Atomics.load(i32, H_CONFIG);
-      if ((v & 1) !== 0) Atomics.wait(i32, H_CONFIG, v, 20);
+      if ((v & 1) !== 0) waits = this.waitConfig(v, waits);
       else if (Atomics.compareExchange(i32, H_CONFIG, v, v + 1) === v) break;
     }
     this.reconfiguring = true;

@@ -9,6 +9,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
+import { H_CONFIG } from '../src/layout.js';
 import { startWorkers, waitForCount, workerScript } from './helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
@@ -148,3 +149,24 @@ for (const [name, make, key, options] of [
     }
   });
 }
+
+it('a reconfigure() whose thread died holding the options lock is taken over, never a hang', async () => {
+  const clock = new ManualClock();
+  const limiter = new FixedWindow({ limit: 2, windowMs: 1e6, clock });
+  const { Worker } = await import('node:worker_threads');
+  // A worker takes the options lock the way reconfigure() does, and dies before releasing it.
+  const dead = new Worker(
+    `const { workerData } = require('node:worker_threads');
+     const i32 = new Int32Array(workerData.buffer);
+     const v = Atomics.load(i32, workerData.word);
+     Atomics.compareExchange(i32, workerData.word, v, v + 1);
+     process.exit(0);`,
+    { eval: true, workerData: { buffer: limiter.handle.buffer, word: H_CONFIG } },
+  );
+  await new Promise((resolve) => dead.once('exit', resolve));
+  expect(Atomics.load(new Int32Array(limiter.handle.buffer), H_CONFIG) & 1).toBe(1);
+  // Another thread's reconfigure() waits out the stale lock, then goes ahead.
+  limiter.reconfigure({ limit: 3 });
+  expect([1, 2, 3, 4].map(() => limiter.tryAcquire('k'))).toEqual([true, true, true, false]);
+  expect(Atomics.load(new Int32Array(limiter.handle.buffer), H_CONFIG) & 1).toBe(0);
+}, 20_000);
