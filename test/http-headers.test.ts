@@ -296,3 +296,23 @@ async function serveNode(
   closers.push(close);
   return port;
 }
+
+describe('a reconfigured limiter', () => {
+  it('is described by its new quota from the next response on', async () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 2, windowMs: 10_000, clock });
+    const app = express();
+    app.use(rateLimit({ limiter, headers: 'draft-8', key: () => 'k' }));
+    app.get('/', (_req, res) => res.send('ok'));
+    const port = await serve(app);
+    const before = await request(port);
+    expect(rateFields(before.headers)['ratelimit-policy']).toBe('"2-in-10s";q=2;w=10');
+    limiter.reconfigure({ limit: 5 });
+    const after = await request(port);
+    expect(after.status).toBe(200);
+    expect(rateFields(after.headers)).toMatchObject({
+      'ratelimit-policy': '"5-in-10s";q=5;w=10',
+      ratelimit: '"5-in-10s";r=3;t=10',
+    });
+  });
+});

@@ -71,6 +71,8 @@ export interface LimiterFace {
   readonly refillPerSecond?: number;
   readonly ratePerSecond?: number;
   readonly limiters?: readonly unknown[];
+  /** An in-memory limiter's: changes with every reconfigure(), so the policy is read again. */
+  readonly optionsVersion?: number;
 }
 
 /** A chain: an object with `limiters`; its decisions carry one `decisions[i]` per member. */
@@ -261,6 +263,8 @@ export function headersOption(owner: string, value: unknown): readonly HeaderFor
 export class HeaderWriter {
   private readonly members: LimiterFace[];
   private readonly policies: (Policy | undefined)[];
+  /** Each member's optionsVersion when its policy was cached. */
+  private readonly versions: (number | undefined)[];
   private readonly states: StateValues[];
   private readonly draft: HeaderFormat | undefined;
   private readonly legacy: boolean;
@@ -273,6 +277,7 @@ export class HeaderWriter {
   ) {
     this.members = flattenLimiters(limiter);
     this.policies = this.members.map(() => undefined);
+    this.versions = this.members.map(() => undefined);
     this.states = this.members.map(() => new StateValues());
     this.chained = isChain(limiter);
     this.draft = formats.find((f) => f !== 'legacy');
@@ -285,9 +290,10 @@ export class HeaderWriter {
   }
 
   private policy(i: number, d: Decision): Policy {
-    const cached = this.policies[i];
-    if (cached !== undefined) return cached;
     const l = this.members[i]!;
+    const cached = this.policies[i];
+    if (cached !== undefined && l.optionsVersion === this.versions[i]) return cached;
+    this.policies[i] = undefined;
     const s = shape(l);
     const quota = s?.quota ?? (isCount(l.limit) ? l.limit : d.limit);
     let name = this.names?.[i] ?? defaultName(l, quota, s?.windowMs);
@@ -296,7 +302,11 @@ export class HeaderWriter {
       if (this.policies.some((p) => p?.name === name)) name = `${name}-${i + 1}`;
     }
     const p = makePolicy(name, quota, s?.windowMs);
-    if (s !== undefined) this.policies[i] = p; // known for good: cache it
+    if (s !== undefined) {
+      // Known until the limiter is reconfigured: cache it.
+      this.policies[i] = p;
+      this.versions[i] = l.optionsVersion;
+    }
     return p;
   }
 

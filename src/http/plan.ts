@@ -27,8 +27,6 @@ export class Plan {
 
   constructor(
     readonly limiter: HttpLimiter,
-    /** The largest permits a request may ask for, where the limiter tells it. */
-    readonly maxPermits: number,
     readonly headers: HeaderWriter,
     refundWhen: boolean,
   ) {
@@ -36,6 +34,11 @@ export class Plan {
     this.holds = holdsPermits(limiter);
     this.inMemory = refundWhen && isInMemory(limiter) ? limiter : undefined;
     if (refundWhen && isChainOf(limiter)) limiter.reportTakenTimes();
+  }
+
+  /** The largest permits a request may ask for, where the limiter tells it (as it is now). */
+  get maxPermits(): number {
+    return maxPermitsOf(this.limiter);
   }
 
   /** Whether the limiter holds permits until released (Concurrency, or a chain with one). */
@@ -73,7 +76,7 @@ export function makePlan(
       `${owner}: option "limiter" must ${how === '' ? 'be' : `${how} return`} a limiter (an object with consume(), e.g. a TokenBucket, a connectCluster client, a Redis limiter or a chain()), got ${show(limiter)}`,
     );
   }
-  const maxPermits = typeof l.limit === 'number' && l.limit >= 1 ? l.limit : 2 ** 31 - 1;
+  const maxPermits = maxPermitsOf(l);
   if (needs.permits !== undefined && needs.permits > maxPermits) {
     throw rangeError(
       `${owner}: option "permits" must be an integer from 1 to ${maxPermits} (the limiter's limit), got ${needs.permits}`,
@@ -93,7 +96,11 @@ export function makePlan(
     throw typeError(`${owner}: option "refundWhen" needs a limiter with refund()`);
   }
   const policyNames = policyNamesOption(owner, names, flattenLimiters(l).length);
-  return new Plan(l, maxPermits, new HeaderWriter(l, needs.formats, policyNames), needs.refundWhen);
+  return new Plan(l, new HeaderWriter(l, needs.formats, policyNames), needs.refundWhen);
+}
+
+function maxPermitsOf(l: HttpLimiter): number {
+  return typeof l.limit === 'number' && l.limit >= 1 ? l.limit : 2 ** 31 - 1;
 }
 
 /** Whether the limiter holds permits until released (Concurrency, or a chain with one). */
