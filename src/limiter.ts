@@ -260,7 +260,7 @@ export abstract class Limiter {
    */
   protected configure(): void {}
 
-  /** Reads the options under their sequence lock (waiting out a reconfigure() under way). */
+  /** @internal Reads the options under their sequence lock (waiting out a reconfigure() under way). */
   private readConfig(): void {
     const i32 = this.i32;
     let waits = 0;
@@ -284,6 +284,7 @@ export abstract class Limiter {
    * reconfigure() whose thread or process died midway: it is released as it stands — the
    * options in the header are whole numbers each, old or new, and each slot was converted
    * by one CAS or not at all — and every thread is sent off the fast path to take them up.
+   * @internal
    */
   private waitConfig(v: number, waits: number): number {
     const i32 = this.i32;
@@ -296,7 +297,7 @@ export abstract class Limiter {
     return 0;
   }
 
-  /** Makes `params` this thread's options. */
+  /** @internal Makes `params` this thread's options. */
   private useParams(params: number[]): void {
     this.params = params;
     this.configure();
@@ -435,6 +436,7 @@ export abstract class Limiter {
    * stripe lock), and bumps its generation: a thread whose reference predates the
    * conversion misses the slot, looks it up again, and takes up the new options first
    * (syncConfig()); none steps a converted state with the old options.
+   * @internal
    */
   private convertAll(old: number[], next: number[]): void {
     const wide = this.core.wide;

@@ -61,6 +61,7 @@ export class SlidingLog extends Limiter {
   readonly limit!: number;
   /** @internal */
   private windowUs!: number;
+  /** @internal */
   private readonly ring: number;
   /** @internal The log rings, in a buffer of their own (see LogPool). */
   private readonly rings: LogPool;
