@@ -1,72 +1,13 @@
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Concurrency, TokenBucket } from '../src/redis/index.js';
-import { freePort, RedisServer } from './helpers/redis.js';
+import { RedisProxy, RedisServer } from './helpers/redis.js';
 
 // A call answered "unavailable" must not run on Redis later: a client that is connecting or
 // reconnecting would keep it in its offline queue and send it when Redis is back, after its
 // caller was answered (a bucket drained by calls that were all told "unavailable"). And a
 // reply lost with its connection is charged once: never sent again.
-
-/** A TCP proxy in front of Redis that can cut the network, or one reply with its connection. */
-async function proxy(target: number) {
-  const port = await freePort();
-  let down = false;
-  let cutAfter: string | undefined;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    client.on('error', () => {});
-    if (down) {
-      client.destroy();
-      return;
-    }
-    const upstream = connect(target, '127.0.0.1');
-    sockets.add(upstream);
-    upstream.on('error', () => {});
-    let cutting = false;
-    client.on('data', (d) => {
-      // The command goes to Redis; its reply never comes back: the connection drops.
-      if (cutAfter !== undefined && d.toString('latin1').includes(cutAfter)) {
-        cutAfter = undefined;
-        cutting = true;
-      }
-      upstream.write(d);
-    });
-    upstream.on('data', (d) => {
-      if (cutting) {
-        client.destroy();
-        upstream.destroy();
-        return;
-      }
-      client.write(d);
-    });
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-  });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  return {
-    port,
-    partition() {
-      down = true;
-      for (const s of sockets) s.destroy();
-      sockets.clear();
-    },
-    heal() {
-      down = false;
-    },
-    /** The next command whose bytes hold `text` runs, and its reply is lost. */
-    cutReplyOf(text: string) {
-      cutAfter = text;
-    },
-    close() {
-      for (const s of sockets) s.destroy();
-      server.close();
-    },
-  };
-}
 
 type Client = Redis | ReturnType<typeof nodeRedis.createClient>;
 
@@ -101,7 +42,7 @@ describe('Redis out of reach', () => {
 
   for (const kind of ['ioredis', 'node-redis']) {
     it(`${kind}: calls answered "unavailable" while the client reconnects never run on Redis`, async () => {
-      const px = await proxy(server.port);
+      const px = await RedisProxy.start(server.port);
       const c = await client(kind, px.port);
       try {
         const prefix = `part-${kind}`;
@@ -131,7 +72,7 @@ describe('Redis out of reach', () => {
     });
 
     it(`${kind}: a reply lost with its connection is charged once, its caller told "unavailable"`, async () => {
-      const px = await proxy(server.port);
+      const px = await RedisProxy.start(server.port);
       const c = await client(kind, px.port);
       try {
         const prefix = `cut-${kind}`;
@@ -158,7 +99,7 @@ describe('Redis out of reach', () => {
   }
 
   it('ioredis lazyConnect: first calls made while Redis is out of reach never run later', async () => {
-    const px = await proxy(server.port);
+    const px = await RedisProxy.start(server.port);
     px.partition();
     const c = new Redis(px.port, '127.0.0.1', {
       lazyConnect: true,
@@ -189,7 +130,7 @@ describe('Redis out of reach', () => {
   });
 
   it('limiters sharing a client wait for it with one listener, and all go on when it is ready', async () => {
-    const px = await proxy(server.port);
+    const px = await RedisProxy.start(server.port);
     const c = new Redis(px.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     c.on('error', () => {});
     const warnings: string[] = [];
