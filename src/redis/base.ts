@@ -403,7 +403,7 @@ export abstract class RedisLimiter {
 
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const id = this.grantId();
-    return this.call('c', tag, permits, id, false, this.lateGrant('c', tag, permits, id)).then(
+    return this.grantCall('c', tag, permits, id).then(
       (reply) => this.decision(this.parse(reply)),
       (error) => this.fallback(error, key, permits),
     );
@@ -481,6 +481,26 @@ export abstract class RedisLimiter {
       late,
     );
   }
+
+  /**
+   * Runs a call that may grant ('t', 'c', 'w'). Where a grant has an id (Concurrency), a
+   * call that got no answer may still have granted: lostGrant() is told.
+   */
+  private grantCall(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
+    const pending = this.call(op, tag, permits, id, false, this.lateGrant(op, tag, permits, id));
+    if (id !== '') {
+      pending.catch((error) => {
+        if (error instanceof Unavailable) this.lostGrant(op, tag, permits, id);
+      });
+    }
+    return pending;
+  }
+
+  /**
+   * A call that may have granted (`id`: its grant's) got no answer from Redis: its reply
+   * was lost, came from elsewhere or not in time. Concurrency frees such a grant by its id.
+   */
+  protected lostGrant(_op: 't' | 'c' | 'w', _tag: string, _permits: number, _id: string): void {}
 
   /**
    * What to do with the reply of a grant ('t', 'c') that came after its call failed by
@@ -604,7 +624,7 @@ export abstract class RedisLimiter {
     }
     if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
     const id = this.grantId();
-    return this.call('t', tag, permits, id, false, this.lateGrant('t', tag, permits, id)).then(
+    return this.grantCall('t', tag, permits, id).then(
       this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
     );
@@ -862,10 +882,7 @@ export abstract class RedisLimiter {
     const id = this.grantId();
     w.woken = false;
     // 'w': a caller about to wait is not counted as refused (as in memory).
-    const late = this.lateGrant('w', w.tag, w.permits, id);
-    const pending = this.call('w', w.tag, w.permits, id, false, late).then((reply) =>
-      this.parse(reply),
-    );
+    const pending = this.grantCall('w', w.tag, w.permits, id).then((reply) => this.parse(reply));
     pending.then(
       (r) => {
         if (r.allowed && w.done) this.undoGrant(w.tag, w.permits, id, r.nowUs);

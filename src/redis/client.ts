@@ -18,8 +18,17 @@ export interface Adapter {
   send(calls: readonly Command[]): Promise<unknown>[];
   /** send() of one call: its reply (the path of a call alone, without the arrays). */
   sendOne(call: Command): Promise<unknown>;
-  /** Subscribes to `channel` on a connection of its own; resolves once subscribed. */
-  subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription>;
+  /**
+   * Subscribes to `channel` on a connection of its own; resolves once subscribed.
+   * `onReconnect` is called each time that connection is ready again after a drop
+   * (messages published meanwhile were lost); not for a node-redis cluster, which keeps its
+   * own Pub/Sub connection.
+   */
+  subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription>;
   /**
    * False while the client connects or reconnects: a command given to it then waits in its
    * offline queue and goes to Redis when it is ready again — maybe long after the call
@@ -187,7 +196,11 @@ class IoRedisAdapter implements Adapter {
     return out;
   }
 
-  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+  async subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription> {
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     // A subscriber's own errors (reconnecting) must not crash the host: ioredis emits
     // 'error' events, and an EventEmitter with no listener throws them.
@@ -195,8 +208,14 @@ class IoRedisAdapter implements Adapter {
     (sub.on as Fn).call(sub, 'message', (ch: string, message: string) => {
       if (ch === channel) onMessage(message);
     });
+    let subscribed = false;
+    // ioredis subscribes again by itself on a new connection ('ready').
+    (sub.on as Fn).call(sub, 'ready', () => {
+      if (subscribed) onReconnect?.();
+    });
     try {
       await ((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>);
+      subscribed = true;
     } catch (error) {
       (sub.disconnect as Fn).call(sub);
       throw error;
@@ -250,7 +269,11 @@ class NodeRedisAdapter implements Adapter {
     }
   }
 
-  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+  async subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription> {
     if (this.cluster) {
       // A node-redis cluster keeps a pub/sub connection of its own.
       await ((this.client.subscribe as Fn).call(this.client, channel, onMessage) as Promise<void>);
@@ -266,9 +289,15 @@ class NodeRedisAdapter implements Adapter {
     }
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     (sub.on as Fn).call(sub, 'error', () => {});
+    let subscribed = false;
+    // node-redis subscribes again by itself on a new connection ('ready').
+    (sub.on as Fn).call(sub, 'ready', () => {
+      if (subscribed) onReconnect?.();
+    });
     try {
       await ((sub.connect as Fn).call(sub) as Promise<unknown>);
       await ((sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>);
+      subscribed = true;
     } catch (error) {
       void Promise.resolve()
         .then(() => (sub.destroy as Fn | undefined)?.call(sub))
