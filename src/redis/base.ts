@@ -783,6 +783,8 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
+    // One deadline bounds the whole call: a fallback gets what the Redis wait left of it.
+    const deadline = options.timeoutMs === undefined ? 0 : performance.now() + options.timeoutMs;
     this.waiters.add(w);
     return this.waitFor(w).then(
       (lease) => {
@@ -794,7 +796,7 @@ export abstract class RedisLimiter {
         this.waiters.delete(w);
         w.finish();
         if (error instanceof Unavailable)
-          return this.acquireUnavailable(error, key, permits, options);
+          return this.acquireUnavailable(error, key, permits, options, deadline);
         throw error;
       },
     );
@@ -805,11 +807,18 @@ export abstract class RedisLimiter {
     key: Key | undefined,
     permits: number,
     options: AcquireOptions,
+    deadline: number,
   ): RedisLease | PromiseLike<RedisLease> {
     const policy = this.whenUnavailable;
     if (policy === 'allow') return NO_OP_LEASE;
     if (typeof policy === 'object' && typeof policy.acquire === 'function') {
-      return Promise.resolve(policy.acquire(key, permits, options)).then(
+      let rest = options;
+      if (deadline !== 0) {
+        const left = Math.floor(deadline - performance.now());
+        if (left <= 0) throw new DOMException('The operation timed out.', 'TimeoutError');
+        rest = { ...options, timeoutMs: left };
+      }
+      return Promise.resolve(policy.acquire(key, permits, rest)).then(
         (lease): RedisLease => ({
           release: async () => lease.release(),
           [Symbol.dispose]: () => lease[Symbol.dispose](),
