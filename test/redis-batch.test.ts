@@ -537,7 +537,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
       const run = async (batched: boolean) => {
         const clock = new ManualClock(1_000_000);
-        const r = make(clock, `b-lease-${batched}`);
+        const r = make(clock, `b-lease-${name}-${batched}`);
         const call = (r as unknown as { call: Call }).call.bind(r);
         const next = prng(name.length * 53);
         const replies: unknown[] = [];
@@ -565,8 +565,8 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const batched = await run(true);
       expect(batched).toEqual(alone);
       const granted = alone.replies.filter((x) => (x as unknown[])[0] === 1).length;
-      expect(granted).toBeGreaterThan(30);
-      expect(alone.replies.length - granted).toBeGreaterThan(30);
+      expect(granted).toBeGreaterThan(15);
+      expect(alone.replies.length - granted).toBeGreaterThan(15);
     });
   }
 

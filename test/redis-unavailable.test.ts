@@ -16,7 +16,7 @@ describe('whenUnavailable within one deadline', () => {
     await server?.close();
   });
 
-  it("acquire({ timeoutMs }) with a fallback limiter: the fallback gets what the Redis wait left, and none once it is spent", async () => {
+  it('acquire({ timeoutMs }) with a fallback limiter: the fallback gets what the Redis wait left, and none once it is spent', async () => {
     const px = await RedisProxy.start(server.port);
     const c = new Redis(px.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     c.on('error', () => {});
