@@ -10,7 +10,7 @@ import {
 } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
-import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
+import { integerOption, positiveNumberOption } from '../validate.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
@@ -63,15 +63,9 @@ export function gcraUnits(
 
 /** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
 export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number): number {
-  if (opts.queueLimit === undefined) return capacity;
-  const q = opts.queueLimit;
-  if (typeof q === 'number' && Number.isInteger(q) && q > capacity) {
-    // The bound is another option: say which, or the message reads as an arbitrary range.
-    throw rangeError(
-      `LeakyBucket: option "queueLimit" must be an integer from 0 to ${capacity} (the bucket's "capacity": the bucket is the queue), got ${show(q)}`,
-    );
-  }
-  return integerOption('LeakyBucket', 'queueLimit', q, 0, capacity);
+  return opts.queueLimit === undefined
+    ? capacity
+    : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
 }
 
 /**
