@@ -20,7 +20,7 @@ import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
 import { Fleet } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
-import { Runner, Script, Unavailable } from './runner.js';
+import { failedFast, Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
 
 export type { AlgorithmName };
@@ -490,7 +490,9 @@ export abstract class RedisLimiter {
     const pending = this.call(op, tag, permits, id, false, this.lateGrant(op, tag, permits, id));
     if (id !== '') {
       pending.catch((error) => {
-        if (error instanceof Unavailable) this.lostGrant(op, tag, permits, id);
+        if (error instanceof Unavailable && !failedFast(error)) {
+          this.lostGrant(op, tag, permits, id);
+        }
       });
     }
     return pending;

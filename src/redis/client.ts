@@ -1,4 +1,5 @@
 import { show, typeError } from '../validate.js';
+import { type Health, healthOf } from './health.js';
 
 /**
  * One adapter over the clients people use, chosen by the methods a client has (never by
@@ -38,6 +39,13 @@ export interface Adapter {
   ready(): boolean;
   /** Calls `f` once, when the client is ready again. */
   onceReady(f: () => void): void;
+  /**
+   * A command of no effect that Redis answers when it serves `key`'s slot: PING, or on a
+   * Cluster EXISTS `key` (routed to the key's node).
+   */
+  probe(key: string): Promise<unknown>;
+  /** Whether Redis answers, shared by every adapter of the client (health.ts). */
+  readonly health: Health;
 }
 
 export interface Command {
@@ -132,6 +140,7 @@ function warnIfResending(options: Record<string, unknown> | undefined, cluster: 
 
 class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
+  readonly health: Health;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -140,6 +149,15 @@ class IoRedisAdapter implements Adapter {
     warnIfResending(options, cluster);
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.enableOfflineQueue !== false;
+    this.health = healthOf(client, this);
+  }
+
+  probe(key: string): Promise<unknown> {
+    return (
+      this.cluster
+        ? (this.client.exists as Fn).call(this.client, key)
+        : (this.client.ping as Fn).call(this.client)
+    ) as Promise<unknown>;
   }
 
   private readonly queues: boolean;
@@ -230,6 +248,7 @@ class IoRedisAdapter implements Adapter {
 
 class NodeRedisAdapter implements Adapter {
   readonly kind = 'node-redis';
+  readonly health: Health;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -237,6 +256,20 @@ class NodeRedisAdapter implements Adapter {
     const options = client.options as Record<string, unknown> | undefined;
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.disableOfflineQueue !== true;
+    this.health = healthOf(client, this);
+  }
+
+  probe(key: string): Promise<unknown> {
+    const send = this.client.sendCommand as Fn;
+    try {
+      return (
+        this.cluster
+          ? send.call(this.client, key, true, ['EXISTS', key])
+          : send.call(this.client, ['PING'])
+      ) as Promise<unknown>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   private readonly queues: boolean;

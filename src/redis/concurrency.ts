@@ -162,7 +162,8 @@ export class Concurrency extends RedisLimiter {
     return (reply: unknown): void => {
       const granted = op === 't' ? reply === 1 : Array.isArray(reply) && reply[0] === 1;
       // An acquire()'s grant ('w') is a lease's: its id has no '~' (concurrency.lua.ts).
-      if (granted) this.releaseLease(tag, permits, op === 'w' ? id : `~${id}`).catch(reportLost);
+      // Freed as an orphan: retried until Redis takes it (calls may still fail fast).
+      if (granted) this.lostGrant(op, tag, permits, id);
     };
   }
 

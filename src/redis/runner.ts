@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
+import { TRANSIENT } from './health.js';
 import { singleArgs } from './single.lua.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
@@ -70,10 +71,21 @@ export class Unavailable extends Error {
   override readonly name = 'Unavailable';
 }
 
+/**
+ * What a call that fails fast rejects with (one object: nothing is allocated per call while
+ * Redis is down; nobody sees it but its limiter's fallback, which reads its message).
+ */
+const FAST = new Unavailable(
+  'Redis did not answer a call a moment ago; calls fail at once until a probe finds it answering',
+);
+
+/** Whether a call failed without being sent: it failed fast (health.ts). */
+export function failedFast(error: unknown): boolean {
+  return error === FAST;
+}
+
 // Error replies that mean "this node cannot serve now" (loading, failover, cluster down),
-// not "the script is wrong": they count as Redis being unavailable.
-const TRANSIENT =
-  /^(LOADING|READONLY|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|NOREPLICAS|OOM|MOVED|ASK)\b/;
+// not "the script is wrong" (TRANSIENT, health.ts): they count as Redis being unavailable.
 // An error reply starts with an upper-case code; client-side errors (closed connection,
 // refused, offline queue disabled) do not.
 const REPLY = /^[A-Z][A-Z0-9_-]* /;
@@ -152,6 +164,9 @@ export class Runner {
     slot: number,
     late?: (reply: unknown) => void,
   ): Promise<unknown> {
+    // Redis was found unavailable a moment ago (health.ts): the call fails at once, and its
+    // limiter applies whenUnavailable, until a probe finds Redis answering.
+    if (this.adapter.health.failsFast(slot, this.timeoutMs)) return Promise.reject(FAST);
     return new Promise((resolve, reject) => {
       this.queue.push({
         script,
@@ -431,6 +446,7 @@ export class Runner {
   }
 
   private settle(p: Pending, reply: unknown): void {
+    this.adapter.health.answered(p.slot);
     if (p.done) {
       // The call ran after all, its caller answered already (a timeout): what it took is
       // its limiter's to undo (a Concurrency grant nobody holds).
@@ -446,7 +462,14 @@ export class Runner {
     if (p.done) return;
     p.done = true;
     this.inFlight.delete(p);
+    if (error instanceof Unavailable) this.markDown(p);
     p.reject(error);
+  }
+
+  /** A call found Redis unavailable: later calls of its part fail fast (health.ts). */
+  private markDown(p: Pending): void {
+    // Its deadline was set when it went out (or was held back): timeoutMs after.
+    this.adapter.health.markDown(p.slot, p.keys[0]!, p.deadline - this.timeoutMs);
   }
 
   /**
@@ -502,6 +525,7 @@ export class Runner {
       if (p.deadline <= now + 0.5) {
         p.done = true;
         this.inFlight.delete(p);
+        this.markDown(p);
         p.reject(new Unavailable(`no answer from Redis within ${this.timeoutMs} ms`));
       } else if (p.deadline < next) {
         next = p.deadline;
