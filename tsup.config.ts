@@ -6,12 +6,16 @@ export default defineConfig({
     cluster: 'src/cluster/index.ts',
     redis: 'src/redis/index.ts',
     http: 'src/http/index.ts',
+    host: 'src/host/index.ts',
+    metrics: 'src/metrics/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,
   clean: true,
   sourcemap: true,
   target: 'node20',
+  // import.meta.url in the CommonJS build (the host addon's loader finds its folder by it).
+  shims: true,
   splitting: false,
   // Class names appear in messages and in inspection; keep them as written.
   keepNames: true,

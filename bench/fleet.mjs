@@ -14,7 +14,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { startServer } from './redis.mjs';
 
 const THREADS = 4;
-/** Turns taken by fleet mode and plain Redis (the throughput goal's two subjects). */
+/** Turns taken by fleet mode and plain Redis (the two subjects whose ratio is reported). */
 const ROUNDS = 3;
 const BLOCK = 64;
 const KEY = 'hot';
@@ -152,7 +152,7 @@ export async function runFleet({ quick = false } = {}) {
       block: BLOCK,
       prefix: 'fb-fleet',
     });
-    // The goal's two subjects take turns, ROUNDS times (in the other order every other
+    // Fleet mode and plain Redis take turns, ROUNDS times (in the other order every other
     // round): a noisy moment of this shared machine then lands on both, and the ratio
     // reported is the median of the rounds' own ratios.
     const fleetRounds = [];
@@ -236,17 +236,8 @@ export async function runFleet({ quick = false } = {}) {
       block: BLOCK,
       rounds: ROUNDS,
       subjects: { fleet, fleetTurns, fleetGrown, fleetAhead, plain, rlf, refused },
-      ratios,
-      goals: {
-        throughput: { text: '≥ 20× plain Redis', met: ratios.fleetOverPlain >= 20 },
-        p50: { text: 'p50 ≤ 2 µs', met: fleet.p50Us <= 2 },
-        calls: { text: 'Redis calls ≤ 1/50 of decisions', met: fleet.redisCallsPer1000 <= 20 },
-        refused: {
-          text: 'a refused hot key ≤ 1 Redis call per retryAfterMs (1 s) per process',
-          met: refusedCallsPerRetryAfter <= 1,
-          callsPerRetryAfter: refusedCallsPerRetryAfter,
-        },
-      },
+      // Redis calls a refused hot key made per retryAfterMs (1 s) in this process.
+      ratios: { ...ratios, refusedCallsPerRetryAfter },
     };
   } finally {
     admin.disconnect();

@@ -19,7 +19,7 @@ export const STOP = 2;
  *   --quick            fewer iterations (CI)
  *   --threads=N        throughput over 1…N threads (default os.availableParallelism())
  *   --parts=a,b        run only these parts: native, latency, peers, acquire, threads, effective,
- *                      growth, cluster, http, redis, fleet
+ *                      growth, cluster, http, redis, fleet, host
  *   --native=FILE      take the floor from a saved native-bench JSON instead of running it
  *   --json=FILE        where to write the JSON (default bench/results/latest.json)
  */
@@ -37,6 +37,7 @@ export function parseOptions(argv = process.argv.slice(2)) {
     'http',
     'redis',
     'fleet',
+    'host',
   ];
   const parts = value('parts')?.split(',').filter(Boolean) ?? known;
   for (const p of parts) {

@@ -257,16 +257,6 @@ export async function runRedis({ quick = false } = {}) {
       inFlightRounds: z.inFlightRounds,
       subjects: out,
       ratios,
-      goals: {
-        oneAtATime: {
-          text: 'one at a time ≤ 1.1× the floor',
-          met: ratios.oneAtATimeOverFloor <= 1.1,
-        },
-        inFlight: {
-          text: `${IN_FLIGHT} in flight ≤ 0.7× rate-limiter-flexible's per-call cost`,
-          met: ratios.inFlightOverRlf <= 0.7,
-        },
-      },
     };
   } finally {
     for (const c of clients) c.disconnect();

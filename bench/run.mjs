@@ -1,5 +1,5 @@
 // npm run bench [-- --quick] [-- --threads=N]
-//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis,fleet]
+//                [-- --parts=native,latency,peers,acquire,threads,effective,growth,cluster,http,redis,fleet,host]
 //                [-- --native=native-bench/results/latest.json] [-- --json=FILE]
 //
 // 1. The floor: native-bench (its atomics, clock, layout, wake, ipc and c11 groups), in this
@@ -15,9 +15,13 @@
 // 5. The HTTP middleware (http.mjs): autocannon against Express and Fastify "hello world" with
 //    no limiter, with atomic-limiter/http, and with express-rate-limit / @fastify/rate-limit.
 // 6. Redis (redis.mjs): atomic-limiter/redis beside rate-limiter-flexible's RateLimiterRedis on
-//    one redis-server started for the run, and the floor (a trivial EVALSHA round trip);
-//    skipped with one line when redis-server is not on the PATH.
-// 6. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg.
+//    one redis-server started for the run, and the floor (a trivial EVALSHA round trip); fleet
+//    mode (fleet.mjs); each skipped with one line when redis-server is not on the PATH.
+// 6c. Host mode (host.mjs): host memory beside worker threads (decision, N processes on one
+//    key, cross-process wake-up); skipped with one line when its native addon cannot load.
+// 7. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg, and
+//    the Markdown tables (results-md.mjs): bench/RESULTS.md and the README's summary after a
+//    run of every part, bench/results/RESULTS.md after a quick or partial one.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -33,6 +37,7 @@ import { runHttp } from './http.mjs';
 import { parseOptions, progress } from './lib.mjs';
 import { haveRedisServer, runRedis } from './redis.mjs';
 import { analyzeLatency, analyzeThreads, formatReport, nativeFloors } from './report.mjs';
+import { commitOf, formatResultsMarkdown, withSummary } from './results-md.mjs';
 import { SUBJECTS } from './subjects.mjs';
 import { latencySvg, throughputSvg } from './svg.mjs';
 import { runThreads } from './threads.mjs';
@@ -154,10 +159,27 @@ if (opts.parts.has('fleet')) {
   }
 }
 
+// ---- 6c. host mode ------------------------------------------------------------------------
+if (opts.parts.has('host')) {
+  progress(`[${elapsed()}] host: host memory beside worker threads`);
+  try {
+    const { runHost } = await import('./host.mjs');
+    result.host = await runHost({ quick: opts.quick });
+  } catch (error) {
+    const why = String(error?.message ?? error).split('\n')[0];
+    progress(`host: skipped — ${why}`);
+    result.host = { skipped: why };
+  }
+}
+
 // ---- 7. report ------------------------------------------------------------------------------
 result.wallSeconds = Math.round((performance.now() - started) / 100) / 10;
 console.log(`\n${formatReport(result)}`);
 if (result.growth) console.log(`\n${formatGrowth(result.growth)}`);
+if (result.host && !result.host.skipped) {
+  const { formatHost } = await import('./host.mjs');
+  console.log(`\n${formatHost(result.host)}`);
+}
 const dir = new URL('./results/', import.meta.url);
 mkdirSync(dir, { recursive: true });
 const jsonFile = opts.jsonFile ?? fileURLToPath(new URL('latest.json', dir));
@@ -172,5 +194,23 @@ if (result.threads || result.effective) {
   const f = fileURLToPath(new URL('throughput.svg', dir));
   writeFileSync(f, throughputSvg(result));
   written.push(f);
+}
+// The committed tables come from a full run of every part; any other run writes its own copy
+// beside the JSON, so that a quick or partial run never replaces them.
+const root = new URL('../', import.meta.url);
+const commit = commitOf(fileURLToPath(root));
+const everyPart = !process.argv.some((a) => a.startsWith('--parts=')) && !opts.nativeFile;
+const committed = everyPart && !opts.quick;
+const resultsFile = fileURLToPath(new URL('RESULTS.md', committed ? import.meta.url : dir));
+writeFileSync(resultsFile, formatResultsMarkdown(result, { commit }));
+written.push(resultsFile);
+if (committed) {
+  const readme = fileURLToPath(new URL('README.md', root));
+  const before = readFileSync(readme, 'utf8');
+  const after = withSummary(before, result);
+  if (after !== before) {
+    writeFileSync(readme, after);
+    written.push(readme);
+  }
 }
 console.log(`\nwritten in ${result.wallSeconds} s: ${written.join(', ')}`);

@@ -266,7 +266,7 @@ async function oursTasks(a, { keys, order }) {
 }
 
 // ---- our TokenBucket on a CoarseClock, beside `limiter`'s TokenBucket ---------------------
-// In one process, in interleaved passes: the goal is a ratio (limiter ÷ ours ≥ 1.3), so both
+// In one process, in interleaved passes: the figure is a ratio (limiter ÷ ours), so both
 // sides share the moment. `limiter` has no keys: 100k keys is Map.get + tryRemoveTokens, as
 // in limiterTasks. The clock reads and the clock's staleness are measured here too.
 const COARSE_RESOLUTION_MS = 1;

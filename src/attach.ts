@@ -7,11 +7,13 @@ import {
   ALGO_SLIDING_LOG,
   ALGO_SLIDING_WINDOW,
   ALGO_TOKEN_BUCKET,
+  ALGO_WARMING_BUCKET,
 } from './algorithms/ids.js';
 import { LeakyBucket } from './algorithms/leaky-bucket.js';
 import { SlidingLog } from './algorithms/sliding-log.js';
 import { SlidingWindow } from './algorithms/sliding-window.js';
 import { TokenBucket } from './algorithms/token-bucket.js';
+import { WarmingBucket } from './algorithms/warming-bucket.js';
 import { headerAlgo } from './buffer.js';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
@@ -25,7 +27,8 @@ export type AnyLimiter =
   | FixedWindow
   | SlidingWindow
   | SlidingLog
-  | Concurrency;
+  | Concurrency
+  | WarmingBucket;
 
 // biome-ignore lint/suspicious/noExplicitAny: each class takes an Attached internally
 const CLASSES: Record<number, new (source: any) => AnyLimiter> = {
@@ -35,6 +38,7 @@ const CLASSES: Record<number, new (source: any) => AnyLimiter> = {
   [ALGO_SLIDING_WINDOW]: SlidingWindow,
   [ALGO_SLIDING_LOG]: SlidingLog,
   [ALGO_CONCURRENCY]: Concurrency,
+  [ALGO_WARMING_BUCKET]: WarmingBucket,
 };
 
 /**

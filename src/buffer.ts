@@ -27,24 +27,85 @@ import {
   MAGIC,
   S_STATE,
 } from './layout.js';
-import { Attached, type Fresh } from './options.js';
+import { Attached, type Fresh, type Liveness, type MemoryRegion, type Waits } from './options.js';
 import { rangeError, show, typeError } from './validate.js';
 
 // A limiter's shared buffer: made and its header written for new options, or checked
 // when attached from a handle (the layout itself is in layout.ts).
 
+/** A limiter's buffers as opened by its constructor. */
+export interface Opened {
+  buffer: SharedArrayBuffer;
+  layout: Layout;
+  /** SlidingLog's pool of rings, when `layout.logRing` > 0. */
+  logs: SharedArrayBuffer | undefined;
+  /** The state existed before (a handle, or a region another process made): no init. */
+  attached: boolean;
+  /** Another thread or process may write the state from the start (attached, or a region). */
+  shared: boolean;
+  /** Lets other processes use a region this one made (see MemoryRegion.publish). */
+  publish: () => void;
+  /** How a region tells dead processes (see MemoryRegion.liveness). */
+  liveness?: Liveness | undefined;
+  /** How a region's waiters are woken from other processes (see MemoryRegion.waits). */
+  waits?: Waits | undefined;
+}
+
+const NOTHING_TO_PUBLISH = () => {};
+
 /**
  * The buffer and layout of a limiter: `source`'s, checked to belong to algorithm `algo`,
- * or a new buffer sized for its options within `maxBytes`, header written.
+ * or a new buffer sized for its options within `maxBytes`, header written — in a region of
+ * `source.memory` when given (created there, or attached and checked).
  */
-export function openBuffer(
-  owner: string,
-  algo: number,
-  source: Fresh | Attached,
-): { buffer: SharedArrayBuffer; layout: Layout } {
-  return source instanceof Attached
-    ? { buffer: source.buffer, layout: attachedLayout(owner, algo, source) }
-    : createBuffer(owner, algo, source);
+export function openBuffer(owner: string, algo: number, source: Fresh | Attached): Opened {
+  if (source instanceof Attached) {
+    return {
+      buffer: source.buffer,
+      layout: attachedLayout(owner, algo, source),
+      logs: source.logs,
+      attached: true,
+      shared: true,
+      publish: NOTHING_TO_PUBLISH,
+    };
+  }
+  const layout = layoutWithin(owner, source);
+  if (source.memory === undefined) {
+    const buffer = growable(layout.bytes, layout.maxBytes);
+    writeHeader(buffer, layout, algo, source);
+    const logs = layout.logRing > 0 ? growable(layout.poolBytes, layout.poolMaxBytes) : undefined;
+    return { buffer, layout, logs, attached: false, shared: false, publish: NOTHING_TO_PUBLISH };
+  }
+  const parts = [{ bytes: layout.bytes, maxBytes: layout.maxBytes }];
+  if (layout.logRing > 0) parts.push({ bytes: layout.poolBytes, maxBytes: layout.poolMaxBytes });
+  const region: MemoryRegion = source.memory.open({
+    owner,
+    layoutVersion: LAYOUT_VERSION,
+    options: source.described ?? {},
+    parts,
+    init: ([buffer]) => writeHeader(buffer!, layout, algo, source),
+  });
+  const [buffer, logs] = region.buffers;
+  if (!region.created) headerAlgo(buffer!);
+  return {
+    buffer: buffer!,
+    layout: region.created
+      ? layout
+      : attachedLayout(owner, algo, new Attached(buffer!, source.clock, logs)),
+    logs,
+    attached: !region.created,
+    shared: true,
+    publish: () => region.publish(),
+    liveness: region.liveness,
+    waits: region.waits,
+  };
+}
+
+/** A buffer of `bytes`, growable to `maxBytes` (address space reserved, committed as it grows). */
+function growable(bytes: number, maxBytes: number): SharedArrayBuffer {
+  return maxBytes > bytes
+    ? new SharedArrayBuffer(bytes, { maxByteLength: maxBytes })
+    : new SharedArrayBuffer(bytes);
 }
 
 function attachedLayout(owner: string, algo: number, source: Attached): Layout {
@@ -67,17 +128,8 @@ function attachedLayout(owner: string, algo: number, source: Attached): Layout {
   return layout;
 }
 
-function createBuffer(
-  owner: string,
-  algo: number,
-  source: Fresh,
-): { buffer: SharedArrayBuffer; layout: Layout } {
-  const layout = layoutWithin(owner, source);
-  // A growable buffer reserves its maximum (address space) and commits what exists.
-  const buffer =
-    layout.maxBytes > layout.bytes
-      ? new SharedArrayBuffer(layout.bytes, { maxByteLength: layout.maxBytes })
-      : new SharedArrayBuffer(layout.bytes);
+/** Writes a new limiter's header and its slots' initial states. */
+function writeHeader(buffer: SharedArrayBuffer, layout: Layout, algo: number, source: Fresh): void {
   const i32 = fixedView(buffer);
   const f64 = new Float64Array(buffer, 0, 16);
   i32[H_VERSION] = LAYOUT_VERSION;
@@ -104,7 +156,6 @@ function createBuffer(
   for (let s = 0; s <= layout.slots; s++) i32[hotWord(layout, s) + S_STATE] = FRESH;
   // Magic last: a thread that sees it sees a complete header.
   Atomics.store(i32, H_MAGIC, MAGIC);
-  return { buffer, layout };
 }
 
 /** The layout for `source`'s options whose reservation fits its `maxBytes`, or a RangeError. */

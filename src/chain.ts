@@ -23,9 +23,10 @@ export interface ChainMember {
 /** A chain's Decision: the overall one, and each asked member's own. */
 export interface ChainDecision extends Decision {
   /**
-   * Member i's Decision, for each member asked in order: all of them when allowed; on a
-   * refusal, up to and including the member that refused, the earlier ones' `remaining`
-   * as after their permits were given back.
+   * Member i's Decision, for each member in order: all of them when allowed; on a refusal,
+   * every member's (those that granted as after their permits were given back), except
+   * past a member whose refusal is for good (`retryAfterMs` Infinity) or that failed while
+   * the chain asked past the refusal: then up to it.
    */
   readonly decisions: readonly Decision[];
 }
@@ -105,6 +106,26 @@ export class Chain<M extends ChainMember = ChainMember> {
   }
 
   /**
+   * @internal From now on, each granted Decision records when each member took its permits
+   * (see takenTimes()): for a give-back long after the call (the HTTP middleware's
+   * `refundWhen`), to the window the permits came from.
+   */
+  reportTakenTimes(): void {
+    this.reports = true;
+  }
+
+  /**
+   * @internal For a Decision this chain granted (after reportTakenTimes()): when each member,
+   * nested chains flattened, took its permits, on that member's clock; NaN where unknown (a
+   * member that is not in memory, or a Decision not recorded).
+   */
+  takenTimes(decision: object): number[] {
+    const out: number[] = [];
+    flattenTimes(this, reportedTimes.get(decision), out);
+    return out;
+  }
+
+  /**
    * @internal Gives back what a call took, each member to the window its permits came from
    * (`times`, as reported: see reportedTimes); without them, a refund.
    */
@@ -149,8 +170,8 @@ export class Chain<M extends ChainMember = ChainMember> {
   }
 
   /**
-   * Like `tryAcquire`, with a Decision: on refusal, the refusing limiter's decision; when
-   * granted, the tightest figures (fewest remaining, longest reset) of the chain. Each
+   * Like `tryAcquire`, with a Decision: on refusal, the Decision of the member that admits
+   * last, so that `retryAfterMs` is when the whole chain admits; when granted, the tightest figures (fewest remaining, longest reset) of the chain. Each
    * member's own Decision is in `decisions`.
    */
   consume(key?: Key, permits = 1): Answer<M, ChainDecision> {
@@ -205,6 +226,13 @@ export class Chain<M extends ChainMember = ChainMember> {
     return this.consumeFrom(i + 1, key, permits, decisions, times);
   }
 
+  /**
+   * Member `i` refused. The members after it are asked too (and give back what they grant),
+   * so that the refusal says when the whole chain admits: the latest of the members' own
+   * retry times (each member, once it admits, keeps admitting while time passes). Not when
+   * the refusal is for good (`retryAfterMs` Infinity: a Concurrency member held), nor past a
+   * member that throws or rejects: the refusal stands, the later members are left unasked.
+   */
   private refused(
     i: number,
     key: Key | undefined,
@@ -213,11 +241,87 @@ export class Chain<M extends ChainMember = ChainMember> {
     d: Decision,
     times: Float64Array,
   ): Maybe<ChainDecision> {
-    // The earlier members' grants are given back: their figures are as after that.
-    for (let j = 0; j < i; j++) decisions[j] = givenBack(decisions[j]!, permits);
-    const result: ChainDecision = { ...d, decisions };
-    const undone = this.undo(i, key, permits, times);
+    if (d.retryAfterMs === Number.POSITIVE_INFINITY || i + 1 === this.limiters.length) {
+      return this.refusal(i, key, permits, decisions, times);
+    }
+    return this.askRest(i, i + 1, key, permits, decisions, times);
+  }
+
+  private askRest(
+    refusedAt: number,
+    start: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
+    const ls = this.limiters;
+    for (let j = start; j < ls.length; j++) {
+      const l = ls[j]!;
+      let d: Decision | PromiseLike<Decision>;
+      try {
+        d = l.consume(key, permits);
+      } catch {
+        break;
+      }
+      if (isThenable(d)) {
+        const own = times === this.takenUs ? copyTimes(times) : times;
+        return Promise.resolve(d).then(
+          (x) => {
+            if (this.hasChains && ls[j] instanceof Chain) noteNested(own, j, x);
+            decisions.push(x);
+            return this.askRest(refusedAt, j + 1, key, permits, decisions, own);
+          },
+          () => this.refusal(refusedAt, key, permits, decisions, own),
+        );
+      }
+      if (l instanceof Limiter) times[j] = l.lastDecisionUs;
+      else if (this.hasChains && l instanceof Chain) noteNested(times, j, d);
+      decisions.push(d);
+    }
+    return this.refusal(refusedAt, key, permits, decisions, times);
+  }
+
+  /**
+   * Gives back what every member asked granted; the overall Decision is that of the member
+   * that admits last (the first refusing one on a tie), its `retryAfterMs` the chain's.
+   */
+  private refusal(
+    refusedAt: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
+    let last = refusedAt;
+    for (let j = refusedAt + 1; j < decisions.length; j++) {
+      const x = decisions[j]!;
+      if (!x.allowed && x.retryAfterMs > decisions[last]!.retryAfterMs) last = j;
+    }
+    const result: ChainDecision = { ...decisions[last]!, decisions };
+    const undone = this.undoGranted(key, permits, decisions, times);
+    // Their figures are as after the give-back.
+    for (let j = 0; j < decisions.length; j++) {
+      const x = decisions[j]!;
+      if (x.allowed) decisions[j] = givenBack(this.limiters[j]!, x, permits);
+    }
     return isThenable(undone) ? undone.then(() => result) : result;
+  }
+
+  /** undo() of the members of `decisions` that granted (on a refusal, before and after it). */
+  private undoGranted(
+    key: Key | undefined,
+    permits: number,
+    decisions: readonly Decision[],
+    times: Float64Array,
+  ): Maybe<void> {
+    const nested = this.hasChains ? nestedTimes.get(times) : undefined;
+    return this.each(decisions.length - 1, -1, (l, j) => {
+      if (!decisions[j]!.allowed) return undefined;
+      if (l instanceof Limiter) return l.refundTaken(key, permits, times[j]!);
+      if (l instanceof Chain) return l.refundTimes(key, permits, nested?.[j]);
+      return l.refund(key, permits);
+    });
   }
 
   private fail(
@@ -357,6 +461,14 @@ export class Chain<M extends ChainMember = ChainMember> {
   }
 }
 
+function flattenTimes(c: Chain, times: Float64Array | undefined, out: number[]): void {
+  const nested = times === undefined ? undefined : nestedTimes.get(times);
+  c.limiters.forEach((l, j) => {
+    if (l instanceof Chain) flattenTimes(l, nested?.[j], out);
+    else out.push(times !== undefined && l instanceof Limiter ? times[j]! : Number.NaN);
+  });
+}
+
 class ChainLease implements Lease {
   private held = true;
   constructor(private readonly leases: readonly Lease[]) {}
@@ -404,12 +516,44 @@ function warnReleaseFailed(error: unknown): void {
   warnGiveBackFailed('atomic-limiter: chain', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
 }
 
-/** A granted Decision as after its permits were given back (a nested chain's members too). */
-function givenBack(d: Decision, permits: number): Decision {
+/**
+ * A granted Decision of member `l` as after its permits were given back (a nested chain's
+ * members too): `remaining` and `resetAfterMs` are the state's after the give-back where the
+ * Decision tells it — a bucket's reset less the time those permits take to refill (a leaky
+ * bucket admits again once drained), 0 for a key back to its initial state; a window with
+ * other permits in it keeps its end, which for a sliding window or log is the latest the
+ * give-back can leave it.
+ */
+function givenBack(l: ChainMember, d: Decision, permits: number): Decision {
   const inner = (d as Partial<ChainDecision>).decisions;
+  if (inner !== undefined && l instanceof Chain) {
+    const members = l.limiters;
+    const decisions = inner.map((x, j) => (x.allowed ? givenBack(members[j]!, x, permits) : x));
+    let remaining = Number.POSITIVE_INFINITY;
+    let resetAfterMs = 0;
+    for (const x of decisions) {
+      remaining = Math.min(remaining, x.remaining);
+      resetAfterMs = Math.max(resetAfterMs, x.resetAfterMs);
+    }
+    return { ...d, remaining, resetAfterMs, decisions } as Decision;
+  }
+  if (l.algorithm === 'LeakyBucket') {
+    // Admits only once drained, and then its whole capacity.
+    const rate = (l as { ratePerSecond?: unknown }).ratePerSecond;
+    if (typeof rate !== 'number' || !(rate > 0)) return d;
+    const resetAfterMs = Math.max(0, d.resetAfterMs - (permits * 1000) / rate);
+    return { ...d, remaining: resetAfterMs === 0 ? d.limit : d.remaining, resetAfterMs };
+  }
   const remaining = Math.min(d.limit, d.remaining + permits);
-  if (inner === undefined) return { ...d, remaining };
-  return { ...d, remaining, decisions: inner.map((x) => givenBack(x, permits)) } as Decision;
+  let resetAfterMs = d.resetAfterMs;
+  if (remaining >= d.limit) resetAfterMs = 0;
+  else if (l.algorithm === 'TokenBucket') {
+    const rate = (l as { refillPerSecond?: unknown }).refillPerSecond;
+    if (typeof rate === 'number' && rate > 0) {
+      resetAfterMs = Math.max(0, d.resetAfterMs - (permits * 1000) / rate);
+    }
+  }
+  return { ...d, remaining, resetAfterMs };
 }
 
 /** Whether a member's lease gives its permits back (Concurrency, here or elsewhere). */

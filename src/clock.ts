@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import type { MemoryProvider, Waits } from './options.js';
 import { rangeError, show, typeError } from './validate.js';
 
 /**
@@ -83,13 +84,45 @@ const M_MAGIC = 3;
  */
 export class ManualClock implements Clock {
   readonly handle: ClockHandle;
+  /** The name of the memory region its time lives in (`options.memory`), if any. */
+  readonly region: string | undefined;
   private readonly big: BigInt64Array;
   private readonly words: Int32Array;
+  /** Wakes waiters of other processes on a tick (a clock in host memory). */
+  private readonly waits: Waits | undefined;
 
-  /** @param startMs the initial time in milliseconds (default 0). */
+  /**
+   * @param startMs the initial time in milliseconds (default 0).
+   * @param options `memory`: keep the time in that region (e.g. `hostMemory('test-clock')`),
+   *   so that every process opening it reads one clock; the first one sets `startMs`.
+   */
   constructor(
     startMs: number | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer } = 0,
+    options: { readonly memory?: MemoryProvider } = {},
   ) {
+    if (options.memory !== undefined) {
+      const us = toUs('ManualClock', 'startMs', startMs);
+      const region = options.memory.open({
+        owner: 'ManualClock',
+        layoutVersion: 1,
+        options: {},
+        parts: [{ bytes: 16, maxBytes: 16 }],
+        init: ([buffer]) => {
+          Atomics.store(new BigInt64Array(buffer!, 0, 1), 0, BigInt(us));
+          Atomics.store(new Int32Array(buffer!, 0, 4), M_MAGIC, MANUAL_MAGIC);
+        },
+      });
+      region.publish();
+      const buffer = region.buffers[0]!;
+      this.words = new Int32Array(buffer, 0, 4);
+      this.big = new BigInt64Array(buffer, 0, 1);
+      this.region = region.name;
+      this.waits = region.waits;
+      this.handle = { kind: 'manual', buffer };
+      return;
+    }
+    this.region = undefined;
+    this.waits = undefined;
     if (typeof startMs === 'object' && startMs !== null) {
       const buffer = startMs.buffer;
       if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== 16) {
@@ -138,6 +171,7 @@ export class ManualClock implements Clock {
   tick(): void {
     Atomics.add(this.words, M_TICK, 1);
     Atomics.notify(this.words, M_TICK);
+    this.waits?.notify(this.words, M_TICK);
   }
 
   /** @internal The word that changes on every `advance()`/`set()`, for waiters. */

@@ -27,7 +27,7 @@ export type CoarseClockHandle = Extract<ClockHandle, { kind: 'coarse' }>;
 // reads TIME with a plain read while the word is in the era of, and not below, the word
 // this reader last read with Atomics.load (seq-cst store → load orders the ticker's write of
 // that era's base before the reader's reads of it); any other word, or a stop, sends it to
-// Atomics.load. (Atomics.load is a call into a builtin in Node 20, ~15 ns: most of a coarse
+// Atomics.load. (Atomics.load is a call into a builtin: most of a coarse
 // read.) "Not below" covers a reader that read nothing while the era number came round
 // again (28 h at 1 ms): that era's new words start from 0 ticks, below the one it saw.
 // Without it, on a CPU that may reorder two plain loads (Arm), a read at the very moment of
@@ -116,8 +116,8 @@ function hrtimeUs(): number {
 
 /**
  * A clock whose time is a word in shared memory that a ticker thread keeps fresh: a read is
- * a load of that word, a plain read and a multiply-add (5–9 ns measured here, against
- * 50–60 ns for the precise clock). Pass it as the
+ * a load of that word, a plain read and a multiply-add (several times cheaper than the
+ * precise clock; the bench's CoarseClock rows measure it). Pass it as the
  * `clock` option of any limiter; it travels in the limiter's `handle`, so every thread that
  * attaches reads the same word.
  *

@@ -157,7 +157,7 @@ export function enter(
  * queued, a grant that must first raise the slot's stamp, a lost CAS, a reference to look
  * up again — is a call of run(), which starts its loop from the slot's words again. The
  * algorithms' after-grant hooks run in the callers. (When it does not all fit, V8 leaves
- * out whatever it meets last, often the clock's validation wrapper: ~3 ns a call.)
+ * out whatever it meets last, often the clock's validation wrapper.)
  */
 export function decide<A extends Algorithm>(
   core: Core,
@@ -193,7 +193,7 @@ export function decide<A extends Algorithm>(
       // most). A refusal stands either way: run() would refuse as well. Then, while no
       // other thread can reach the buffer (see Core.shared), nothing can change the word
       // between the read above and this write: a plain store, where the CAS is a call
-      // into a builtin (~20 ns in Node 20). `(x = next) === next` is that store.
+      // into a builtin. `(x = next) === next` is that store.
       if (
         refused ||
         (raw === stampNow && (core.shared ? casWord(i32, w, s, next) : (i32[w] = next) === next))

@@ -4,6 +4,7 @@ export { LeakyBucket, type LeakyBucketOptions } from './algorithms/leaky-bucket.
 export { SlidingLog, type SlidingLogOptions } from './algorithms/sliding-log.js';
 export { SlidingWindow, type SlidingWindowOptions } from './algorithms/sliding-window.js';
 export { TokenBucket, type TokenBucketOptions } from './algorithms/token-bucket.js';
+export { WarmingBucket, type WarmingBucketOptions } from './algorithms/warming-bucket.js';
 export { type AnyLimiter, attach } from './attach.js';
 export { Chain, type ChainDecision, type ChainMember, chain } from './chain.js';
 export { type Clock, type ClockHandle, ManualClock, MonotonicClock } from './clock.js';

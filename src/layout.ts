@@ -15,23 +15,24 @@
  *   cold slots      8 B per keyed slot: the key's 64-bit fingerprint
  *   queues          16 B per slot: [lock, head record, tail record, permits waiting]
  *   waiter records  32 B each, `maxWaiters` of them, shared by every key's queue
- *   threads         8 B per thread that waits or holds: [token, heartbeat ms]
+ *   threads         8 B per thread that waits or holds: [token, heartbeat ms], THREAD_ENTRIES
  *   holders         Concurrency only: 16 B records [slot ref, permits, thread, token],
- *                   2 per slot, of the permits each thread holds (given back if it dies)
+ *                   2 per slot, of the permits each thread holds (given back if it dies);
+ *                   every segment the table grows into brings 2 per slot of its own
  *   ring numbers    SlidingLog only: 4 B per slot, the number (+ 1) of the slot's log ring
  *
  * The key table (locks, hot, cold, queues, ring numbers) is segment 0 of a table that
  * grows by appending segments past the end of the buffer (see Segment).
  *
  * SlidingLog's rings of 16-byte entries live in a second buffer, the log pool (see
- * LogPool in algorithms/log-pool.ts): a slot takes a ring from it the first time a key
+ * LogPool in log-pool.ts): a slot takes a ring from it the first time a key
  * claims the slot and keeps it, so the pool holds as many rings as slots ever used.
  *
  * Bump LAYOUT_VERSION whenever any of this changes meaning.
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 6;
+export const LAYOUT_VERSION = 7;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -61,15 +62,20 @@ export const H_DEFAULT_LOCK = 33;
 // The table's segments that exist (≥ 1), and the lease lock of growing it (rarely written).
 export const H_SEGMENTS = 34;
 export const H_GROW_LOCK = 35;
-/** 1: a wide table (32-byte hot slots with a 64-bit state; read-only after creation). */
+/** 1: a wide table (a 64-bit state per slot, three slots to a line; read-only after creation). */
 export const H_WIDE = 36;
 // Line 3 (bytes 192..256): counters, written only on the insert path.
 export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;
 export const H_TABLE_FULL = 50;
 export const H_LOCK_STEALS = 51;
-export const H_HOLDERS_LOST = 52; // permits granted while the holder pool was full
+export const H_HOLDERS_LOST = 52; // permits granted unrecorded: holder pool or thread table full
 export const H_GROWTHS = 53; // segments added to the table
+// What the counters of slots reclaimed for another key, or reset, held when zeroed (modulo
+// 2^32): with every slot's own counters, the limiter's totals (atomic-limiter/metrics),
+// which then never go back.
+export const H_RETIRED_ADMITTED = 54;
+export const H_RETIRED_REJECTED = 55;
 export const HEADER_WORDS = 64;
 
 // Hot slot fields.
@@ -90,8 +96,8 @@ export const FRESH = 0x0fffffff;
 export const RESERVED = 0x0ffffffe;
 /**
  * A step() result meaning "refused": not an integer, so no result of a grant equals it —
- * neither a 32-bit state word nor a wide table's payload (any integer from 0 to 2^53; it
- * was 2^32 once, which a wide bucket's new TAT can be, and such a grant was refused).
+ * neither a 32-bit state word nor a wide table's payload (any integer from 0 to 2^53, 2^32
+ * included: a wide bucket's new TAT can be that).
  */
 export const REJECT = -0.5;
 
@@ -157,7 +163,13 @@ export const W_EVICTED = 3;
 export const W_CLOSED = 4;
 export const W_RESERVED = 5; // being filled in by its owner
 
-export const THREAD_ENTRIES = 256;
+/**
+ * Threads that may wait on, or hold Concurrency permits of, one limiter at once (an entry
+ * whose thread fell silent for HOLDER_DEAD_MS is taken over). Past it, acquire() cannot
+ * wait (QueueFullError, before anything is granted) and a grant is not recorded as a
+ * holder's: it stays counted and comes back only by release.
+ */
+export const THREAD_ENTRIES = 1024;
 export const HOLDER_WORDS = 4;
 export const T_TOKEN = 0;
 export const T_HEARTBEAT = 1;
@@ -190,6 +202,9 @@ export interface Segment {
   readonly queueBase: number;
   /** Ring-number word of slot `first` (segment 0: of slot 0), 0 without a log. */
   readonly ringBase: number;
+  /** First word of the segment's holder records (Concurrency), and how many it has. */
+  readonly holderBase: number;
+  readonly holders: number;
   /** Byte offset just past the segment: the buffer's length once it exists. */
   readonly endBytes: number;
 }
@@ -264,6 +279,8 @@ export function computeLayout(
   const ringBase = logRing > 0 ? alignWords(holderBase + holders * HOLDER_WORDS) : 0;
   const end = alignWords(logRing > 0 ? ringBase + slots + 1 : holderBase + holders * HOLDER_WORDS);
   const bytes = end * 4;
+  // Holder records per slot (segment 0 has them for its slots and the default key's).
+  const holdersPerSlot = holders / (slots + 1);
   const segments: Segment[] = [
     {
       index: 0,
@@ -275,6 +292,8 @@ export function computeLayout(
       coldBase,
       queueBase,
       ringBase,
+      holderBase,
+      holders,
       endBytes: bytes,
     },
   ];
@@ -291,9 +310,11 @@ export function computeLayout(
     const segCold = alignWords(segHot + hotRegionWords(segSlots, wide));
     const segQueue = alignWords(segCold + segSlots * 2);
     const segRings = logRing > 0 ? alignWords(segQueue + segSlots * QUEUE_WORDS) : 0;
-    const segEnd = alignWords(
+    const segHolders = segSlots * holdersPerSlot;
+    const segHolderBase = alignWords(
       logRing > 0 ? segRings + segSlots : segQueue + segSlots * QUEUE_WORDS,
     );
+    const segEnd = alignWords(segHolderBase + segHolders * HOLDER_WORDS);
     const endBytes = segEnd * 4;
     segments.push({
       index: k,
@@ -305,6 +326,8 @@ export function computeLayout(
       coldBase: segCold,
       queueBase: segQueue,
       ringBase: segRings,
+      holderBase: segHolderBase,
+      holders: segHolders,
       endBytes,
     });
     first += segSlots;

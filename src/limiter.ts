@@ -25,6 +25,8 @@ import {
   H_QUEUE_LIMIT,
   H_QUEUE_ORDER,
   H_RECLAIMS,
+  H_RETIRED_ADMITTED,
+  H_RETIRED_REJECTED,
   H_SEGMENTS,
   H_TABLE_FULL,
   H_WHEN_FULL,
@@ -45,20 +47,21 @@ import {
   W_WAITING,
 } from './layout.js';
 import { LogPool } from './log-pool.js';
-import {
-  type AcquireOptions,
-  type AlgorithmName,
+import type {
+  AcquireOptions,
+  AlgorithmName,
   Attached,
-  type Decision,
-  type Fresh,
-  type Lease,
-  type LimiterHandle,
-  type QueueOrder,
-  type Stats,
-  type WhenFull,
+  Decision,
+  Fresh,
+  Lease,
+  LimiterHandle,
+  QueueOrder,
+  Stats,
+  Waits,
+  WhenFull,
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
-import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, SlotTable } from './table.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './table.js';
 import { acquireOptions, permitsError } from './validate.js';
 import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
@@ -73,13 +76,13 @@ export type { Key } from './table.js';
  */
 export const TABLE_FULL_CHANNEL = 'atomic-limiter:table-full';
 const tableFullChannel = diagnosticsChannel.channel(TABLE_FULL_CHANNEL);
-/** retryAfterMs of a table-full refusal when no candidate slot frees by time alone. */
-const TABLE_FULL_RETRY_MS = 1000;
 /**
  * The longest wait retryAfterUs() computes, 2^52 µs (~143 years; a bucket refilled at
  * 10^-6 per second waits longer): beyond it, a refusal says Infinity.
  */
 const MAX_RETRY_US = 2 ** 52;
+/** A punctual head waiter turns the event loop for the last this many ms of its wait. */
+const PUNCTUAL_MS = 1;
 
 /** The Decision of a grant (consume()): small, so that each class's consume() inlines it. */
 export function granted(remaining: number, limit: number, untilFreshUs: number): Decision {
@@ -91,7 +94,7 @@ export function granted(remaining: number, limit: number, untilFreshUs: number):
  * Each algorithm supplies `step()` (a pure function of state, stamp, time and permits)
  * and the few functions that explain a state.
  */
-export abstract class Limiter implements SlotPolicy {
+export abstract class Limiter {
   /** The limiter's clock. */
   readonly clock: Clock;
   /** Largest permits one call may ask for. */
@@ -110,36 +113,53 @@ export abstract class Limiter implements SlotPolicy {
    * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
    * length-tracking view of a growable buffer cost twice as much, so a thread maps the
    * buffer again (remap) when its table finds a segment beyond its view.
+   * @internal
    */
   protected i32: Int32Array;
+  /** @internal */
   protected readonly f64: Float64Array;
+  /** @internal */
   protected readonly layout: Layout;
+  /** @internal */
   protected readonly table: SlotTable;
+  /** @internal */
   protected readonly epochUs: number;
+  /** @internal */
   protected readonly buffer: SharedArrayBuffer;
+  /** @internal */
   protected readonly queues: WaitQueues;
-  /** Per-slot memory sized by the options (SlidingLog's rings), when `layout.logRing` > 0. */
+  /** @internal Per-slot memory sized by the options (SlidingLog's rings), when `layout.logRing` > 0. */
   protected readonly pool: LogPool | undefined;
-  /** What every decision reads and writes, in one shape for every class (decision.ts). */
+  /** @internal What every decision reads and writes, in one shape for every class (decision.ts). */
   protected readonly core: Core;
-  /** This thread's pending acquire() calls on this limiter. */
+  /** @internal This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
+  /** @internal */
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  /** @internal The state existed before this instance (a handle, or another process's region). */
+  protected readonly attached: boolean;
+  /** @internal Lets other processes use a region this one made (see opened()). */
+  private readonly publish: () => void;
+  /** @internal Waiting across processes (host memory); Atomics.waitAsync otherwise. */
+  private readonly waits: Waits | undefined;
   protected constructor(
     protected readonly owner: string,
     algo: number,
     source: Fresh | Attached,
   ) {
-    const { buffer, layout } = openBuffer(owner, algo, source);
+    const { buffer, layout, logs, attached, shared, publish, liveness, waits } = openBuffer(
+      owner,
+      algo,
+      source,
+    );
     this.buffer = buffer;
     this.layout = layout;
+    this.attached = attached;
+    this.publish = publish;
     this.clock = source.clock;
     this.i32 = fixedView(buffer);
     this.f64 = new Float64Array(buffer, 0, 16);
-    if (this.layout.logRing > 0) {
-      const logs = source instanceof Attached ? source.logs! : LogPool.create(this.layout);
-      this.pool = new LogPool(logs, this.layout);
-    }
+    if (this.layout.logRing > 0) this.pool = new LogPool(logs!, this.layout);
     this.keys = this.i32[H_KEYS]!;
     this.maxKeys = this.layout.maxKeys;
     this.whenFull = this.i32[H_WHEN_FULL] === 1 ? 'allow' : 'deny';
@@ -148,7 +168,8 @@ export abstract class Limiter implements SlotPolicy {
     this.epochUs = this.f64[F64_EPOCH_US]!;
     const b64 = fixedView64(buffer);
     this.table = new SlotTable(this.i32, b64, this.layout, owner, () => this.remap());
-    this.queues = new WaitQueues(this.i32, this.layout, this.table);
+    this.waits = waits;
+    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness, waits);
     this.core = new Core(
       this.i32,
       b64,
@@ -159,13 +180,26 @@ export abstract class Limiter implements SlotPolicy {
       this.queues,
       this.queueOrder === 'oldest-first',
       owner,
-      source instanceof Attached,
+      shared,
     );
+    // Classes with per-slot rings publish after building the default key's (opened()).
+    if (this.layout.logRing === 0) publish();
+  }
+
+  /**
+   * For classes with per-slot rings, at the end of their constructor: builds the default
+   * key's ring once per state (`init`, unless attached), then lets other processes in.
+   * @internal
+   */
+  protected opened(init: () => void): void {
+    if (!this.attached) init();
+    this.publish();
   }
 
   /**
    * Maps the buffer again as far as it has grown (the table grew, here or in another
    * thread): every view this thread's objects hold is replaced by one over the new length.
+   * @internal
    */
   protected remap(): void {
     this.i32 = fixedView(this.buffer);
@@ -178,16 +212,17 @@ export abstract class Limiter implements SlotPolicy {
     this.remapped();
   }
 
-  /** Hook after remap() (views an algorithm keeps of its own). */
+  /** @internal Hook after remap() (views an algorithm keeps of its own). */
   protected remapped(): void {}
 
   /**
    * Hook when the `handle` is first read (see Core.shared), before any other thread can
    * reach the buffer: what this thread kept in plain fields goes where others see it.
+   * @internal
    */
   protected becameShared(): void {}
 
-  /** The algorithm's stored options, in the order the subclass wrote them. */
+  /** @internal The algorithm's stored options, in the order the subclass wrote them. */
   protected param(k: number): number {
     return this.f64[F64_PARAMS + k]!;
   }
@@ -258,12 +293,14 @@ export abstract class Limiter implements SlotPolicy {
    * The state after granting `permits` at `nowUs`, or REJECT. Pure: reads the state
    * word's payload (decoded relative to `stamp`), never shared memory it does not own.
    * Must keep the generation bits of `state`.
+   * @internal
    */
   protected abstract step(state: number, stamp: number, nowUs: number, permits: number): number;
   /**
    * The state after giving back `permits` that were taken at `takenUs` (never above the
    * limit), or `state` itself. Windows credit the window the permits were taken in and drop
    * a give-back whose window has passed: crediting a newer window would over-admit.
+   * @internal
    */
   protected abstract giveBack(
     state: number,
@@ -272,11 +309,11 @@ export abstract class Limiter implements SlotPolicy {
     permits: number,
     takenUs: number,
   ): number;
-  /** Permits grantable now from `state`. */
+  /** @internal Permits grantable now from `state`. */
   protected abstract available(state: number, stamp: number, nowUs: number): number;
-  /** Microseconds until `state` is equivalent to a fresh one (0 if it is). */
+  /** @internal Microseconds until `state` is equivalent to a fresh one (0 if it is). */
   protected abstract untilFreshUs(state: number, stamp: number, nowUs: number): number;
-  /** A first guess, in µs from `nowUs`, of when `permits` could be granted; refined exactly. */
+  /** @internal A first guess, in µs from `nowUs`, of when `permits` could be granted; refined exactly. */
   protected abstract retryEstimateUs(
     state: number,
     stamp: number,
@@ -284,6 +321,7 @@ export abstract class Limiter implements SlotPolicy {
     permits: number,
   ): number;
 
+  /** @internal */
   isIdle(state: number, w: number, nowUs: number): boolean {
     this.core.lastWord = w;
     if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
@@ -295,37 +333,39 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * The wide table's step (see stepWide in decision.ts): the payload after granting
    * `permits`, or REJECT. Classes whose options can choose a wide table override it.
+   * @internal
    */
   protected stepWide(_p: number, _stamp: number, _nowUs: number, _permits: number): number {
     throw new Error(`${this.owner}: no wide table`);
   }
 
-  /** stepQueued() for a wide table. */
+  /** @internal stepQueued() for a wide table. */
   protected stepQueuedWide(p: number, stamp: number, nowUs: number, permits: number): number {
     return this.stepWide(p, stamp, nowUs, permits);
   }
 
-  /** The decision for a wide table: tryAcquire() calls it when `core.wide`. */
+  /** @internal The decision for a wide table: tryAcquire() calls it when `core.wide`. */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
-  /** What the algorithm reads for slot word `w` now: its state word, or wide payload. */
+  /** @internal What the algorithm reads for slot word `w` now: its state word, or wide payload. */
   protected stateAt(w: number): number {
     const s = Atomics.load(this.i32, w + S_STATE);
     return this.core.wide ? widePayload(s, Atomics.load(this.i32, w - 1)) : s;
   }
 
+  /** @internal */
   initSlot(_s: number): void {}
 
+  /** @internal */
   rebuilding(_w: number): void {}
 
   /**
-   * step() for the head of the wait queue. The head wakes when its permits are due, but
-   * always a little late (timers, the event loop); algorithms whose schedule is a time line
-   * (GCRA) override this to grant at the due time, so the lateness is made up rather than
-   * carried into every later waiter's turn.
+   * step() for the head of the wait queue (`core.queuedSinceUs` tells when it was refused
+   * and queued). Every algorithm here grants the head as any caller, at the time it wakes.
+   * @internal
    */
   protected stepQueued(state: number, stamp: number, nowUs: number, permits: number): number {
     return this.step(state, stamp, nowUs, permits);
@@ -334,6 +374,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * @internal Hook after a grant by CAS (SlidingLog writes its entries here, Concurrency
    * its holder record), run by whoever called run(): `before` is the state replaced.
+   * @internal
    */
   admitted(_w: number, _before: number, _nowUs: number, _permits: number): void {}
 
@@ -360,7 +401,7 @@ export abstract class Limiter implements SlotPolicy {
    */
   abstract consume(key?: Key, permits?: number): Decision;
 
-  /** consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
+  /** @internal consume()'s Decision on a refusal, or on a key that got no slot (`whenFull` decided). */
   protected explain(allowed: boolean, key: Key | undefined, permits: number): Decision {
     const core = this.core;
     const nowUs = core.decisionUs;
@@ -368,14 +409,15 @@ export abstract class Limiter implements SlotPolicy {
     const state = core.lastState;
     const stamp = core.lastStamp;
     let remaining = this.available(state, stamp, nowUs);
-    let retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
-    if (retryUs === 0) {
-      // Refused with the permits there: waiters queued ahead take them first (FIFO). What is
-      // left is what they leave, and the wait is until theirs and these fit (at most the
-      // limit's worth: past it, the least the queue ahead takes to drain).
-      const queued = this.queues.waitingPermits(core.lastWord);
+    // Waiters queued ahead (FIFO) take the permits first, whether they are there or not yet:
+    // what is left is what they leave, and the wait is until theirs and then these are due.
+    const queued = core.fifo ? this.queues.waitingPermits(core.lastWord) : 0;
+    let retryUs: number;
+    if (queued > 0) {
       remaining = Math.max(0, remaining - queued);
-      retryUs = this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
+      retryUs = this.retryBehindUs(state, stamp, nowUs, queued, permits);
+    } else {
+      retryUs = this.retryAfterUs(state, stamp, nowUs, permits);
     }
     return {
       allowed: false,
@@ -387,7 +429,7 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** A key with no slot, allowed or refused by `whenFull`. */
+  /** @internal A key with no slot, allowed or refused by `whenFull`. */
   private tableFullDecision(allowed: boolean, key: Key): Decision {
     return {
       allowed,
@@ -399,7 +441,7 @@ export abstract class Limiter implements SlotPolicy {
     };
   }
 
-  /** A decision for acquire(): its first try, or the head waiter's turn. */
+  /** @internal A decision for acquire(): its first try, or the head waiter's turn. */
   private attempt(key: Key | undefined, permits: number, nowUs: number, mode: AttemptMode) {
     const core = this.core;
     const ref = enter(core, this, key, permits, nowUs);
@@ -434,6 +476,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * When a slot for `key` may be free: the soonest time one of its candidate slots
    * returns to its initial state (and so can be reclaimed). Whole µs, finite.
+   * @internal
    */
   private tableFullRetryUs(key: Key, nowUs: number): number {
     const us = this.table.soonestIdleUs(key, (_state, w) => {
@@ -441,12 +484,31 @@ export abstract class Limiter implements SlotPolicy {
       return this.untilFreshUs(this.stateAt(w), this.stampOf(w, nowUs), nowUs);
     });
     this.core.lastWord = NO_SLOT;
-    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : TABLE_FULL_RETRY_MS * 1000;
+    // None frees by time alone (Concurrency slots held): only a release can help.
+    return Number.isFinite(us) ? Math.max(1, Math.ceil(us)) : Number.POSITIVE_INFINITY;
+  }
+
+  /**
+   * The wait in whole µs for `permits` behind `queued` permits waiting ahead. Here the
+   * least time at which the queue's permits and these fit in one grant (at most the
+   * limit's worth: past it, the least the queue ahead takes to drain); algorithms whose
+   * state is a time line (GCRA) charge the queue to it and answer exactly.
+   * @internal
+   */
+  protected retryBehindUs(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    queued: number,
+    permits: number,
+  ): number {
+    return this.retryAfterUs(state, stamp, nowUs, Math.min(this.limit, queued + permits));
   }
 
   /**
    * Exact wait in whole µs: step succeeds at now + r and fails at now + r − 1. Infinity past
    * MAX_RETRY_US, where whole µs stop being exact doubles (a search there would not end).
+   * @internal
    */
   protected retryAfterUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const guess = this.retryEstimateUs(state, stamp, nowUs, permits);
@@ -567,21 +629,33 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** The generation of the slot the last decision read (the state word it read). */
+  /** @internal The generation of the slot the last decision read (the state word it read). */
   private lastGeneration(): number {
     return this.core.priorState >>> GEN_SHIFT;
   }
 
-  /** The queue limit in permits (LeakyBucket: its capacity). */
+  /**
+   * Whether the head waiter must wake at its due time to the microsecond rather than the
+   * millisecond: a rate whose waiters are granted one after another (GCRA) loses each
+   * wake-up's lateness for good (it is never made up: see Gcra), so a late wake-up costs
+   * rate. Such a head waits the last PUNCTUAL_MS by turning the event loop.
+   * @internal
+   */
+  protected punctual(_permits: number): boolean {
+    return false;
+  }
+
+  /** @internal The queue limit in permits (LeakyBucket: its capacity). */
   protected effectiveQueueLimit(): number {
     return this.queueLimit;
   }
 
+  /** @internal */
   private leaseFor(key: Key | undefined, permits: number): Lease {
     return this.releasable ? new HeldLease(this, key, permits) : NO_OP_LEASE;
   }
 
-  /** Whether a Lease gives its permits back on release (Concurrency). */
+  /** @internal Whether a Lease gives its permits back on release (Concurrency). */
   protected get releasable(): boolean {
     return false;
   }
@@ -591,7 +665,7 @@ export abstract class Limiter implements SlotPolicy {
     this.refund(key, permits);
   }
 
-  /** Runs a waiter until it parks (Atomics.waitAsync) or settles. */
+  /** @internal Runs a waiter until it parks (Atomics.waitAsync) or settles. */
   private pump(x: Waiter): void {
     try {
       this.pumpOnce(x);
@@ -602,6 +676,7 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
+  /** @internal */
   private pumpOnce(x: Waiter): void {
     const i32 = this.i32;
     const manual = this.clock instanceof ManualClock ? this.clock : undefined;
@@ -653,17 +728,27 @@ export abstract class Limiter implements SlotPolicy {
         // time and wait again, spinning until its next tick.
         if (this.clock instanceof CoarseClock) {
           timeoutMs = Math.max(timeoutMs, this.clock.resolutionMs);
+        } else if (!manual && this.punctual(x.permits)) {
+          // A timed wait rounds to whole milliseconds, early or late: it ends PUNCTUAL_MS
+          // early, and the last stretch is spent turning the event loop, so that the grant
+          // falls due on time.
+          if (timeoutMs < PUNCTUAL_MS) {
+            setImmediate(() => this.pump(x));
+            return;
+          }
+          timeoutMs -= PUNCTUAL_MS;
         }
       }
       let result: ReturnType<typeof Atomics.waitAsync>;
+      const wait = this.waits ?? Atomics;
       if (head && tick) {
         // Under a ManualClock time moves only by advance()/set(), which tick this word;
         // releases tick it too.
-        result = Atomics.waitAsync(tick.words, tick.index, tickSeen);
+        result = wait.waitAsync(tick.words, tick.index, tickSeen);
       } else {
         result = Number.isFinite(timeoutMs)
-          ? Atomics.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
-          : Atomics.waitAsync(i32, futex, seen);
+          ? wait.waitAsync(i32, futex, seen, Math.max(timeoutMs, 0.001))
+          : wait.waitAsync(i32, futex, seen);
       }
       if (result.async) {
         result.value.then(() => this.pump(x));
@@ -677,25 +762,28 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
+  /** @internal */
   private evictedError(): QueueFullError {
     return new QueueFullError(
       `${this.owner}: evicted by a newer waiter (queueOrder "newest-first")`,
     );
   }
 
+  /** @internal */
   private skippedError(): QueueFullError {
     return new QueueFullError(
       `${this.owner}: the waiter was skipped: its thread was silent for too long`,
     );
   }
 
-  /** The waiter leaves (abort, timeout, close): out of the queue, then settled. */
+  /** @internal The waiter leaves (abort, timeout, close): out of the queue, then settled. */
   private leaveQueue(x: Waiter, error: unknown): void {
     if (x.done) return;
     this.queues.leave(x.w, x.r, x.id);
     this.settle(x, error);
   }
 
+  /** @internal */
   private settle(x: Waiter, error: unknown, lease?: Lease): void {
     if (x.done) return;
     x.done = true;
@@ -703,6 +791,10 @@ export abstract class Limiter implements SlotPolicy {
     if (x.onAbort) x.signal?.removeEventListener('abort', x.onAbort);
     if (this.queues.id(x.r) === x.id) this.queues.free(x.r);
     this.untrack(x);
+    if (this.waitObservers) {
+      const ms = (this.clock.nowUs() - x.sinceUs) / 1000;
+      for (const observe of this.waitObservers) observe(ms, lease !== undefined);
+    }
     if (lease) x.resolve(lease);
     else x.reject(error);
   }
@@ -710,11 +802,13 @@ export abstract class Limiter implements SlotPolicy {
   // A pending Atomics.waitAsync does not keep Node's event loop alive. While this thread
   // has waiters, one interval per limiter (not per key) does: it also proves the thread
   // alive to the others, and removes dead threads' waiters from the heads of our queues.
+  /** @internal */
   private track(x: Waiter): void {
     this.waiting.add(x);
     if (this.heartbeatTimer) return;
     this.heartbeatTimer = setInterval(() => {
-      this.queues.heartbeat();
+      // A timer: nobody would catch a throw. A waiter has its entry (enqueue() took it).
+      this.queues.tryHeartbeat();
       this.onHeartbeat();
       const seen = new Set<number>();
       for (const y of this.waiting) {
@@ -726,6 +820,7 @@ export abstract class Limiter implements SlotPolicy {
     }, HEARTBEAT_MS);
   }
 
+  /** @internal */
   private untrack(x: Waiter): void {
     this.waiting.delete(x);
     if (this.waiting.size === 0 && this.heartbeatTimer) {
@@ -734,9 +829,9 @@ export abstract class Limiter implements SlotPolicy {
     }
   }
 
-  /** After permits came back to slot `w`: wake its head waiter, if it has waiters. */
+  /** @internal After permits came back to slot `w`: wake its head waiter, if it has waiters. */
   protected wakeWaiters(w: number): void {
-    if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (it costs ~50 ns)
+    if (this.i32[w + S_STAMP]! >= 0) return; // nobody waits: no notify (a call into a builtin)
     this.queues.wakeHead(w);
     if (this.clock instanceof ManualClock) this.clock.tick();
   }
@@ -755,6 +850,7 @@ export abstract class Limiter implements SlotPolicy {
    * @internal refund() of permits taken at `takenUs` on this limiter's clock (NaN: now).
    * The chain's rollback, acquire()'s give-back and the cluster's blocks use it, so that a
    * give-back reaching a window after the one the permits came from is dropped.
+   * @internal
    */
   refundTaken(key: Key | undefined, permits: number, takenUs: number): void {
     this.checkOpen();
@@ -769,6 +865,7 @@ export abstract class Limiter implements SlotPolicy {
    * they were counted: spent later, they would count in the wrong place and the limit could
    * be exceeded. A window's end (FixedWindow), a segment's or window's (SlidingWindow);
    * Infinity where no such time exists. The cluster's permit blocks expire by it.
+   * @internal
    */
   countsUntilUs(_takenUs: number): number {
     return Number.POSITIVE_INFINITY;
@@ -779,14 +876,65 @@ export abstract class Limiter implements SlotPolicy {
     return this.core.decisionUs;
   }
 
-  /** refund() without the closed check: a waiter settling during close() still returns what it took. */
+  /** @internal refund() without the closed check: a waiter settling during close() still returns what it took. */
   protected giveBackUnchecked(key: Key | undefined, permits: number, takenUs: number): void {
     const nowUs = this.clock.nowUs();
     const at = Number.isNaN(takenUs) ? nowUs : takenUs;
     this.update(key, nowUs, (s, stamp) => this.giveBack(s, stamp, nowUs, permits, at));
   }
 
-  /** Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
+  /**
+   * @internal atomic-limiter/metrics: called in this thread when one of its acquire() calls
+   * that waited settles, with the wait in ms and whether it got its permits. Undefined
+   * (nothing to do) unless a meter observes this limiter here.
+   * @internal
+   */
+  waitObservers: Set<(waitedMs: number, granted: boolean) => void> | undefined = undefined;
+
+  /**
+   * @internal atomic-limiter/metrics: totals over every key, read when a meter collects
+   * (never on the decision path). `admitted` and `rejected` are permits modulo 2^32, those
+   * of keys since reclaimed or reset included; `queued` permits waiting now; `held` keys
+   * holding a slot (the default key while it has state), `active` slots whose key is not
+   * idle (could not be reclaimed now), `slots` the table's slots now.
+   * @internal
+   */
+  totals(): {
+    admitted: number;
+    rejected: number;
+    queued: number;
+    held: number;
+    active: number;
+    slots: number;
+  } {
+    const nowUs = this.clock.nowUs();
+    const i32 = this.i32;
+    let admitted = Atomics.load(i32, H_RETIRED_ADMITTED) >>> 0;
+    let rejected = Atomics.load(i32, H_RETIRED_REJECTED) >>> 0;
+    let queued = 0;
+    let active = 0;
+    const lastWord = this.core.lastWord;
+    this.table.forEachHotWord((w) => {
+      admitted += Atomics.load(i32, w + S_ADMITTED) >>> 0;
+      rejected += Atomics.load(i32, this.table.rejectedWord(w)) >>> 0;
+      queued += this.queues.waitingPermits(w);
+      const s = Atomics.load(i32, w + S_STATE);
+      if ((s & PAYLOAD_MASK) !== RESERVED && !this.isIdle(s, w, nowUs)) active++;
+    });
+    this.core.lastWord = lastWord; // isIdle() sets it
+    // Keyed slots are counted as they are given to a key; the default key while it has state.
+    const d = Atomics.load(i32, this.table.defaultSlot >>> 4);
+    return {
+      admitted: admitted % 2 ** 32,
+      rejected: rejected % 2 ** 32,
+      queued,
+      held: (Atomics.load(i32, H_INSERTS) >>> 0) + ((d & PAYLOAD_MASK) === FRESH ? 0 : 1),
+      active,
+      slots: this.table.slotCount(),
+    };
+  }
+
+  /** @internal Hook on every heartbeat of a thread with waiters (Concurrency looks for dead holders). */
   protected onHeartbeat(): void {}
 
   /** The key's counters and the permits available now; a key never seen reads as fresh. */
@@ -815,8 +963,7 @@ export abstract class Limiter implements SlotPolicy {
     // Under the slot's lock, with the key's fingerprint checked (and the rings, SlidingLog's
     // and SlidingWindow's segments, cleared by initSlot()).
     if (!this.table.rebuild(ref, this, key)) return;
-    Atomics.store(this.i32, (ref >>> 4) + S_ADMITTED, 0);
-    Atomics.store(this.i32, this.table.rejectedWord(ref >>> 4), 0);
+    this.table.retireCounters(ref >>> 4);
     this.wakeWaiters(ref >>> 4);
   }
 
@@ -830,11 +977,13 @@ export abstract class Limiter implements SlotPolicy {
     if (this.clock instanceof ManualClock) this.clock.tick();
   }
 
+  /** @internal */
   protected checkOpen(): void {
     // A plain read, as enter()'s: a close() racing with the call may land either side.
     if ((this.i32[H_CONTROL]! & 1) !== 0) throw new LimiterClosedError();
   }
 
+  /** @internal */
   protected limitWhenFresh(): number {
     return this.available(this.core.wide ? W_FRESH : FRESH, 0, this.clock.nowUs());
   }
@@ -842,6 +991,7 @@ export abstract class Limiter implements SlotPolicy {
   /**
    * Applies `f` to the key's state (a wide table's payload) by CAS until it sticks; no-op
    * for unknown keys. Returns the state written, or NO_SLOT.
+   * @internal
    */
   protected update(
     key: Key | undefined,
@@ -859,6 +1009,7 @@ export abstract class Limiter implements SlotPolicy {
    * update() on slot word `w` while it holds generation `gen` (and, for a `key`, while the
    * reference is trusted; see GEN_SAFE_SPAN). SLOT_GONE when the slot went to another key
    * before the CAS, or (undone then) at it.
+   * @internal
    */
   private updateSlot(
     w: number,
@@ -907,6 +1058,7 @@ export abstract class Limiter implements SlotPolicy {
    * One CAS of slot word `w` from state `s` (ext `x`) to the algorithm's `next` (a wide
    * table's payload); plain stores while no other thread can reach the buffer (see
    * Core.shared). True when it took.
+   * @internal
    */
   protected swap(w: number, s: number, x: number, next: number): boolean {
     const core = this.core;
@@ -922,7 +1074,7 @@ export abstract class Limiter implements SlotPolicy {
     return true;
   }
 
-  /** Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
+  /** @internal Undoes swap(w, s, x, next) if nothing changed the slot since; true when it did. */
   private unswap(w: number, s: number, x: number, next: number): boolean {
     const core = this.core;
     if (!core.shared) {
@@ -953,18 +1105,18 @@ export abstract class Limiter implements SlotPolicy {
     this.wakeWaiters(w);
   }
 
-  /** The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
+  /** @internal The slot's stamp, unwrapped relative to `nowUs` (see STAMP_US). */
   protected stampOf(w: number, nowUs: number): number {
     const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
     return unwrapStamp(this.i32[w + S_STAMP]!, stampNow);
   }
 
-  /** Slot number of a packed reference (for algorithms with per-slot memory). */
+  /** @internal Slot number of a packed reference (for algorithms with per-slot memory). */
   protected slotOfRef(ref: number): number {
     return slotOfHotWord(this.layout, ref >>> 4);
   }
 
-  /** Decodes a time-like payload field of `bits` bits relative to `ref` (any integer). */
+  /** @internal Decodes a time-like payload field of `bits` bits relative to `ref` (any integer). */
   protected static near(field: number, ref: number, bits: number): number {
     const shift = 32 - bits;
     return ref + (((field - ref) << shift) >> shift);

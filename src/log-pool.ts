@@ -43,13 +43,6 @@ export class LogPool {
     this.f64 = new Float64Array(buffer, 0, this.mapped >> 3);
   }
 
-  /** A new, empty pool buffer for `layout` (growable up to a ring per slot). */
-  static create(layout: Layout): SharedArrayBuffer {
-    return layout.poolMaxBytes > layout.poolBytes
-      ? new SharedArrayBuffer(layout.poolBytes, { maxByteLength: layout.poolMaxBytes })
-      : new SharedArrayBuffer(layout.poolBytes);
-  }
-
   /**
    * Byte offset of slot `s`'s ring in the pool; the slot has one (it was given one before
    * its first key could be decided). `table` is the caller's view of the main buffer.

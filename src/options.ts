@@ -63,7 +63,8 @@ export type AlgorithmName =
   | 'FixedWindow'
   | 'SlidingWindow'
   | 'SlidingLog'
-  | 'Concurrency';
+  | 'Concurrency'
+  | 'WarmingBucket';
 
 /** Options every limiter takes. */
 export interface CommonOptions {
@@ -102,6 +103,92 @@ export interface CommonOptions {
   maxWaiters?: number;
   /** The clock (default: the host's monotonic clock). Pass a `ManualClock` in tests. */
   clock?: Clock;
+  /**
+   * Where the shared state lives (default: a new SharedArrayBuffer of this process).
+   * `hostMemory(name)` from `atomic-limiter/host` puts it in a named region every process
+   * of the host can open: the first creates it, the others attach to it.
+   */
+  memory?: MemoryProvider;
+}
+
+/**
+ * A source of shared memory for a limiter (or a ManualClock) other than a new
+ * SharedArrayBuffer: `hostMemory()` of `atomic-limiter/host` is one. The core never loads
+ * one itself; it calls `open()` once, from the constructor.
+ */
+export interface MemoryProvider {
+  /** What kind of memory this is, for messages ('host'). */
+  readonly kind: string;
+  /** Largest bytes the region may hold; a limiter's "maxBytes" defaults to it. */
+  readonly maxBytes?: number;
+  /**
+   * Creates the region and calls `request.init` on its buffers, or attaches to the region
+   * of that name and checks it holds `request.owner` with the same options and layout
+   * version (an error naming the option and both values if not). Every buffer returned
+   * behaves like a growable SharedArrayBuffer: `byteLength` is the part's length now,
+   * `grow()` lengthens it (within `maxBytes`) for every process at once.
+   */
+  open(request: MemoryRequest): MemoryRegion;
+}
+
+/** What a limiter asks of a MemoryProvider. */
+export interface MemoryRequest {
+  /** The class whose state the region holds ('TokenBucket', …, 'ManualClock'). */
+  readonly owner: string;
+  /** The layout version of this copy of the engine: a region of another one is refused. */
+  readonly layoutVersion: number;
+  /** The options that must be equal in every process sharing the region, by name. */
+  readonly options: Readonly<Record<string, string | number | boolean>>;
+  /** The buffers to hold, in order: each one's bytes at creation and at most. */
+  readonly parts: readonly { readonly bytes: number; readonly maxBytes: number }[];
+  /** Writes the initial state; called only in the process that creates the region. */
+  init(buffers: readonly SharedArrayBuffer[]): void;
+}
+
+/** An opened region. */
+export interface MemoryRegion {
+  /** One buffer per requested part, in order. */
+  readonly buffers: readonly SharedArrayBuffer[];
+  /** True in the process that created (and initialised) it. */
+  readonly created: boolean;
+  /** The region's name, for messages and for recording which clock a limiter reads. */
+  readonly name: string;
+  /**
+   * Called once the creator's constructor has finished writing: processes attaching
+   * meanwhile wait for it. A no-op when attached.
+   */
+  publish(): void;
+  /** Judges the threads of other processes by their process, not only by heartbeat age. */
+  readonly liveness?: Liveness;
+  /** Waiting that crosses processes (Atomics.wait and notify reach one process only). */
+  readonly waits?: Waits;
+}
+
+/**
+ * What `Atomics.waitAsync` returns, spelled out so that the published types need no
+ * `lib` newer than the user's.
+ */
+export type WaitAsyncResult =
+  | { async: false; value: 'not-equal' | 'timed-out' }
+  | { async: true; value: Promise<'ok' | 'timed-out'> };
+
+/** Waiting on words of a memory shared with other processes. */
+export interface Waits {
+  /** After `Atomics.notify(words, index)`: wakes the waiters of other processes too. */
+  notify(words: Int32Array, index: number): void;
+  /** As `Atomics.waitAsync`, and also woken by notify() from any process. */
+  waitAsync(words: Int32Array, index: number, value: number, timeoutMs?: number): WaitAsyncResult;
+}
+
+/**
+ * Tells that the thread behind an entry of a limiter's thread table is gone sooner than
+ * its heartbeat's age can: host memory knows each entry's process and asks the system.
+ */
+export interface Liveness {
+  /** This thread took thread-table entry `entry` with `token`. */
+  claimed(entry: number, token: number): void;
+  /** True only when the owner of `entry`'s `token` is known to have exited; else false. */
+  dead(entry: number, token: number): boolean;
 }
 
 /** What travels to another thread: `new Worker(file, { workerData: limiter.handle })`. */
@@ -125,6 +212,7 @@ export const COMMON_OPTIONS = [
   'clock',
   'whenFull',
   'maxBytes',
+  'memory',
 ] as const;
 
 const MAX_KEYS = 1 << 22;
@@ -159,6 +247,10 @@ export interface Fresh {
   readonly holdersPerSlot?: number;
   /** A wide table: the options need more than the 32-bit state word holds. */
   readonly wide?: boolean;
+  /** Where the state lives when not in a new buffer (see CommonOptions.memory). */
+  readonly memory?: MemoryProvider;
+  /** The options, by name, every process sharing `memory` must give alike. */
+  readonly described?: Readonly<Record<string, string | number | boolean>>;
 }
 
 export function readCommon(
@@ -198,14 +290,21 @@ export function readCommon(
     ['deny', 'allow'],
     'deny',
   );
+  const memory = memoryOption(owner, opts.memory);
+  const ceiling = memory?.maxBytes ?? MAX_BUFFER_BYTES;
   const maxBytes = integerOption(
     owner,
     'maxBytes',
     opts.maxBytes,
     2 ** 16,
     MAX_BUFFER_BYTES,
-    DEFAULT_MAX_BYTES,
+    Math.min(DEFAULT_MAX_BYTES, ceiling),
   );
+  if (memory && maxBytes > ceiling) {
+    throw rangeError(
+      `${owner}: option "maxBytes" (${maxBytes}) is past the ${memory.kind} memory's ceiling (its "maxBytes", ${ceiling})`,
+    );
+  }
   // Every MonotonicClock reads the one monotonic time line: any of them is the default.
   const given = opts.clock ?? monotonicClock;
   const clock = given instanceof MonotonicClock ? monotonicClock : given;
@@ -219,20 +318,71 @@ export function readCommon(
       `${owner}: option "clock" must be a ManualClock, a CoarseClock or a MonotonicClock (the default), got ${show(clock)}`,
     );
   }
+  if (memory && clock instanceof ManualClock && clock.region === undefined) {
+    throw typeError(
+      `${owner}: option "clock": a ManualClock read by a limiter on ${memory.kind} memory must be on it too (new ManualClock(0, { memory }))`,
+    );
+  }
+  const common = {
+    keys,
+    maxKeys,
+    maxKeysGiven,
+    queueLimit,
+    queueOrder,
+    maxWaiters,
+    whenFull,
+    maxBytes,
+    clock: clock as Clock,
+  };
   return {
     opts,
-    common: {
-      keys,
-      maxKeys,
-      maxKeysGiven,
-      queueLimit,
-      queueOrder,
-      maxWaiters,
-      whenFull,
-      maxBytes,
-      clock: clock as Clock,
-    },
+    common: memory
+      ? { ...common, memory, described: describe(opts, own, common, clock as Clock) }
+      : common,
   };
+}
+
+function memoryOption(owner: string, memory: unknown): MemoryProvider | undefined {
+  if (memory === undefined) return undefined;
+  const m = memory as Partial<MemoryProvider> | null;
+  if (typeof m !== 'object' || m === null || typeof m.open !== 'function') {
+    throw typeError(
+      `${owner}: option "memory" must be a memory provider (hostMemory(name) from atomic-limiter/host), got ${show(memory)}`,
+    );
+  }
+  return m as MemoryProvider;
+}
+
+/**
+ * The options that decide a limiter's behaviour, by name: the class's own as given, the
+ * common ones as read (defaults filled in), and the clock's kind (a ManualClock by its
+ * region): every process sharing one region must give the same.
+ */
+function describe(
+  opts: Record<string, unknown>,
+  own: readonly string[],
+  common: Omit<Fresh, 'params' | 'logRing'>,
+  clock: Clock,
+): Record<string, string | number | boolean> {
+  const out: Record<string, string | number | boolean> = {};
+  for (const name of own) {
+    const v = opts[name];
+    if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') out[name] = v;
+  }
+  out.keys = common.keys;
+  out.maxKeys = common.maxKeys;
+  out.queueLimit = common.queueLimit;
+  out.queueOrder = common.queueOrder;
+  out.maxWaiters = common.maxWaiters;
+  out.whenFull = common.whenFull;
+  out.maxBytes = common.maxBytes;
+  out.clock =
+    clock instanceof ManualClock
+      ? `ManualClock(${clock.region})`
+      : clock instanceof CoarseClock
+        ? 'CoarseClock'
+        : 'MonotonicClock';
+  return out;
 }
 
 /** Options of `acquire()`. */

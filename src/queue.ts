@@ -33,6 +33,7 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
+import type { Liveness, Waits } from './options.js';
 import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */
@@ -46,6 +47,9 @@ export const HOLDER_DEAD_MS = 10_000;
 function nowMs(): number {
   return Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff;
 }
+
+/** How often a thread that found the thread table full looks through it again. */
+const FULL_RETRY_MS = 250;
 
 /** How far ahead of this thread's clock another thread's heartbeat may be and still be fresh. */
 const FUTURE_HEARTBEAT_MS = 1000;
@@ -85,6 +89,10 @@ export class WaitQueues {
     public i32: Int32Array,
     private readonly layout: Layout,
     private readonly table: SlotTable,
+    /** Host memory: tells a dead process's entries at once (else heartbeat age alone). */
+    private readonly liveness?: Liveness,
+    /** Host memory: wakes waiters of other processes too. */
+    private readonly waits?: Waits,
   ) {}
 
   private q(w: number): number {
@@ -98,8 +106,28 @@ export class WaitQueues {
 
   // ---- threads -------------------------------------------------------------------------
 
-  /** This thread's entry in the thread table, (re)claimed when needed; proves it alive. */
+  /**
+   * This thread's entry in the thread table, (re)claimed when needed; proves it alive.
+   * Throws QueueFullError when the table is full (see THREAD_ENTRIES): for a caller about
+   * to wait, before anything is granted.
+   */
   heartbeat(): void {
+    if (!this.tryHeartbeat()) {
+      throw new QueueFullError(
+        `more than ${THREAD_ENTRIES} threads are waiting on or holding permits of this limiter`,
+      );
+    }
+  }
+
+  /** When a full table was last found: looked through again at most every FULL_RETRY_MS. */
+  private fullAtMs = -1;
+
+  /**
+   * heartbeat() that answers false instead of throwing when the thread table is full: for
+   * callers that have already been granted something (a grant is never followed by a
+   * throw) and for timers (nobody would catch it).
+   */
+  tryHeartbeat(): boolean {
     const i32 = this.i32;
     const base = this.layout.threadBase;
     const now = nowMs();
@@ -107,9 +135,14 @@ export class WaitQueues {
       const e = base + this.threadEntry * 2;
       if (Atomics.load(i32, e + T_TOKEN) === this.threadToken) {
         Atomics.store(i32, e + T_HEARTBEAT, now);
-        return;
+        return true;
       }
       this.threadEntry = -1; // taken over while this thread had no waiters
+    }
+    // A full table is scanned again only now and then: a thread granted permits over and
+    // over while it is full must not pay two passes over it on every grant.
+    if (this.fullAtMs >= 0 && diff31(now, this.fullAtMs) >= 0) {
+      if (diff31(now, this.fullAtMs) < FULL_RETRY_MS) return false;
     }
     const token = (Math.random() * 0x7fffffff) | 0 | 1;
     for (let pass = 0; pass < 2; pass++) {
@@ -126,11 +159,14 @@ export class WaitQueues {
           Atomics.store(i32, e + T_HEARTBEAT, now);
           this.threadEntry = t;
           this.threadToken = token;
-          return;
+          this.fullAtMs = -1;
+          this.liveness?.claimed(t, token);
+          return true;
         }
       }
     }
-    throw new QueueFullError(`more than ${THREAD_ENTRIES} threads are waiting on this limiter`);
+    this.fullAtMs = now;
+    return false;
   }
 
   private isStale(heartbeat: number, now: number, deadAfterMs = DEAD_AFTER_MS): boolean {
@@ -141,16 +177,20 @@ export class WaitQueues {
   entryDead(entry: number, token: number, deadAfterMs: number): boolean {
     const e = this.layout.threadBase + entry * 2;
     if (Atomics.load(this.i32, e + T_TOKEN) !== token) return true;
-    return this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs);
+    if (this.isStale(Atomics.load(this.i32, e + T_HEARTBEAT), nowMs(), deadAfterMs)) return true;
+    return this.liveness?.dead(entry, token) === true;
   }
 
   /** Whether the thread that made record `r` is gone (terminated, or silent too long). */
   private ownerDead(r: number): boolean {
     const i32 = this.i32;
     const rw = this.rec(r);
-    const e = this.layout.threadBase + Atomics.load(i32, rw + R_THREAD) * 2;
-    if (Atomics.load(i32, e + T_TOKEN) !== Atomics.load(i32, rw + R_TOKEN)) return true;
-    return this.isStale(Atomics.load(i32, e + T_HEARTBEAT), nowMs());
+    const entry = Atomics.load(i32, rw + R_THREAD);
+    const e = this.layout.threadBase + entry * 2;
+    const token = Atomics.load(i32, rw + R_TOKEN);
+    if (Atomics.load(i32, e + T_TOKEN) !== token) return true;
+    if (this.isStale(Atomics.load(i32, e + T_HEARTBEAT), nowMs())) return true;
+    return this.liveness?.dead(entry, token) === true;
   }
 
   // ---- records ---------------------------------------------------------------------------
@@ -215,6 +255,7 @@ export class WaitQueues {
     const f = this.rec(r) + R_FUTEX;
     Atomics.add(this.i32, f, 1);
     Atomics.notify(this.i32, f);
+    this.waits?.notify(this.i32, f);
   }
 
   // ---- queues ------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import {
   H_INSERTS,
   H_LOCK_STEALS,
   H_RECLAIMS,
+  H_RETIRED_ADMITTED,
+  H_RETIRED_REJECTED,
   H_SEED0,
   H_SEED1,
   H_SEGMENTS,
@@ -268,7 +270,7 @@ export class SlotTable {
    * The number of segments that exist, with this thread's views covering all of them (a
    * segment added by another thread is mapped here before any of its slots is used).
    */
-  private mapped(): number {
+  mapped(): number {
     const n = Atomics.load(this.i32, H_SEGMENTS);
     if (this.layout.segments[n - 1]!.endBytes > this.i32.byteLength) this.remap();
     return n;
@@ -548,8 +550,7 @@ export class SlotTable {
     Atomics.store(i32, c, fp0);
     Atomics.store(i32, c + 1, fp1);
     Atomics.store(i32, w + S_STAMP, 0);
-    Atomics.store(i32, w + S_ADMITTED, 0);
-    Atomics.store(i32, this.rejectedWord(w), 0);
+    this.retireCounters(w);
     policy.initSlot(s);
     const fresh = (gen << GEN_SHIFT) | FRESH;
     if (Atomics.compareExchange(i32, w + S_STATE, reserved, fresh) !== reserved) return NO_SLOT;
@@ -665,6 +666,19 @@ export class SlotTable {
       const seg = this.layout.segments[k]!;
       for (let s = seg.first; s < seg.first + seg.slots; s++) visit(this.hotOf(seg, s));
     }
+  }
+
+  /**
+   * Zeroes the counters of slot word `w`, adding what they held to the table's retired
+   * totals (see H_RETIRED_ADMITTED): by exchange, so that a count landing meanwhile is in
+   * one or the other, never lost.
+   */
+  retireCounters(w: number): void {
+    const i32 = this.i32;
+    const admitted = Atomics.exchange(i32, w + S_ADMITTED, 0);
+    if (admitted !== 0) Atomics.add(i32, H_RETIRED_ADMITTED, admitted);
+    const rejected = Atomics.exchange(i32, this.rejectedWord(w), 0);
+    if (rejected !== 0) Atomics.add(i32, H_RETIRED_REJECTED, rejected);
   }
 
   /** Slots in the segments that exist now. */

@@ -14,7 +14,7 @@ import {
 // Per thread (each thread has its own copy of this module): the 64-bit operands of a CAS
 // and its result, built and read through their 32-bit halves, so that the only BigInts
 // are the three the CAS itself takes and returns (no BigInt arithmetic, no BigInt
-// comparison: ~10 ns less). Little-endian, as every platform Node runs on: a 64-bit
+// comparison). Little-endian, as every platform Node runs on: a 64-bit
 // word's low half is the ext word (lower address).
 const operands = new BigInt64Array(3);
 const halves = new Int32Array(operands.buffer);

@@ -4,14 +4,14 @@ import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluste
 import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
 import { runScenario } from './helpers/child.js';
 
-// Real cluster processes (issue #9): each scenario is a primary that forks workers (the
+// Real cluster processes: each scenario is a primary that forks workers (the
 // same script, which uses the built package: `npm test` builds first) and prints its
 // outcome as JSON.
 const FAULTS = fileURLToPath(new URL('./cluster/faults.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(FAULTS, scenario, 50_000);
 
-describe('atomic-limiter/cluster faults (issue #9)', () => {
+describe('atomic-limiter/cluster faults', () => {
   it('survives 8 of 10 workers killed mid-traffic, serves the other two, and gets back every permit the dead held', async () => {
     const r = await run('kill');
     expect(r.killed).toEqual(Array(8).fill('SIGKILL'));
@@ -125,7 +125,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
-  it('a block given back after its window passed is not credited to the next window (issue #9, item 6)', async () => {
+  it('a block given back after its window passed is not credited to the next window', async () => {
     const r = (await run('stale-block')) as { first: number; second: number };
     expect(r.first).toBe(100); // window 1 admits its limit…
     expect(r.second).toBe(0); // …and the 59 given back from window 0 do not add to it
@@ -134,9 +134,8 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
   it('spends permit blocks in consume() and acquire() too, exact in total, and says remaining as the local block', async () => {
     const r = await run('blocks');
     expect(r.allowed).toBe(25);
-    // Blocks of 10; at half spent the next is asked for in the background, and arrives
-    // when the loop next waits: 10, then a top-up of 6, then of 5, then the last 4.
-    expect(r.remainings).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 5, 4]);
+    // Blocks of 10, each leased when the last is spent (no leaseAhead): 10, 10, the last 5.
+    expect(r.remainings).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 9, 8]);
     expect(r.refused).toEqual({ reason: 'limited', retryFinite: true });
     expect(r.leases).toBe(26);
     expect(r.whileWaiting).toMatchObject({ available: 0, queued: 1, admitted: 25 });
@@ -148,7 +147,7 @@ describe('atomic-limiter/cluster faults (issue #9)', () => {
   }, 60_000);
 });
 
-describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
+describe('atomic-limiter/cluster misuse', () => {
   const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
 
   it('serveCluster refuses what is not an object of limiters, naming the entry', () => {
@@ -197,14 +196,22 @@ describe('atomic-limiter/cluster misuse (issue #9 item 11)', () => {
     expect(() => connectCluster('' as never)).toThrow(TypeError);
   });
 
-  it('connectCluster refuses bad options first, naming the option (a block is at least 2)', () => {
-    expect(() => connectCluster('api', { block: 1 })).toThrow(
+  it('connectCluster refuses bad options first, naming the option', () => {
+    expect(() => connectCluster('api', { block: 0 })).toThrow(
       expect.objectContaining({
         name: 'RangeError',
         code: 'ERR_OUT_OF_RANGE',
-        message: 'connectCluster: option "block" must be an integer from 2 to 2147483647, got 1',
+        message: 'connectCluster: option "block" must be a positive integer, got 0',
       }),
     );
+    // The block options of Redis fleet mode, with the same checks.
+    expect(() => connectCluster('api', { block: 8, maxBlock: 4 })).toThrow(
+      /"maxBlock" must be an integer from "block" \(8\)/,
+    );
+    expect(() => connectCluster('api', { leaseAhead: true })).toThrow(
+      /"leaseAhead" is for permit blocks and needs "block"/,
+    );
+    expect(() => connectCluster('api', { block: 8, leaseAhead: 1 as never })).toThrow(TypeError);
     expect(() => connectCluster('api', { block: 2.5 })).toThrow(RangeError);
     expect(() => connectCluster('api', { block: '8' as never })).toThrow(TypeError);
     expect(() => connectCluster('api', { timeoutMs: 0 })).toThrow(/"timeoutMs"/);

@@ -106,3 +106,38 @@ describe('atomic-limiter/cluster', () => {
     expect(r.after).toMatchObject({ queued: 0, admitted: 2 });
   });
 });
+
+describe('atomic-limiter/cluster under PM2', () => {
+  const PM2_ENV = fileURLToPath(new URL('./cluster/pm2-env.mjs', import.meta.url));
+
+  it('connectCluster in a PM2 cluster-mode instance throws at once, pointing to host mode', async () => {
+    const r = await runScenario(PM2_ENV, 'cluster_mode');
+    expect(r).toMatchObject({ threw: true, code: 'ERR_CLUSTER_UNAVAILABLE' });
+    expect(r.message).toMatch(/PM2 cluster-mode instance 3.*atomic-limiter\/host/);
+  });
+
+  it("connectCluster in a worker of the application's own cluster under PM2 fork mode works", async () => {
+    const r = await runScenario(PM2_ENV, 'fork_mode');
+    expect(r).toEqual({ threw: false, allowed: true });
+  });
+});
+
+describe('atomic-limiter/cluster permit blocks: the options of Redis fleet mode', () => {
+  const BLOCKS = fileURLToPath(new URL('./cluster/blocks.mjs', import.meta.url));
+
+  it('leases a block only when the last is spent by default, a quarter ahead with leaseAhead, and grows leases up to maxBlock for a key spent faster than a round trip', async () => {
+    const r = await runScenario(BLOCKS, 'blocks');
+    // block 8: a lease when the block is empty (8, then 8 more).
+    expect(r.plainRemaining).toEqual([7, 6, 5, 4, 3, 2, 1, 0, 7]);
+    // leaseAhead: with 2 of 8 left the next is asked for, topping the block up to 8 (6).
+    expect(r.aheadRemaining).toEqual([7, 6, 5, 4, 3, 2, 1, 0, 5]);
+    // block 4, maxBlock 16: calls that found the block dry with a lease out double the
+    // next lease: 4, then 8, then 16.
+    expect(r.burst).toEqual([3, 2, 1, 0, 7, 6]);
+    expect(r.after).toEqual([5, 4, 3, 2, 1, 0, 15]);
+    // Exact: what was leased and not spent came back on close().
+    expect(r.a).toMatchObject({ available: 1000 - 9, admitted: 16 });
+    expect(r.b).toMatchObject({ available: 1000 - 9, admitted: 14 });
+    expect(r.g).toMatchObject({ available: 1000 - 13, admitted: 4 + 8 + 16 });
+  });
+});

@@ -41,6 +41,28 @@ describe('TokenBucket', () => {
     expect(n).toBe(9000);
   });
 
+  it('has every token of a rate whose interval is no whole number of µs at the exact boundary', () => {
+    // 7 per second: an interval of 142 857.142… µs. Emptied, the bucket holds all 7 again
+    // exactly 1 000 ms later (not 1 µs later), and 6 one microsecond before.
+    for (const [rate, ms, tokens] of [
+      [7, 1000, 7],
+      [30, 1000, 30],
+      [7, 2000, 14],
+      [30, 2000, 60],
+      [3, 1000, 3],
+      [1000 / 7, 49, 7],
+    ] as const) {
+      const clock = new ManualClock();
+      const bucket = new TokenBucket({ capacity: tokens, refillPerSecond: rate, clock });
+      expect(bucket.tryAcquire('k', tokens)).toBe(true);
+      clock.advance(ms - 0.001);
+      expect(bucket.stats('k').available, `${rate}/s after ${ms - 0.001} ms`).toBe(tokens - 1);
+      clock.advance(0.001);
+      expect(bucket.stats('k').available, `${rate}/s after ${ms} ms`).toBe(tokens);
+      expect(bucket.tryAcquire('k', tokens)).toBe(true);
+    }
+  });
+
   it('admits, over a long run with random steps, between 0.999 × ideal and ideal + 1', () => {
     const clock = new ManualClock();
     const capacity = 20;

@@ -10,7 +10,9 @@ import {
   SlidingLog,
   TokenBucket,
 } from '../src/index.js';
-import { listen, rateFields, request, sequence, until } from './http/helpers.js';
+import { listen, rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+
+const warnings = watchWarnings();
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -147,13 +149,13 @@ describe('rateLimit with Express 5', () => {
     expect(replies.filter((r) => r.status === 200)).toHaveLength(9);
     const refused = replies[9]!;
     expect(refused.status).toBe(429);
-    // The per-second bucket refused: its figures, and the day was not charged.
+    // The per-second bucket refused; the day, asked too, was not charged.
     expect(rateFields(refused.headers)).toEqual({
-      'ratelimit-policy': '"10-in-1s";q=10;w=1',
-      ratelimit: '"10-in-1s";r=0;t=1',
+      'ratelimit-policy': '"10-in-1s";q=10;w=1, "1000-in-86400s";q=1000;w=86400',
+      ratelimit: '"10-in-1s";r=0;t=1, "1000-in-86400s";r=990;t=86400',
       'retry-after': '1',
     });
-    expect(perDay.stats('127.0.0.1').admitted).toBe(10);
+    expect(perDay.stats('127.0.0.1').available).toBe(990);
 
     const old = await serve(
       rateLimit({ limiter: chain(perSecond, perDay), headers: 'draft-6', policyName: ['s', 'd'] }),
@@ -169,6 +171,23 @@ describe('rateLimit with Express 5', () => {
     expect((await request(named.port)).headers.ratelimit).toBe(
       '"burst";r=8;t=1, "daily";r=988;t=86399',
     );
+  });
+
+  it('a chain whose members are all spent sends the Retry-After at which the whole chain admits', async () => {
+    const clock = new ManualClock();
+    const perSecond = new FixedWindow({ limit: 10, windowMs: 1000, clock });
+    const perDay = new FixedWindow({ limit: 10, windowMs: 86_400_000, clock });
+    const { port } = await serve(rateLimit({ limiter: chain(perSecond, perDay) }));
+    expect((await sequence(port, 10)).every((r) => r.status === 200)).toBe(true);
+    // Both spent: the second's window ends in 1 s, the day's in 86 400 s.
+    const refused = await request(port);
+    expect(refused.status).toBe(429);
+    expect(refused.headers['retry-after']).toBe('86400');
+    expect(refused.headers.ratelimit).toBe('"10-in-1s";r=0;t=1, "10-in-86400s";r=0;t=86400');
+    clock.advance(86_400_000 - 1);
+    expect((await request(port)).status).toBe(429);
+    clock.advance(1);
+    expect((await request(port)).status).toBe(200);
   });
 
   it('two middlewares append their draft-8 members instead of overwriting each other', async () => {
@@ -415,15 +434,15 @@ describe('rateLimit with Express 5', () => {
     expect(inner.stats('t:1').admitted).toBe(2);
   });
 
-  it('a limiter that throws or rejects sends the request to the error handler', async () => {
+  it('a limiter that throws or rejects is answered 503 with Retry-After, not by the error handler', async () => {
     const failing = {
       limit: 5,
       consume: () => Promise.reject(new Error('backend down')),
     };
     const a = await serve(rateLimit({ limiter: failing }));
     const r = await request(a.port);
-    expect([r.status, r.body]).toEqual([500, 'error: backend down']);
-    expect(a.errors).toHaveLength(1);
+    expect([r.status, r.body, r.headers['retry-after']]).toEqual([503, 'Service Unavailable', '1']);
+    expect(a.errors).toEqual([]);
     const throwing = {
       limit: 5,
       consume: () => {
@@ -431,7 +450,24 @@ describe('rateLimit with Express 5', () => {
       },
     };
     const b = await serve(rateLimit({ limiter: throwing }));
-    expect((await request(b.port)).body).toBe('error: closed');
+    expect((await request(b.port)).status).toBe(503);
+    expect(b.errors).toEqual([]);
+    // Reported once each, where operators see it.
+    expect(warnings.expected('ATOMIC_LIMITER_HTTP_ERROR').map((w) => w.message)).toEqual([
+      'rateLimit: answered 503: backend down',
+      'rateLimit: answered 503: closed',
+    ]);
+    // onError rethrowing hands it to Express's error handler.
+    const c = await serve(
+      rateLimit({
+        limiter: failing,
+        onError: (error) => {
+          throw error;
+        },
+      }),
+    );
+    expect((await request(c.port)).body).toBe('error: backend down');
+    expect(c.errors).toHaveLength(1);
   });
 
   it('Concurrency: permits held for the response, released once on finish, abort and throw', async () => {

@@ -2,7 +2,9 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type FastifyRateLimitOptions, fastifyRateLimit } from '../src/http/index.js';
 import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
-import { rateFields, request, sequence, until } from './http/helpers.js';
+import { rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+
+const warnings = watchWarnings();
 
 const apps: FastifyInstance[] = [];
 afterEach(async () => {
@@ -66,6 +68,41 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(limiter.stats('127.0.0.1').admitted).toBe(5);
   });
 
+  it("404s are limited like any request, Fastify's handler and setNotFoundHandler's; skip leaves them out", async () => {
+    const clock = new ManualClock();
+    for (const custom of [false, true]) {
+      const limiter = new FixedWindow({ limit: 2, windowMs: 60_000, clock });
+      const app = Fastify();
+      await app.register(fastifyRateLimit, { limiter, key: () => 'k' });
+      app.get('/', async () => 'ok');
+      if (custom) app.setNotFoundHandler((_request, reply) => reply.code(404).send('none here'));
+      const port = await start(app);
+      const replies = await sequence(port, 3, { path: '/nowhere' });
+      expect(replies.map((r) => r.status)).toEqual([404, 404, 429]);
+      expect(replies[0]!.headers.ratelimit).toBe('"2-in-60s";r=1;t=60');
+      if (custom) expect(replies[0]!.body).toBe('none here');
+      // One budget with the routes: the route is refused too.
+      expect((await request(port)).status).toBe(429);
+      expect(limiter.stats('k').admitted).toBe(2);
+    }
+    const limiter = new FixedWindow({ limit: 1, windowMs: 60_000, clock });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, {
+      limiter,
+      key: () => 'k',
+      skip: (request) => request.is404,
+    });
+    app.get('/', async () => 'ok');
+    const port = await start(app);
+    const lost = await sequence(port, 3, { path: '/nowhere' });
+    expect(lost.map((r) => [r.status, r.headers.ratelimit])).toEqual([
+      [404, undefined],
+      [404, undefined],
+      [404, undefined],
+    ]);
+    expect((await sequence(port, 2)).map((r) => r.status)).toEqual([200, 429]);
+  });
+
   it('routes added before the plugin loaded are limited as the ones after: each request counted once', async () => {
     const clock = new ManualClock();
     const limiter = new FixedWindow({ limit: 2, windowMs: 60_000, clock });
@@ -102,12 +139,12 @@ describe('fastifyRateLimit with Fastify 5', () => {
     const owned = await sequence(port, 2, { path: '/early-own' });
     expect(owned.map((r) => r.status)).toEqual([200, 429]);
     expect(own.stats('k').admitted).toBe(1);
-    // The 404 handler is no route: not limited, as with routes the plugin saw.
+    // The 404 handler is limited like any request.
     limiter.reset('k');
     expect((await sequence(port, 3, { path: '/nowhere' })).map((r) => r.status)).toEqual([
-      404, 404, 404,
+      404, 404, 429,
     ]);
-    expect(limiter.stats('k').admitted).toBe(0);
+    expect(limiter.stats('k').admitted).toBe(2);
   });
 
   it('a route added before the plugin with bad options fails its requests naming the route', async () => {
@@ -316,20 +353,32 @@ describe('fastifyRateLimit with Fastify 5', () => {
     expect(JSON.parse(refused.body)).toEqual({ error: 'rate limited' });
     expect(refused.headers['content-type']).toMatch(/^application\/json/);
     expect((await request(port, { headers: { 'x-api-key': 'k2' } })).status).toBe(200);
-    expect(perDay.stats('k1').admitted).toBe(8);
+    expect(perDay.stats('k1').available).toBe(992); // the refused 4 were given back
   });
 
-  it("errors go to Fastify's error handler: a rejecting limiter, a key function that throws", async () => {
+  it("a rejecting limiter is answered 503 with Retry-After; onError rethrowing and a key function that throws go to Fastify's error handler", async () => {
     const app = Fastify();
     const seen: string[] = [];
     app.setErrorHandler((error, _request, reply) => {
       seen.push((error as Error).message);
-      reply.code(503).send('handled');
+      reply.code(500).send('handled');
     });
-    await app.register(fastifyRateLimit, {
-      limiter: { limit: 5, consume: () => Promise.reject(new Error('backend down')) },
-    });
+    const failing = { limit: 5, consume: () => Promise.reject(new Error('backend down')) };
+    await app.register(fastifyRateLimit, { limiter: failing });
     app.get('/', async () => 'ok');
+    app.get(
+      '/rethrow',
+      {
+        config: {
+          rateLimit: {
+            onError: (error: Error) => {
+              throw error;
+            },
+          },
+        },
+      },
+      async () => 'ok',
+    );
     app.get(
       '/key',
       {
@@ -345,7 +394,14 @@ describe('fastifyRateLimit with Fastify 5', () => {
       async () => 'ok',
     );
     const port = await start(app);
-    expect((await request(port)).body).toBe('handled');
+    const down = await request(port);
+    expect([down.status, down.body, down.headers['retry-after']]).toEqual([
+      503,
+      'Service Unavailable',
+      '1',
+    ]);
+    expect(warnings.expected('ATOMIC_LIMITER_HTTP_ERROR')).toHaveLength(1);
+    expect((await request(port, { path: '/rethrow' })).body).toBe('handled');
     expect((await request(port, { path: '/key' })).body).toBe('handled');
     expect(seen).toEqual(['backend down', 'no key']);
   });

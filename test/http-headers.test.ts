@@ -4,10 +4,12 @@ import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HeaderWriter, type LimiterFace } from '../src/http/headers.js';
 import { rateLimit } from '../src/http/index.js';
-import { headerTable, tableSink } from '../src/http/out-headers.js';
-import { FixedWindow, ManualClock } from '../src/index.js';
+import { headerTable, PRIVATE_FAST_PATH, tableSink } from '../src/http/out-headers.js';
+import { FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
 import type { Decision } from '../src/options.js';
-import { listen, rateFields, request, sequence } from './http/helpers.js';
+import { listen, rateFields, request, sequence, watchWarnings } from './http/helpers.js';
+
+watchWarnings();
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -22,7 +24,7 @@ async function serve(app: express.Express) {
 
 const blank = () => new ServerResponse(new IncomingMessage(new Socket()));
 
-describe("Node's header table, written directly", () => {
+describe.runIf(PRIVATE_FAST_PATH)("Node's header table, written directly", () => {
   it('is used on Node and Express responses, not where setHeader was wrapped', async () => {
     // The suite runs on the Node versions the package supports: there the probe must find
     // the table, or every other test here would exercise only the setHeader path.
@@ -222,3 +224,75 @@ describe('state values remembered per (remaining, reset)', () => {
     expect(fields.get('RateLimit-Policy')).toBe('"10-in-2s";q=10;w=2');
   });
 });
+
+describe('header values stay valid structured fields', () => {
+  it('integers past 15 digits (a bucket of 10^9 refilled at 10^-6/s) are clamped to 999999999999999', async () => {
+    const limiter = new TokenBucket({
+      capacity: 1e9,
+      refillPerSecond: 1e-6,
+      clock: new ManualClock(),
+    });
+    const port = await serveNode(rateLimit({ limiter, key: () => 'k', permits: 1e9 }));
+    const [a, b] = await sequence(port, 2);
+    const max = '999999999999999';
+    expect(rateFields(a!.headers)).toEqual({
+      'ratelimit-policy': `"1000000000-in-1000000000000000s";q=1000000000;w=${max}`,
+      ratelimit: `"1000000000-in-1000000000000000s";r=0;t=${max}`,
+    });
+    expect(b!.status).toBe(429);
+    // 10^9 permits take 10^15 s to come back: past the longest wait a limiter computes.
+    expect(b!.headers['retry-after']).toBeUndefined();
+    const six = await serveNode(
+      rateLimit({ limiter, key: () => 'k6', permits: 1e9, headers: 'draft-6' }),
+    );
+    expect(rateFields((await request(six)).headers)).toEqual({
+      'ratelimit-policy': `1000000000;w=${max}`,
+      'ratelimit-limit': '1000000000',
+      'ratelimit-remaining': '0',
+      'ratelimit-reset': max,
+    });
+  });
+
+  it('sub-millisecond windows are named in microseconds or decimals, never "0ms"', async () => {
+    const clock = new ManualClock();
+    const names = [
+      new TokenBucket({ capacity: 3, refillPerSecond: 10_000, clock }),
+      new FixedWindow({ limit: 3, windowMs: 0.5, clock }),
+      new TokenBucket({ capacity: 3, refillPerSecond: 7e6, clock }),
+      new FixedWindow({ limit: 3, windowMs: 1500, clock }),
+    ].map((limiter) => new HeaderWriter(limiter, ['draft-8'], undefined));
+    const fields = names.map((w) => {
+      const out: Record<string, string> = {};
+      w.write(
+        {
+          setHeader: (o: Record<string, string>, f, v) => {
+            o[f.lower] = v;
+          },
+          getHeader: (o: Record<string, string>, f) => o[f.lower],
+        },
+        out,
+        { allowed: true, remaining: 2, limit: 3, retryAfterMs: 0, resetAfterMs: 0.3 },
+        undefined,
+      );
+      return out['ratelimit-policy'];
+    });
+    expect(fields).toEqual([
+      '"3-in-300us";q=3;w=1',
+      '"3-in-500us";q=3;w=1',
+      '"3-in-0.00042857142857142855ms";q=3;w=1',
+      '"3-in-1500ms";q=3;w=2',
+    ]);
+  });
+});
+
+/** A node:http server limited by `limit`. */
+async function serveNode(
+  limit: (req: http.IncomingMessage, res: http.ServerResponse) => Promise<boolean>,
+) {
+  const server = http.createServer(async (req, res) => {
+    if (await limit(req, res)) res.end('ok');
+  });
+  const { port, close } = await listen(server);
+  closers.push(close);
+  return port;
+}

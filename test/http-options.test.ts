@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { rateLimit } from '../src/http/index.js';
 import { Concurrency, chain, FixedWindow, TokenBucket } from '../src/index.js';
+import { watchWarnings } from './http/helpers.js';
+
+watchWarnings();
 
 const limiter = new FixedWindow({ limit: 10, windowMs: 1000 });
 
@@ -102,6 +105,24 @@ describe('rateLimit() checks every option when it is made', () => {
       { limiter, onRejected: true },
       TypeError,
       /option "onRejected" must be a function, got true/,
+    ],
+    [
+      'onError',
+      { limiter, onError: 503 },
+      TypeError,
+      /option "onError" must be a function, got 503/,
+    ],
+    [
+      'refundWhen',
+      { limiter, refundWhen: 'failed' },
+      TypeError,
+      /option "refundWhen" must be a function, got "failed"/,
+    ],
+    [
+      'refundWhen without refund()',
+      { limiter: { consume: () => limiter.consume() }, refundWhen: () => true },
+      TypeError,
+      /option "refundWhen" needs a limiter with refund\(\)/,
     ],
     ['skip', { limiter, skip: 'no' }, TypeError, /option "skip" must be a function/],
     ['wait type', { limiter, wait: 'yes' }, TypeError, /option "wait"/],

@@ -3,7 +3,9 @@ import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 // dist/, as the worker threads load it: one package, one handle format.
 import { ManualClock, SlidingLog } from '../dist/index.js';
-import { request } from './http/helpers.js';
+import { request, watchWarnings } from './http/helpers.js';
+
+watchWarnings();
 
 const SCRIPT = new URL('./http/server-worker.mjs', import.meta.url);
 

@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../src/index.js';
@@ -255,4 +256,54 @@ describe('fleet mode faults: options', () => {
     expect(() => new LeakyBucket({ ...base, maxBlock: 6 })).toThrow(RangeError);
     expect(new LeakyBucket(base).block).toBe(5);
   });
+});
+
+describe('fleet mode faults: a thread that stops after claiming a fetch', () => {
+  const CLAIMER = new URL('./redis/fleet-claimer.mjs', import.meta.url);
+
+  for (const mode of ['computes', 'exits'] as const) {
+    it(`a thread that claims a key's fetch and then ${mode} does not make the others' calls unavailable`, async () => {
+      const tb = new TokenBucket({
+        redis,
+        capacity: 100_000,
+        refillPerSecond: 1e-6,
+        block: 10,
+        timeoutMs: 1000,
+        whenUnavailable: 'throw',
+        prefix: `ff-claim-${mode}`,
+      });
+      const release = new SharedArrayBuffer(4);
+      const worker = new Worker(CLAIMER, {
+        workerData: {
+          handle: tb.handle,
+          port: server.port,
+          mode: mode === 'exits' ? 'exit' : 'compute',
+          release,
+        },
+      });
+      const exited = once(worker, 'exit');
+      try {
+        await once(worker, 'message');
+        // 3 000 calls of this thread, 100 at a time, while the claimer holds the claim.
+        let allowed = 0;
+        const failures: string[] = [];
+        for (let round = 0; round < 30; round++) {
+          const results = await Promise.allSettled(
+            Array.from({ length: 100 }, () => tb.tryAcquire('hot')),
+          );
+          for (const r of results) {
+            if (r.status === 'fulfilled') allowed += r.value ? 1 : 0;
+            else failures.push((r.reason as Error).name);
+          }
+        }
+        expect(failures).toEqual([]);
+        expect(allowed).toBe(3000);
+      } finally {
+        Atomics.store(new Int32Array(release), 0, 1);
+        Atomics.notify(new Int32Array(release), 0);
+        await exited;
+        await tb.close();
+      }
+    }, 30_000);
+  }
 });

@@ -202,6 +202,64 @@ describe('fleet mode: blocks', () => {
   });
 });
 
+describe('fleet mode: blockKeys slots are reused', () => {
+  it('a new key takes over the slot of a key whose block aged out, giving its permits back', async () => {
+    const clock = new ManualClock(1_000_000);
+    const tb = new TokenBucket({
+      redis,
+      capacity: 1000,
+      refillPerSecond: 1e-6,
+      block: 10,
+      blockKeys: 4,
+      blockTtlMs: 1000,
+      clock,
+      prefix: 'f-reuse',
+    });
+    // Every slot taken: four keys, one call each, 9 permits of each still in hand.
+    for (let i = 0; i < 4; i++) expect((await tb.consume(`old${i}`)).remaining).toBe(9);
+    clock.advance(1000); // their blocks age out
+    await cli(server.port, 'CONFIG', 'RESETSTAT');
+    const decisions = [];
+    for (let i = 0; i < 100; i++) decisions.push(await tb.consume('hot'));
+    expect(decisions.every((d) => d.allowed)).toBe(true);
+    // The hot key is spent from blocks: one lease per 10 decisions (the give-back of the
+    // aged-out block whose slot it took goes in the first one's batch).
+    expect(await evalCalls()).toBe(10);
+    // The slot's old key got its 9 unspent permits back; the three others still hold theirs.
+    const check = new TokenBucket({
+      redis,
+      capacity: 1000,
+      refillPerSecond: 1e-6,
+      clock,
+      prefix: 'f-reuse',
+    });
+    const available = [];
+    for (let i = 0; i < 4; i++) available.push((await check.stats(`old${i}`)).available);
+    expect(available.sort()).toEqual([990, 990, 990, 999]);
+    await tb.close();
+  });
+
+  it('a slot whose block still counts is never taken over: the new key goes to Redis directly', async () => {
+    const clock = new ManualClock(1_000_000);
+    const tb = new TokenBucket({
+      redis,
+      capacity: 1000,
+      refillPerSecond: 1e-6,
+      block: 10,
+      blockKeys: 2,
+      clock,
+      prefix: 'f-reuse2',
+    });
+    for (let i = 0; i < 2; i++) expect((await tb.consume(`old${i}`)).remaining).toBe(9);
+    // Their blocks are fresh: both keys keep their slots, and the new key's call is Redis's
+    // own decision (no block: what Redis has left, not a block's).
+    expect((await tb.consume('new')).remaining).toBe(999);
+    expect((await tb.consume('old0')).remaining).toBe(8);
+    expect((await tb.consume('old1')).remaining).toBe(8);
+    await tb.close();
+  });
+});
+
 describe('fleet mode: lease sizes', () => {
   it('with maxBlock, a key spent faster than a round trip gets leases up to it; none is lost', async () => {
     const clock = new ManualClock(0);

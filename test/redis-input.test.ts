@@ -34,8 +34,8 @@ async function outcome(f: () => unknown): Promise<string> {
         )
       : r;
   if (!(e instanceof Error)) return String(e);
-  // The Redis classes take the narrow ranges only (no wide limits yet, see the README):
-  // the same error, naming the same option, with their own bounds.
+  // The bounds may differ between memory and Redis: the same error, naming the same
+  // option, with each side's own bounds.
   return `${e.constructor.name}: ${e.message.replace(/ from [^ ]+ to [^ ,]+/, ' from … to …')}`;
 }
 

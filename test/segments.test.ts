@@ -254,6 +254,29 @@ describe('SlidingWindow with segments, bad input', () => {
       /"limit" must be an integer from 1 to 32765 with 1000 segments of 1 ms/,
     );
     expect(new SlidingWindow({ limit: 32_765, windowMs: 1000, segments: 1000 }).limit).toBe(32_765);
+    // The largest limit, 33 554 429, needs segments of at least 2 097.152 ms, at most 32.
+    expect(() => new SlidingWindow({ limit: 20_000_000, windowMs: 4100, segments: 2 })).toThrow(
+      /from 1 to 16777213 with 2 segments of 2050 ms .*got 20000000; a limit up to 33554429 needs segments of at least 2097.152 ms, at most 32 of them/,
+    );
+    expect(new SlidingWindow({ limit: 33_554_429, windowMs: 4194.304, segments: 2 }).limit).toBe(
+      33_554_429,
+    );
+    expect(
+      new SlidingWindow({ limit: 33_554_429, windowMs: 2097.152 * 32, segments: 32 }).limit,
+    ).toBe(33_554_429);
+    expect(() => new SlidingWindow({ limit: 33_554_429, windowMs: 4194.302, segments: 2 })).toThrow(
+      /needs segments of at least 2097.152 ms/,
+    );
+    expect(() => new SlidingWindow({ limit: 33_554_430, windowMs: 60_000, segments: 2 })).toThrow(
+      /no segments allow more than 33554429/,
+    );
+    // A limit up to 16 777 213 needs segments of at least 419.431 ms.
+    expect(new SlidingWindow({ limit: 16_777_213, windowMs: 838.862, segments: 2 }).limit).toBe(
+      16_777_213,
+    );
+    expect(() => new SlidingWindow({ limit: 16_777_213, windowMs: 838.86, segments: 2 })).toThrow(
+      /a limit up to 16777213 needs segments of at least 419.431 ms, at most 64 of them/,
+    );
     // A 60 s window in 60 segments holds far more than the two-window estimate's 4 093.
     expect(new SlidingWindow({ limit: 16_000_000, windowMs: 60_000, segments: 60 }).limit).toBe(
       16_000_000,

@@ -42,6 +42,12 @@ describe('option validation', () => {
     [TokenBucket, { capacity: 5, refillPerSecond: 1, clock: {} }, TypeError, /"clock"/],
     [TokenBucket, null, TypeError, /options must be an object, got null/],
     [LeakyBucket, { capacity: 5, ratePerSecond: 0 }, RangeError, /"ratePerSecond".*got 0/],
+    [
+      LeakyBucket,
+      { capacity: 1, ratePerSecond: 1, queueLimit: 2 },
+      RangeError,
+      /"queueLimit" must be an integer from 0 to 1 \(the bucket's "capacity".*got 2/,
+    ],
     [FixedWindow, { limit: 5, windowMs: 0 }, RangeError, /"windowMs".*got 0/],
     [FixedWindow, { limit: 0, windowMs: 1000 }, RangeError, /"limit".*got 0/],
     [

@@ -20,7 +20,7 @@ import {
 } from '../src/layout.js';
 import { runWorkers, workerScript } from './helpers/threads.js';
 
-// Wide limits (issue #11): options past what the 32-bit state word holds choose a wide
+// Wide limits: options past what the 32-bit state word holds choose a wide
 // table, whose state is a 64-bit word changed by one 64-bit CAS. Time is a ManualClock,
 // so every count is exact.
 
@@ -277,8 +277,18 @@ describe('TokenBucket and LeakyBucket, wide', () => {
     expect(lb.consume('k').retryAfterMs).toBeCloseTo(drainMs, 2);
     const order: number[] = [];
     const waiters = [1, 2, 3].map((i) => lb.acquire('k', 1e6).then(() => order.push(i)));
-    clock.advance(Math.ceil(drainMs) + 30); // 10 ms per 10^6: all three are due
-    await Promise.all(waiters);
+    // Drained: the first leaves; then one every 10 ms (10^6 at 10^8 per second), each from
+    // the time the one before left — never two at once.
+    clock.advance(Math.ceil(drainMs));
+    await waiters[0];
+    expect(order).toEqual([1]);
+    clock.advance(10);
+    await waiters[1];
+    clock.advance(9.999);
+    await new Promise((r) => setImmediate(r));
+    expect(order).toEqual([1, 2]);
+    clock.advance(0.001);
+    await waiters[2];
     expect(order).toEqual([1, 2, 3]);
   });
 

@@ -39,6 +39,7 @@ export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
   readonly limit: number;
 
+  /** @internal */
   private readonly holders: Holders;
 
   constructor(options: ConcurrencyOptions) {
@@ -50,9 +51,11 @@ export class Concurrency extends Limiter {
       this.queues,
       (ref, n) => this.giveBackRef(ref, n),
       this.core.shared,
+      () => this.table.mapped(),
     );
   }
 
+  /** @internal */
   protected override becameShared(): void {
     if (!this.holders.share()) return;
     // Until now this thread was the only one: every permit a slot holds is its own.
@@ -64,6 +67,7 @@ export class Concurrency extends Limiter {
     });
   }
 
+  /** @internal */
   private static prepare(options: ConcurrencyOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('Concurrency', options, ['limit']);
@@ -72,19 +76,19 @@ export class Concurrency extends Limiter {
     return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2, wide };
   }
 
-  /** A Lease from `acquire()` gives its permits back on `release()`. */
+  /** @internal A Lease from `acquire()` gives its permits back on `release()`. */
   protected override get releasable(): boolean {
     return true;
   }
 
-  /** Permits held in `state` (a wide table's payload is the count itself). */
+  /** @internal Permits held in `state` (a wide table's payload is the count itself). */
   private held(state: number): number {
     if (this.core.wide) return state === W_FRESH ? 0 : state;
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? 0 : p;
   }
 
-  /** Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
+  /** @internal Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
   private swapHeld(w: number, s: number, x: number, next: number): boolean {
     return this.swap(w, s, x, this.core.wide ? next : (s & GEN_MASK) | next);
   }
@@ -92,7 +96,9 @@ export class Concurrency extends Limiter {
   /**
    * Returns `permits` held for `key`. Releasing more than the key holds is a bug in the
    * caller and throws a RangeError (nothing is released then). Permits this thread held
-   * that were already given back because it looked dead are not given back twice.
+   * that were already given back because it looked dead are not given back twice; nor are
+   * permits another thread took and handed to this one (released here beyond what this
+   * thread took of the key) that came back when their taker died (see holders.ts).
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
@@ -150,6 +156,7 @@ export class Concurrency extends Limiter {
     }
   }
 
+  /** @internal */
   private overRelease(permits: number, held: number): RangeError {
     return rangeError(
       `Concurrency.release: permits (${permits}) exceed the permits held for this key (${held})`,
@@ -163,6 +170,7 @@ export class Concurrency extends Limiter {
     if (rest > 0) this.giveBackUnchecked(key, rest, Number.NaN);
   }
 
+  /** @internal */
   private ghostsOf(key: Key | undefined, permits: number): number {
     const ref = this.table.find(key);
     return ref === NO_SLOT ? 0 : this.holders.ghosts(ref, permits);
@@ -170,13 +178,14 @@ export class Concurrency extends Limiter {
 
   /**
    * Recorded after the grant's CAS: a thread terminated between the two loses the permits
-   * (nobody gives them back), never the other way round (see README, Caveats).
+   * (nobody gives them back), never the other way round (see docs/guarantees.md).
+   * @internal
    */
   override admitted(w: number, before: number, _nowUs: number, permits: number): void {
     this.holders.granted(w * 16 + (before >>> GEN_SHIFT), permits);
   }
 
-  /** refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
+  /** @internal refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
   protected override giveBackUnchecked(
     key: Key | undefined,
     permits: number,
@@ -202,20 +211,22 @@ export class Concurrency extends Limiter {
     }
   }
 
-  /** reset(): what the records say this key's threads hold is void with the key's state. */
+  /** @internal reset(): what the records say this key's threads hold is void with the key's state. */
   override rebuilding(w: number): void {
     this.holders.voidSlot(w);
   }
 
+  /** @internal */
   protected override onHeartbeat(): void {
     this.holders.reap();
   }
 
+  /** @internal */
   protected override remapped(): void {
     this.holders.i32 = this.i32;
   }
 
-  /** A dead holder's permits, back to the slot they were taken from. */
+  /** @internal A dead holder's permits, back to the slot they were taken from. */
   private giveBackRef(ref: number, permits: number): void {
     const w = ref >>> 4;
     // Another thread's record may name a slot of a segment this thread has not mapped yet.
@@ -251,6 +262,7 @@ export class Concurrency extends Limiter {
     return this.take(key, permits) || (this.holders.refused() && this.take(key, permits));
   }
 
+  /** @internal */
   private take(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     if (core.wide) {
@@ -265,6 +277,7 @@ export class Concurrency extends Limiter {
     return true;
   }
 
+  /** @internal */
   protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held + permits > this.limit) return REJECT;
@@ -272,16 +285,19 @@ export class Concurrency extends Limiter {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = p === W_FRESH ? 0 : p;
     return held + permits > this.limit ? REJECT : held + permits;
   }
 
+  /** @internal */
   protected giveBack(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held === 0) return state;
@@ -290,14 +306,17 @@ export class Concurrency extends Limiter {
       : (state & GEN_MASK) | Math.max(0, held - permits);
   }
 
+  /** @internal */
   protected available(state: number): number {
     return this.limit - this.held(state);
   }
 
+  /** @internal */
   protected untilFreshUs(state: number): number {
     return this.held(state) === 0 ? 0 : Number.POSITIVE_INFINITY;
   }
 
+  /** @internal */
   protected retryEstimateUs(): number {
     return Number.POSITIVE_INFINITY;
   }

@@ -9,7 +9,7 @@ import { readWindowOptions, wideWindowBits, windowBits } from './window-bits.js'
 export interface FixedWindowOptions extends CommonOptions {
   /**
    * Permits per window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more (past what
-   * the 32-bit state holds, a wide table), less for shorter ones (see README).
+   * the 32-bit state holds, a wide table), less for shorter ones (see docs/algorithms.md).
    */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^31). Windows are aligned to the clock's origin. */
@@ -25,14 +25,19 @@ export class FixedWindow extends Limiter {
   readonly algorithm = 'FixedWindow';
   readonly limit: number;
   readonly windowMs: number;
+  /** @internal */
   private readonly windowUs: number;
+  /** @internal */
   private readonly countBits: number;
+  /** @internal */
   private readonly countMask: number;
-  /** 2^countBits: a wide payload's window number is counted in these. */
+  /** @internal 2^countBits: a wide payload's window number is counted in these. */
   private readonly countSpan: number;
-  /** 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
+  /** @internal 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
   private readonly perCount: number;
+  /** @internal */
   private readonly wBits: number;
+  /** @internal */
   private readonly wMask: number;
 
   constructor(options: FixedWindowOptions) {
@@ -51,6 +56,7 @@ export class FixedWindow extends Limiter {
     this.wMask = 2 ** bits.windowBits - 1;
   }
 
+  /** @internal */
   private static prepare(options: FixedWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('FixedWindow', options, ['limit', 'windowMs']);
@@ -58,7 +64,7 @@ export class FixedWindow extends Limiter {
     return { ...common, params: [limit, windowMs], logRing: 0, wide };
   }
 
-  /** The window the state counts in (≥ the current one) and its count; count 0 if stale. */
+  /** @internal The window the state counts in (≥ the current one) and its count; count 0 if stale. */
   private read(state: number, stamp: number, nowUs: number): { window: number; count: number } {
     const window = Math.floor(nowUs / this.windowUs);
     if (this.core.wide) {
@@ -77,17 +83,19 @@ export class FixedWindow extends Limiter {
     return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
   }
 
-  /** A wide table's payload: `count` in `window`. */
+  /** @internal A wide table's payload: `count` in `window`. */
   private packWide(window: number, count: number): number {
     return (window & this.wMask) * this.countSpan + count;
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     // read() written out without its object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
@@ -121,6 +129,7 @@ export class FixedWindow extends Limiter {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     // Inline of read() without the object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
@@ -138,6 +147,7 @@ export class FixedWindow extends Limiter {
     return (state & GEN_MASK) | ((window & this.wMask) << this.countBits) | (count + permits);
   }
 
+  /** @internal */
   protected giveBack(
     state: number,
     stamp: number,
@@ -154,19 +164,23 @@ export class FixedWindow extends Limiter {
     );
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     return this.limit - this.read(state, stamp, nowUs).count;
   }
 
+  /** @internal */
   override countsUntilUs(takenUs: number): number {
     return (Math.floor(takenUs / this.windowUs) + 1) * this.windowUs;
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? 0 : (window + 1) * this.windowUs - nowUs;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number): number {
     return (this.read(state, stamp, nowUs).window + 1) * this.windowUs - nowUs;
   }

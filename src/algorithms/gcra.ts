@@ -10,7 +10,7 @@ import {
 } from '../layout.js';
 import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
@@ -46,7 +46,7 @@ export function readBucketOptions(
  * A bucket's time units (see Gcra): `k` units per emission interval, `scale` units per µs
  * and the burst `tau` in units. Every backend computes them here, so that all decide alike.
  * The finest unit such that the burst fits in 2^24 units (2^40 in a wide table) and a unit
- * is at least 1 µs, so that time in units (µs since the epoch × scale) stays an exact
+ * is at least 1 µs — or up to half as fine, where that makes the scale exact (exactUnits) — so that time in units (µs since the epoch × scale) stays an exact
  * integer for 285 years; past 10^6 per second (wide only) a unit is the emission interval
  * itself, under 1 µs: time in units is then kept modulo 2^52 (see Gcra's stepWide).
  */
@@ -57,15 +57,50 @@ export function gcraUnits(
 ): { k: number; scale: number; tau: number } {
   const intervalUs = 1e6 / ratePerSecond;
   const maxTau = wide ? MAX_WIDE_TAU : MAX_GCRA_CAPACITY;
-  const k = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
-  return { k, scale: k / intervalUs, tau: capacity * k };
+  const most = Math.max(1, Math.min(Math.floor(maxTau / capacity), Math.floor(intervalUs)));
+  const exact = exactUnits(ratePerSecond, most);
+  if (exact > 0) return { k: exact, scale: (exact * ratePerSecond) / 1e6, tau: capacity * exact };
+  return { k: most, scale: most / intervalUs, tau: capacity * most };
+}
+
+/**
+ * The most units per interval, up to `most`, that make `scale` (k × rate / 10^6 units per
+ * µs) a binary fraction of a few bits, or 0 if none does. Time in units is then the exact
+ * product of whole µs and the scale, so a token falls due exactly at its boundary: with
+ * `k / intervalUs` rounded (7 per second: 142 857 / 142 857.142…), 1 000 000 µs came out
+ * a hair under 7 intervals and the 7th token a microsecond late.
+ *
+ * The rate is m × 2^e with m odd; the scale is k × m × 2^(e − 6) / 5^6, a binary fraction
+ * when k is a multiple of f = 5^6 / gcd(m, 5^6), with the odd part m / gcd(m, 5^6) as
+ * its mantissa. k = f × 2^j, the largest not above `most`.
+ */
+function exactUnits(ratePerSecond: number, most: number): number {
+  let m = ratePerSecond;
+  while (!Number.isInteger(m)) m *= 2;
+  while (m % 2 === 0 && m > 0) m /= 2;
+  let f = 15_625;
+  while (f % 5 === 0 && m % 5 === 0) {
+    f /= 5;
+    m /= 5;
+  }
+  // A short mantissa keeps whole µs × scale exact for any uptime a process reaches (2^53 / m µs).
+  if (f > most || m >= 2 ** 16) return 0;
+  let k = f;
+  while (k * 2 <= most) k *= 2;
+  return k;
 }
 
 /** LeakyBucket's queueLimit: the bucket is the queue, so at most `capacity` (its default). */
 export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number): number {
-  return opts.queueLimit === undefined
-    ? capacity
-    : integerOption('LeakyBucket', 'queueLimit', opts.queueLimit, 0, capacity);
+  if (opts.queueLimit === undefined) return capacity;
+  const q = opts.queueLimit;
+  if (typeof q === 'number' && Number.isInteger(q) && q > capacity) {
+    // The bound is another option: say which, or the message reads as an arbitrary range.
+    throw rangeError(
+      `LeakyBucket: option "queueLimit" must be an integer from 0 to ${capacity} (the bucket's "capacity": the bucket is the queue), got ${show(q)}`,
+    );
+  }
+  return integerOption('LeakyBucket', 'queueLimit', q, 0, capacity);
 }
 
 /**
@@ -80,15 +115,15 @@ export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number)
  */
 export abstract class Gcra extends Limiter {
   readonly limit: number;
-  /** Units per emission interval. */
+  /** @internal Units per emission interval. */
   protected readonly k: number;
-  /** Units per microsecond. */
+  /** @internal Units per microsecond. */
   protected readonly scale: number;
-  /** Burst tolerance in units: capacity × K. */
+  /** @internal Burst tolerance in units: capacity × K. */
   protected readonly tau: number;
-  /** Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
+  /** @internal Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
   private readonly unitsPerStamp: number;
-  /** Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
+  /** @internal Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
   private readonly staleUs: number;
 
   protected constructor(
@@ -109,14 +144,17 @@ export abstract class Gcra extends Limiter {
     this.staleUs = STAMP_US + this.tau / this.scale;
   }
 
+  /** @internal */
   protected nowUnits(nowUs: number): number {
     return Math.floor((nowUs - this.epochUs) * this.scale);
   }
 
+  /** @internal */
   protected tat(state: number, stamp: number): number {
     return Limiter.near(state & PAYLOAD_MASK, Math.floor(stamp * STAMP_US * this.scale), 28);
   }
 
+  /** @internal */
   private encode(state: number, tat: number): number {
     let p = tat & PAYLOAD_MASK;
     // Two payload values are reserved; landing on one rounds the TAT up by ≤ 2 units
@@ -129,6 +167,7 @@ export abstract class Gcra extends Limiter {
   // LeakyBucket, not here: one copy serving both classes would see both, and V8 would
   // specialise it for neither (see Limiter.tryAcquire).
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     // nowUnits(), tat() and encode() written out, in as few bytes of bytecode as V8 allows:
     // the decision path inlines this, and V8 inlines only so much (see decide() in
@@ -147,33 +186,24 @@ export abstract class Gcra extends Limiter {
     return ((state >>> 28) << 28) | (next >= RESERVED ? 0 : next);
   }
 
+  // The head waiter decides with step() itself (Limiter's stepQueued()), at the time it
+  // wakes: a waiter woken late is granted then, not at its due time. Granting at the due
+  // time made up the lateness, but a late timer then granted the overdue waiters — and a
+  // new caller — at one instant: a burst a leaky bucket must never show, and past the
+  // capacity for a token bucket. The head wakes on time instead (see `punctual`).
+
   /**
-   * The head waiter's step: a waiter that wakes late is granted at the theoretical time
-   * (the TAT), not at its wake-up time, so the schedule follows the TAT line and lateness
-   * is made up instead of carried into every later turn. Never earlier than the waiter's
-   * own refused attempt: it was refused then, so the TAT was ahead of that time, and no
-   * idle period is credited. The TAT still grows by the full cost per grant, so over any
-   * interval T at most rate × T + capacity permits are granted.
+   * Whether a head waiter for `permits` must wake at its due time to the microsecond (see
+   * Limiter.punctual): always for a leaky bucket; for a token bucket only when the request
+   * takes the whole burst — else a wake-up later than the due time by less than the rest of
+   * the burst finds the tokens it missed still in the bucket, and nothing is lost.
+   * @internal
    */
-  protected override stepQueued(
-    state: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-  ): number {
-    const now = this.nowUnits(nowUs);
-    const cost = permits * this.k;
-    const since = this.nowUnits(this.core.queuedSinceUs);
-    let base = since < now ? since : now;
-    if ((state & PAYLOAD_MASK) !== FRESH) {
-      const tat = this.tat(state, stamp);
-      if (tat > base) base = tat;
-    }
-    const allowance = this.leaky ? cost : this.tau;
-    if (base - now + cost > allowance) return REJECT;
-    return this.encode(state, base + cost);
+  protected override punctual(permits: number): boolean {
+    return this.leaky || permits * this.k >= this.tau;
   }
 
+  /** @internal */
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.core.wide) return this.giveBackWide(state, stamp, nowUs, permits);
     if ((state & PAYLOAD_MASK) === FRESH) return state;
@@ -183,23 +213,59 @@ export abstract class Gcra extends Limiter {
     return this.encode(state, Math.max(now, tat - permits * this.k));
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     if (this.leaky) return ahead === 0 ? this.limit : 0;
     return Math.max(0, Math.min(this.limit, Math.floor((this.tau - ahead) / this.k)));
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     return this.ahead(state, stamp, nowUs) / this.scale;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     const wait = this.leaky ? ahead : ahead + permits * this.k - this.tau;
     return wait / this.scale;
   }
 
-  /** How far the TAT is ahead of now, in units (0 when it is not), for either table. */
+  /**
+   * Behind `queued` permits waiting ahead: they are granted as their tokens come (each
+   * waiter's turn adds its cost to the TAT from where it is, or from its turn if the TAT
+   * has passed), so these are due once the TAT plus the queue's cost allows them — the
+   * least whole µs r with units(now + r) ≥ max(TAT, now) + queue + own cost − allowance.
+   * @internal
+   */
+  protected override retryBehindUs(
+    state: number,
+    stamp: number,
+    nowUs: number,
+    queued: number,
+    permits: number,
+  ): number {
+    const cost = permits * this.k;
+    const need =
+      this.ahead(state, stamp, nowUs) + queued * this.k + (this.leaky ? 0 : cost - this.tau);
+    if (need <= 0) return 0;
+    const gone = (r: number) => this.unitsBetween(nowUs, nowUs + r) >= need;
+    let r = Math.max(0, Math.ceil(need / this.scale) - 1);
+    if (!(r <= 2 ** 52)) return Number.POSITIVE_INFINITY;
+    while (r > 0 && gone(r - 1)) r--;
+    while (!gone(r)) r++;
+    return r;
+  }
+
+  /** @internal Whole units of time from `fromUs` to `toUs`, as the decisions count them. */
+  private unitsBetween(fromUs: number, toUs: number): number {
+    if (!this.core.wide) return this.nowUnits(toUs) - this.nowUnits(fromUs);
+    const d = this.unitsMod(toUs) - this.unitsMod(fromUs);
+    return d < 0 ? d + WIDE_MOD : d;
+  }
+
+  /** @internal How far the TAT is ahead of now, in units (0 when it is not), for either table. */
   private ahead(state: number, stamp: number, nowUs: number): number {
     if (this.core.wide) return Math.max(0, this.lead(state, stamp, nowUs, this.unitsMod(nowUs)));
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
@@ -214,23 +280,25 @@ export abstract class Gcra extends Limiter {
   // whose stamp (last grant) is older than `staleUs` has a TAT in the past, so it is
   // read as drained without decoding.
 
-  /** Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
+  /** @internal Time in units modulo 2^52 (exact: an integer double reduced by a power of two). */
   private unitsMod(nowUs: number): number {
     const u = Math.floor((nowUs - this.epochUs) * this.scale);
     return u >= 0 && u < WIDE_MOD ? u : u - Math.floor(u / WIDE_MOD) * WIDE_MOD;
   }
 
-  /** TAT − now in units, signed (0 for a fresh or long-idle slot). */
+  /** @internal TAT − now in units, signed (0 for a fresh or long-idle slot). */
   private lead(p: number, stamp: number, nowUs: number, now: number): number {
     if (p === W_FRESH || nowUs - this.epochUs >= stamp * STAMP_US + this.staleUs) return 0;
     const d = p - now;
     return d >= WIDE_HALF ? d - WIDE_MOD : d < -WIDE_HALF ? d + WIDE_MOD : d;
   }
 
+  /** @internal */
   private wrap(tat: number): number {
     return tat >= WIDE_MOD ? tat - WIDE_MOD : tat < 0 ? tat + WIDE_MOD : tat;
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.unitsMod(nowUs);
     const ahead = Math.max(0, this.lead(p, stamp, nowUs, now));
@@ -239,27 +307,7 @@ export abstract class Gcra extends Limiter {
     return this.wrap(now + ahead + cost);
   }
 
-  protected override stepQueuedWide(
-    p: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-  ): number {
-    // stepQueued(), relative to now: the waiter is granted at the TAT, never before its
-    // own refused attempt.
-    const now = this.unitsMod(nowUs);
-    const cost = permits * this.k;
-    const u = Math.floor((nowUs - this.epochUs) * this.scale);
-    const since = Math.floor((this.core.queuedSinceUs - this.epochUs) * this.scale) - u;
-    let base = since < 0 ? since : 0;
-    if (p !== W_FRESH) {
-      const lead = this.lead(p, stamp, nowUs, now);
-      if (lead > base) base = lead;
-    }
-    if (base + cost > (this.leaky ? cost : this.tau)) return REJECT;
-    return this.wrap(now + base + cost);
-  }
-
+  /** @internal */
   private giveBackWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.unitsMod(nowUs);
     const ahead = this.lead(p, stamp, nowUs, now);

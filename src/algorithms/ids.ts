@@ -5,3 +5,4 @@ export const ALGO_FIXED_WINDOW = 3;
 export const ALGO_SLIDING_WINDOW = 4;
 export const ALGO_SLIDING_LOG = 5;
 export const ALGO_CONCURRENCY = 6;
+export const ALGO_WARMING_BUCKET = 7;

@@ -29,7 +29,7 @@ export function segmentBits(
   return { countBits, segBits, tagBits };
 }
 
-/** The largest limit `segmentBits` accepts (for error messages and the README table). */
+/** The largest limit `segmentBits` accepts (for error messages and the docs' range table). */
 export function maxSegmentedLimit(segmentUs: number, segments: number): number {
   let lo = 0;
   let hi = 2 ** 26;
@@ -39,6 +39,41 @@ export function maxSegmentedLimit(segmentUs: number, segments: number): number {
     else hi = mid - 1;
   }
   return lo;
+}
+
+/**
+ * What a segmented limit needs: a limit up to `maxLimit` (2^c − 3, its count in c bits)
+ * needs segments of at least `minSegmentUs` (so that the 28 − c bits left number enough of
+ * them) and at most `maxSegments` of them (so that a ring tag, 32 − c bits, tells them
+ * apart). Null past the largest limit any segments allow.
+ */
+export function segmentedTier(
+  limit: number,
+): { maxLimit: number; minSegmentUs: number; maxSegments: number } | null {
+  const countBits = 32 - Math.clz32(limit + 2);
+  const room = 2 ** (27 - countBits) - 3; // segBits − 1 = 27 − countBits
+  if (room <= 0) return null;
+  const maxSegments = Math.min(MAX_SEGMENTS, 2 ** (30 - countBits));
+  if (maxSegments < MIN_SEGMENTS) return null;
+  // The least whole µs with 2^(segBits − 1) ≥ 3 + 2 × STAMP_US / segmentUs, as segmentBits() tests it.
+  let minSegmentUs = Math.ceil((2 * STAMP_US) / room);
+  while (2 ** (27 - countBits) < 3 + (2 * STAMP_US) / minSegmentUs) minSegmentUs++;
+  while (minSegmentUs > 1 && 2 ** (27 - countBits) >= 3 + (2 * STAMP_US) / (minSegmentUs - 1)) {
+    minSegmentUs--;
+  }
+  return { maxLimit: 2 ** countBits - 3, minSegmentUs, maxSegments };
+}
+
+/** The largest limit any segments allow (33 554 429: segments of at least 2 097.152 ms). */
+export const MAX_SEGMENTED_LIMIT = 2 ** 25 - 3;
+
+function tierHint(limit: number): string {
+  const tier = segmentedTier(limit);
+  if (tier === null) {
+    const top = segmentedTier(MAX_SEGMENTED_LIMIT)!;
+    return `no segments allow more than ${MAX_SEGMENTED_LIMIT} (segments of at least ${top.minSegmentUs / 1000} ms, at most ${top.maxSegments} of them)`;
+  }
+  return `a limit up to ${tier.maxLimit} needs segments of at least ${tier.minSegmentUs / 1000} ms, at most ${tier.maxSegments} of them`;
 }
 
 /**
@@ -66,7 +101,7 @@ export function readSlidingWindowOptions(
   const max = maxSegmentedLimit(segmentUs, segments);
   if (typeof opts.limit === 'number' && Number.isInteger(opts.limit) && opts.limit > max) {
     throw rangeError(
-      `${owner}: option "limit" must be an integer from 1 to ${max} with ${segments} segments of ${segmentUs / 1000} ms (a segment's number and count share a 28-bit word), got ${show(opts.limit)}; fewer (so longer) segments allow a larger limit`,
+      `${owner}: option "limit" must be an integer from 1 to ${max} with ${segments} segments of ${segmentUs / 1000} ms (a segment's number and count share a 28-bit word), got ${show(opts.limit)}; ${tierHint(opts.limit)}`,
     );
   }
   const limit = integerOption(owner, 'limit', opts.limit, 1, max);

@@ -16,9 +16,9 @@ import { segmentBits } from './segment-bits.js';
 /**
  * x modulo m, in 0..m−1, for any integer x (segment numbers are doubles past 2^31) and
  * integer m from 1 to 2^31. Not `x % m` on the common path: on doubles V8 calls C's fmod
- * (~20 ns here), and a decision takes five of these. Below 2^52 in size, the quotient,
+ * (several times dearer), and a decision takes five of these. Below 2^52 in size, the quotient,
  * rounded, is within one of the true floor, so `q × m` and `x − q × m` are exact integers
- * and one correction lands in 0..m−1 (~4 ns). Exported for its test.
+ * and one correction lands in 0..m−1. Exported for its test.
  */
 export function mod(x: number, m: number): number {
   if (x >= 2 ** 52 || x <= -(2 ** 52)) {

@@ -60,13 +60,15 @@ export class SlidingLog extends Limiter {
   readonly algorithm = 'SlidingLog';
   readonly limit: number;
   readonly windowMs: number;
+  /** @internal */
   private readonly windowUs: number;
+  /** @internal */
   private readonly ring: number;
-  /** The log rings, in a buffer of their own (see LogPool). */
+  /** @internal The log rings, in a buffer of their own (see LogPool). */
   private readonly rings: LogPool;
-  /** The slot stamp the last step() saw, before its grant raised it (for admitted()). */
+  /** @internal The slot stamp the last step() saw, before its grant raised it (for admitted()). */
   private stampSeen = 0;
-  /** Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
+  /** @internal Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
   private marked = { slot: -1, generation: 0, head: 0, count: 0 };
 
   constructor(options: SlidingLogOptions) {
@@ -77,9 +79,10 @@ export class SlidingLog extends Limiter {
     this.ring = this.layout.logRing;
     this.rings = this.pool!; // logRing > 0: the base made (or attached) the pool
     // The default key's ring is built here once per buffer (attach() finds it built).
-    if (!(options instanceof Attached)) this.initSlot(0);
+    this.opened(() => this.initSlot(0));
   }
 
+  /** @internal */
   private static prepare(options: SlidingLogOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingLog', options, ['limit', 'windowMs']);
@@ -88,16 +91,17 @@ export class SlidingLog extends Limiter {
     return { ...common, params: [limit, windowMs], logRing: ring };
   }
 
-  /** Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
+  /** @internal Byte offset, in the pool, of the entry for log position `pos` of slot `s`. */
   private entry(s: number, pos: number): number {
     return this.rings.start(this.i32, s) + (pos & (this.ring - 1)) * 16;
   }
 
+  /** @internal */
   private slot(): number {
     return this.slotOfRef(this.core.lastWord * 16);
   }
 
-  /** Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
+  /** @internal Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
   override initSlot(s: number): void {
     const start = this.rings.take(this.i32, s);
     const { i32, f64 } = this.rings;
@@ -108,6 +112,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   private head(state: number): number {
     const p = state & PAYLOAD_MASK;
     return p === FRESH ? this.ring : p;
@@ -116,6 +121,7 @@ export class SlidingLog extends Limiter {
   /**
    * Relative time (µs since the epoch) at which log position `pos` was granted, or a later
    * one. `stamp` is the slot's stamp, read after the state that holds `pos`.
+   * @internal
    */
   private grantedAt(s: number, pos: number, relNow: number, stamp: number): number {
     pos &= POS_MASK;
@@ -150,7 +156,7 @@ export class SlidingLog extends Limiter {
     return relNow;
   }
 
-  /** Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
+  /** @internal Records time `t` for the unwritten entry at `byte`, unless its writer got there first. */
   private recordUnwritten(byte: number, pos: number, seq: number, t: number): void {
     this.rings.f64[(byte >> 3) + 1] = t;
     const i32 = this.rings.i32;
@@ -177,6 +183,7 @@ export class SlidingLog extends Limiter {
     return true;
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const h = this.head(state);
@@ -192,6 +199,7 @@ export class SlidingLog extends Limiter {
     return (state & GEN_MASK) | ((h + permits) & POS_MASK);
   }
 
+  /** @internal */
   override admitted(w: number, before: number, nowUs: number, permits: number): void {
     const s = this.slotOfRef(w * 16);
     const h = this.head(before);
@@ -233,6 +241,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     const s = this.slot();
     // Called again when the last attempt's CAS failed: unmark what it marked first.
@@ -269,6 +278,7 @@ export class SlidingLog extends Limiter {
    * reader would record a later time for them: stricter than the truth for a window).
    * Only while the slot is still this key's and the marked positions still lie below the
    * head; an entry some reader recorded a time for meanwhile keeps that later time.
+   * @internal
    */
   private unmark(s: number, state: number): void {
     const m = this.marked;
@@ -285,6 +295,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected override giveBackUnchecked(
     key: Key | undefined,
     permits: number,
@@ -298,6 +309,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   override takeBack(w: number, s: number, x: number, next: number, permits: number): void {
     try {
       super.takeBack(w, s, x, next, permits);
@@ -306,6 +318,7 @@ export class SlidingLog extends Limiter {
     }
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
@@ -324,6 +337,7 @@ export class SlidingLog extends Limiter {
     return lo;
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
     const relNow = nowUs - this.epochUs;
@@ -331,6 +345,7 @@ export class SlidingLog extends Limiter {
     return Math.max(0, newest + this.windowUs - relNow);
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const t = this.grantedAt(

@@ -12,7 +12,7 @@ export interface SlidingWindowOptions extends CommonOptions {
   /**
    * Permits per sliding window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more
    * (past what the 32-bit state holds, a wide table), less for shorter ones or with
-   * `segments` (see the README's range table).
+   * `segments` (see the range table in docs/algorithms.md).
    */
   limit: number;
   /** Window length in milliseconds (0.001 to 2^31; 2^30 with `segments`). */
@@ -43,30 +43,43 @@ export class SlidingWindow extends Limiter {
   readonly windowMs: number;
   /** Segments per window; undefined for the two-window estimate. */
   readonly segments: number | undefined;
+  /** @internal */
   private readonly windowUs: number;
-  /** The segmented algorithm, or null for the two-window estimate. */
+  /** @internal The segmented algorithm, or null for the two-window estimate. */
   private readonly ring: SegmentRing | null;
+  /** @internal */
   private readonly countBits: number;
+  /** @internal */
   private readonly countMask: number;
+  /** @internal */
   private readonly wBits: number;
+  /** @internal */
   private readonly wMask: number;
-  /** Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
+  /** @internal Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
   private readonly prevQuantum: number;
+  /** @internal */
   private readonly prevBits: number;
-  /** 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
+  /** @internal 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
   private readonly countSpan: number;
+  /** @internal */
   private readonly prevSpan: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
   // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
   // three of them stood one after another on the decision's path.
+  /** @internal */
   private readonly perCount: number;
+  /** @internal */
   private readonly perPrev: number;
+  /** @internal */
   private readonly perQuantum: number;
-  /** Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
+  /** @internal Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
   private readonly exactWeights: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
+  /** @internal */
   private window = 0;
+  /** @internal */
   private prev = 0;
+  /** @internal */
   private curr = 0;
 
   constructor(options: SlidingWindowOptions) {
@@ -92,7 +105,7 @@ export class SlidingWindow extends Limiter {
       this.perCount = this.perPrev = this.perQuantum = 0;
       this.exactWeights = true;
       // The default key's ring is taken here once per buffer (attach() finds it taken).
-      if (!(options instanceof Attached)) this.initSlot(0);
+      this.opened(() => this.initSlot(0));
       return;
     }
     this.segments = undefined;
@@ -116,6 +129,7 @@ export class SlidingWindow extends Limiter {
     this.perQuantum = 1 / this.prevQuantum;
   }
 
+  /** @internal */
   private static prepare(options: SlidingWindowOptions | Attached): Fresh | Attached {
     if (options instanceof Attached) return options;
     const { opts, common } = readCommon('SlidingWindow', options, [
@@ -137,15 +151,17 @@ export class SlidingWindow extends Limiter {
     };
   }
 
+  /** @internal */
   protected override remapped(): void {
     if (this.ring) this.ring.i32 = this.i32;
   }
 
+  /** @internal */
   override initSlot(s: number): void {
     this.ring?.initSlot(s);
   }
 
-  /** Rolls the stored counters forward to now's window; results in window/prev/curr. */
+  /** @internal Rolls the stored counters forward to now's window; results in window/prev/curr. */
   private read(state: number, stamp: number, nowUs: number): void {
     const now = Math.floor(nowUs / this.windowUs);
     this.window = now;
@@ -180,12 +196,13 @@ export class SlidingWindow extends Limiter {
     }
   }
 
-  /** Weighted count of the previous window at `nowUs`, times windowUs (exact in doubles). */
+  /** @internal Weighted count of the previous window at `nowUs`, times windowUs (exact in doubles). */
   private weightedPrev(nowUs: number): number {
     const elapsed = Math.max(0, nowUs - this.window * this.windowUs);
     return this.prev * Math.max(0, this.windowUs - elapsed);
   }
 
+  /** @internal */
   private encode(state: number): number {
     if (this.core.wide) {
       const q = Math.ceil(this.prev * this.perQuantum);
@@ -215,6 +232,7 @@ export class SlidingWindow extends Limiter {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected step(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.step(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
@@ -225,11 +243,13 @@ export class SlidingWindow extends Limiter {
   }
 
   // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  /** @internal */
   protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
+  /** @internal */
   protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     this.read(p, stamp, nowUs);
     if (this.curr + permits > this.limit) return REJECT;
@@ -246,12 +266,14 @@ export class SlidingWindow extends Limiter {
     return this.encode(p);
   }
 
+  /** @internal */
   override countsUntilUs(takenUs: number): number {
     // Counted in a later window (segment), they would weigh less there than a new grant.
     const unit = this.ring !== null ? this.ring.segmentUs : this.windowUs;
     return (Math.floor(takenUs / unit) + 1) * unit;
   }
 
+  /** @internal */
   protected giveBack(
     state: number,
     stamp: number,
@@ -279,6 +301,7 @@ export class SlidingWindow extends Limiter {
     return this.encode(state);
   }
 
+  /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.available(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
@@ -286,6 +309,7 @@ export class SlidingWindow extends Limiter {
     return Math.max(0, Math.floor(this.limit - used));
   }
 
+  /** @internal */
   protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.untilFreshUs(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
@@ -294,6 +318,7 @@ export class SlidingWindow extends Limiter {
     return 0;
   }
 
+  /** @internal */
   protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.retryEstimateUs(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);

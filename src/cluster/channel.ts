@@ -4,6 +4,7 @@
  * protocol.ts); answers come back in call order.
  */
 import { performance } from 'node:perf_hooks';
+import { DeadlineTimer, due } from '../deadlines.js';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AlgorithmName, Decision } from '../options.js';
@@ -85,8 +86,8 @@ const MAX_UNANSWERED_BATCHES = 10_000;
  * least EARLY_BATCH_MIN), not all at the tick's end: the primary decides the first batch
  * while this process still makes the tick's other calls, so the two processes work at
  * once instead of in turns. With about three batches out, each process always has one to
- * work on; smaller batches would cost more per call than the overlap saves (measured in
- * the README, *Benchmarks*, under *Cluster*).
+ * work on; smaller batches would cost more per call than the overlap saves (the bench's
+ * cluster part measures it).
  */
 const EARLY_BATCH_PARTS = 3;
 const EARLY_BATCH_MIN = 8;
@@ -102,8 +103,6 @@ const TIMELESS: ReadonlySet<AlgorithmName | undefined> = new Set<AlgorithmName>(
   'TokenBucket',
   'LeakyBucket',
 ]);
-/** setTimeout's longest delay; a later deadline is reached in more than one step. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class Channel {
   /** What the primary serves; undefined until its first 'ready'. */
@@ -127,10 +126,8 @@ export class Channel {
   private readonly acquiring = new Map<number, Pending>();
   private nextId = 1;
   private inFlight = 0;
-  /** The one deadline timer, armed for `timerAt` (Infinity: none). */
-  private timer: ReturnType<typeof setTimeout> | undefined;
-  private timerAt = Number.POSITIVE_INFINITY;
-  private readonly onTimer = () => this.expire();
+  /** The one timer for every call's deadline (deadlines.ts). */
+  private readonly deadlines = new DeadlineTimer((now) => this.expire(now));
   private helloSent = false;
   private closed = false;
   private readonly waitingForReady = new Set<() => void>();
@@ -261,10 +258,10 @@ export class Channel {
       if (p.since < 0) p.since = performance.now();
       this.early.push(p);
       this.hello();
-      this.armFor(p.since + p.timeoutMs);
+      this.deadlines.armFor(p.since + p.timeoutMs);
       return;
     }
-    if (p.op === ACQUIRE) this.armFor(p.since + p.timeoutMs);
+    if (p.op === ACQUIRE) this.deadlines.armFor(p.since + p.timeoutMs);
     if (this.checked(p)) this.push(p);
   }
 
@@ -496,7 +493,7 @@ export class Channel {
       // Batches whose answers never came (a primary that stopped answering) are forgotten
       // once their calls timed out, oldest first, so that they cannot pile up.
       if (this.sent.size > MAX_UNANSWERED_BATCHES) this.forgetOldest();
-      this.armFor(sentAt + timeoutMs);
+      this.deadlines.armFor(sentAt + timeoutMs);
     }
     this.send({ mark: MARK, t: 'c', s, c }, calls);
   }
@@ -636,27 +633,8 @@ export class Channel {
     }
   }
 
-  /**
-   * Arms the one timer for `deadline` unless it is armed for an earlier one. A call that
-   * settles does not disarm it (one call at a time would otherwise make and clear a timer
-   * per call): it may fire for nothing, and then arms itself for the next deadline.
-   * Unref'd: pending IPC keeps the process up.
-   */
-  private armFor(deadline: number): void {
-    if (deadline >= this.timerAt) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timerAt = deadline;
-    // Rounded up: a timer that fires before the deadline only arms itself again.
-    const ms = Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(deadline - performance.now())));
-    this.timer = setTimeout(this.onTimer, ms);
-    this.timer.unref();
-  }
-
-  /** Times out every call past its deadline, then arms the timer for the earliest left. */
-  private expire(): void {
-    this.timer = undefined;
-    this.timerAt = Number.POSITIVE_INFINITY;
-    const now = performance.now();
+  /** Times out every call past its deadline; returns the earliest deadline left. */
+  private expire(now: number): number {
     let next = Number.POSITIVE_INFINITY;
     for (const p of this.early) next = Math.min(next, this.expireOne(p, p.since, now));
     for (const b of this.sent.values()) {
@@ -680,14 +658,14 @@ export class Channel {
       if (p.settled && p.op === ACQUIRE) this.acquiring.delete(p.id); // never sent
       return !p.settled;
     });
-    this.armFor(next);
+    return next;
   }
 
   /** Times `p` out if its deadline has passed; its deadline if it still waits, else Infinity. */
   private expireOne(p: Pending, since: number, now: number): number {
     if (p.settled) return Number.POSITIVE_INFINITY;
     const deadline = since + p.timeoutMs;
-    if (deadline > now) return deadline;
+    if (!due(deadline, now)) return deadline;
     this.settle(
       p,
       new ClusterTimeoutError(
@@ -708,8 +686,6 @@ export class Channel {
     this.early = [];
     this.sent.clear();
     this.acquiring.clear();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    this.timerAt = Number.POSITIVE_INFINITY;
+    this.deadlines.clear();
   }
 }

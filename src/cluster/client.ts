@@ -8,6 +8,13 @@ import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AlgorithmName, Decision, Lease, Stats } from '../options.js';
 import {
+  type BlockOptions,
+  type BlockSettings,
+  blockSettings,
+  grownLease,
+  leaseAheadDue,
+} from '../permit-blocks.js';
+import {
   acquireOptions,
   checkKey,
   checkOptionsObject,
@@ -30,24 +37,25 @@ import {
   TRY,
 } from './protocol.js';
 
-/** Options of `connectCluster`. */
-export interface ConnectOptions {
+/**
+ * Options of `connectCluster`. The permit-block options (`block`, `blockTtlMs`,
+ * `maxBlock`, `leaseAhead`) mean what they mean for Redis fleet mode, with the same
+ * defaults (permit-blocks.ts): `tryAcquire`, `consume` and `acquire` take up to `block`
+ * permits per trip to the primary and spend them in this worker, so most calls cost no IPC.
+ * A FixedWindow or SlidingWindow block is spent only in the window (segment) its permits
+ * were taken in.
+ */
+export interface ConnectOptions extends BlockOptions {
   /** Longest wait for the primary's answer, in ms (default 5000); then ClusterTimeoutError. */
   timeoutMs?: number;
   /** Calls in flight at most in this process (default 10 000); past it calls reject at once. */
   maxPending?: number;
-  /**
-   * Permit blocks (rate limiters only; default off): `tryAcquire`, `consume` and
-   * `acquire` take up to `block` permits per trip to the primary and spend them locally,
-   * so most calls cost no IPC. When half a block is spent, the next one is asked for in
-   * the background. The trade: up to `block` permits per worker and key sit in its block,
-   * unavailable to other workers until spent, or given back after `blockTtlMs` or on
-   * `close()`. A FixedWindow or SlidingWindow block is spent only in the window (segment)
-   * its permits were taken in. Integer ≥ 2.
-   */
-  block?: number;
-  /** How long a block's permits may be spent before they go back (ms, default 1000). */
-  blockTtlMs?: number;
+}
+
+/** connectCluster's options, checked. */
+export interface ConnectSettings extends BlockSettings {
+  readonly timeoutMs: number;
+  readonly maxPending: number;
 }
 
 /** The primary's limiter, seen from a worker process: the same methods, each a promise. */
@@ -128,6 +136,8 @@ interface Waiter {
 interface Fetch {
   min: number;
   waiters: Waiter[];
+  /** A call found the block dry while this was out: the key's leases grow (maxBlock). */
+  starved: boolean;
   /**
    * performance.now() when the request was made: before the primary took its permits (−1:
    * not made yet).
@@ -164,31 +174,37 @@ function checkPermits(owner: string, permits: unknown, limit: number): void {
 }
 
 /** Checks connectCluster's options (before anything else: they are the caller's bug). */
-export function connectOptions(options: unknown): Required<ConnectOptions> {
+export function connectOptions(options: unknown): ConnectSettings {
   const owner = 'connectCluster';
   const opts = checkOptionsObject(owner, options, [
     'timeoutMs',
     'maxPending',
     'block',
     'blockTtlMs',
+    'maxBlock',
+    'leaseAhead',
   ]);
-  const ms = (name: string, fallback: number) =>
-    opts[name] === undefined ? fallback : positiveNumberOption(owner, name, opts[name], 1, MAX_MS);
   return {
-    timeoutMs: ms('timeoutMs', 5000),
+    timeoutMs:
+      opts.timeoutMs === undefined
+        ? 5000
+        : positiveNumberOption(owner, 'timeoutMs', opts.timeoutMs, 1, MAX_MS),
     maxPending: integerOption(owner, 'maxPending', opts.maxPending, 1, MAX_MS, 10_000),
-    // 1 would be a block that is one call: say so rather than pay for it silently.
-    block: opts.block === undefined ? 1 : integerOption(owner, 'block', opts.block, 2, MAX_MS),
-    blockTtlMs: ms('blockTtlMs', 1000),
+    ...blockSettings(owner, opts, 'permit blocks'),
   };
 }
 
 export class Client implements ClusterLimiter, Caller {
   readonly timeoutMs: number;
   readonly maxPending: number;
+  /** Permits per lease (0: no blocks), the largest lease, and whether leases go ahead. */
   private readonly block: number;
+  private readonly maxBlock: number;
+  private readonly leaseAhead: boolean;
   private readonly blockTtlMs: number;
   private readonly blocks = new Map<Key | undefined, Block>();
+  /** Lease sizes grown past `block` (maxBlock), by key, until the key's block ages out. */
+  private readonly grown = new Map<Key | undefined, number>();
   /** A block request in flight per key: later calls wait for it instead of asking too. */
   private readonly fetching = new Map<Key | undefined, Fetch>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
@@ -219,11 +235,13 @@ export class Client implements ClusterLimiter, Caller {
   constructor(
     readonly name: string,
     private readonly channel: Channel,
-    options: Required<ConnectOptions>,
+    options: ConnectSettings,
   ) {
     this.timeoutMs = options.timeoutMs;
     this.maxPending = options.maxPending;
     this.block = options.block;
+    this.maxBlock = options.maxBlock;
+    this.leaseAhead = options.leaseAhead;
     this.blockTtlMs = options.blockTtlMs;
   }
 
@@ -278,7 +296,7 @@ export class Client implements ClusterLimiter, Caller {
   }
 
   private checkBlock(d: Description): void {
-    if (this.block > 1 && d.algorithm === 'Concurrency') {
+    if (this.block > 0 && d.algorithm === 'Concurrency') {
       throw typeError(
         `connectCluster(${JSON.stringify(this.name)}): option "block" is for rate limiters; this name serves a Concurrency limiter`,
       );
@@ -304,21 +322,34 @@ export class Client implements ClusterLimiter, Caller {
       return undefined;
     }
     b.left -= permits;
-    // Half spent: ask for the rest in the background, so the next calls need not wait.
-    if (b.topUp && b.left * 2 < this.block && !this.fetching.has(key)) this.topUp(key);
+    // leaseAhead: a quarter left, the next lease is asked for in the background, so the
+    // next calls need not wait (permit-blocks.ts).
+    if (
+      this.leaseAhead &&
+      b.topUp &&
+      leaseAheadDue(b.left, this.leaseSize(key), false) &&
+      !this.fetching.has(key)
+    ) {
+      this.topUp(key);
+    }
     return b;
   }
 
+  /** The permits a lease of `key` asks for: `block`, or more for a key spent fast. */
+  private leaseSize(key: Key | undefined): number {
+    return this.maxBlock > this.block ? (this.grown.get(key) ?? this.block) : this.block;
+  }
+
   /**
-   * Tops the key's block up to `block` permits. The size is taken when the request leaves
+   * Tops the key's block up to a lease's size. The size is taken when the request leaves
    * (after the calls already queued in this tick): calls that spend in a burst get a
-   * full block per round trip, and the block never holds more than `block`.
+   * full lease per round trip, and the block never holds more than one.
    */
   private topUp(key: Key | undefined): void {
-    const f: Fetch = { min: 1, waiters: [], sentAt: -1, stale: false };
+    const f: Fetch = { min: 1, waiters: [], starved: false, sentAt: -1, stale: false };
     this.fetching.set(key, f);
     queueMicrotask(() => {
-      const max = this.block - (this.blocks.get(key)?.left ?? 0);
+      const max = this.leaseSize(key) - (this.blocks.get(key)?.left ?? 0);
       if (this.closed || max < 1) {
         if (this.fetching.get(key) === f) this.fetching.delete(key);
         return;
@@ -350,11 +381,14 @@ export class Client implements ClusterLimiter, Caller {
     const waiter: Waiter = { permits, done, fail };
     const inFlight = this.fetching.get(key);
     if (inFlight && d) {
+      // Dry with a lease out: the key is spent faster than a round trip brings permits.
+      inFlight.starved = true;
       inFlight.waiters.push(waiter);
       return;
     }
     const left = this.blocks.get(key)?.left ?? 0;
-    this.fetch(key, permits, Math.max(Math.max(this.block, permits) - left, permits), waiter);
+    const size = this.leaseSize(key);
+    this.fetch(key, permits, Math.max(Math.max(size, permits) - left, permits), waiter);
   }
 
   /**
@@ -362,7 +396,7 @@ export class Client implements ClusterLimiter, Caller {
    * the call that asked (it is served first), others may join while it is in flight.
    */
   private fetch(key: Key | undefined, min: number, max: number, first: Waiter): void {
-    const f: Fetch = { min, waiters: [first], sentAt: -1, stale: false };
+    const f: Fetch = { min, waiters: [first], starved: false, sentAt: -1, stale: false };
     this.fetching.set(key, f);
     this.request(key, f, max);
   }
@@ -388,6 +422,9 @@ export class Client implements ClusterLimiter, Caller {
       // The waiters were rejected by close(); what came goes back.
       if (grant.granted > 0) this.channel.giveBack(this, GIVE, key, grant.granted, grant.takenUs);
       return;
+    }
+    if (f.starved && this.maxBlock > this.block) {
+      this.grown.set(key, grownLease(this.leaseSize(key), this.maxBlock));
     }
     if (grant.granted > 0) {
       const now = performance.now();
@@ -438,7 +475,10 @@ export class Client implements ClusterLimiter, Caller {
   /** Returns the block's unspent permits to where they were taken, unless they stopped counting. */
   private giveBack(key: Key | undefined, b: Block): void {
     if (this.blocks.get(key) === b) this.blocks.delete(key);
-    if (b.left > 0 && performance.now() < b.countsUntil) {
+    const now = performance.now();
+    // Aged out (the key cooled) or its window ended: its leases go back to one block.
+    this.grown.delete(key);
+    if (b.left > 0 && now < b.countsUntil) {
       this.channel.giveBack(this, GIVE, key, b.left, b.takenUs);
     }
     b.left = 0;
@@ -467,7 +507,7 @@ export class Client implements ClusterLimiter, Caller {
 
   tryAcquire(key?: Key, permits = 1): Promise<boolean> {
     if (this.closed) return this.refusedWhenClosed();
-    if (this.block > 1) {
+    if (this.block > 0) {
       if (this.spend(key, permits)) return TRUE;
       return new Promise((resolve, reject) =>
         this.wait(key, permits, (d) => resolve(d.allowed), reject),
@@ -478,7 +518,7 @@ export class Client implements ClusterLimiter, Caller {
 
   consume(key?: Key, permits = 1): Promise<Decision> {
     if (this.closed) return this.refusedWhenClosed();
-    if (this.block > 1) {
+    if (this.block > 0) {
       const b = this.spend(key, permits);
       if (b) return Promise.resolve(this.localDecision(b));
       return new Promise((resolve, reject) => this.wait(key, permits, resolve, reject));
@@ -543,7 +583,7 @@ export class Client implements ClusterLimiter, Caller {
     if (d) check(d, key, permits); // throws into the returned promise (an async function)
     const { signal, timeoutMs } = options;
     if (signal?.aborted) throw signal.reason;
-    if (this.block > 1) {
+    if (this.block > 0) {
       // Through the block first; wait at the primary only when it has nothing now.
       if (this.spend(key, permits)) return NO_OP_LEASE;
       const decision = await new Promise<Decision>((resolve, reject) =>

@@ -22,16 +22,34 @@ export { type ClusterServer, serveCluster } from './serve.js';
 let channel: Channel | undefined;
 
 /**
+ * PM2's cluster mode forks the application's instances from its own daemon: they are
+ * cluster workers whose primary is PM2's, which serves no limiter, so every call would wait
+ * out its timeout. PM2 copies the app's settings into each instance's environment, its
+ * `exec_mode` among them; in fork mode an application's own `node:cluster` works as usual
+ * (its primary is the application's, and its workers inherit `exec_mode: 'fork_mode'`).
+ */
+function underPm2ClusterMode(): void {
+  const env = process.env;
+  if (!cluster.isWorker || env.pm_id === undefined || env.exec_mode !== 'cluster_mode') return;
+  throw new ClusterUnavailableError(
+    `connectCluster: this process is PM2 cluster-mode instance ${env.pm_id}; its cluster primary is PM2's daemon, which serves no limiter. Share a limit between PM2 instances with host mode: pass memory: hostMemory('<name>') from 'atomic-limiter/host' to the limiter in every instance`,
+  );
+}
+
+/**
  * In a cluster worker: the primary's limiter called `name` (see `serveCluster`). Calls
  * made before the primary serves wait for it (no polling) within their timeout; a name
  * the primary does not serve rejects at once with `ClusterUnavailableError`. Outside a
- * connected cluster worker it throws `ClusterUnavailableError` (bad options throw first).
+ * connected cluster worker, and in a PM2 cluster-mode instance (whose primary is PM2's
+ * daemon: use `atomic-limiter/host` there), it throws `ClusterUnavailableError` (bad
+ * options throw first).
  */
 export function connectCluster(name: string, options: ConnectOptions = {}): ClusterLimiter {
   if (typeof name !== 'string' || name === '') {
     throw typeError(`connectCluster: name must be a non-empty string, got ${show(name)}`);
   }
   const parsed = connectOptions(options);
+  underPm2ClusterMode();
   if (!cluster.isWorker || !process.send || !process.connected) {
     throw new ClusterUnavailableError(
       'connectCluster: call it in a connected cluster worker (cluster.isWorker); in the primary, use the limiter itself',

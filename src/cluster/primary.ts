@@ -6,6 +6,12 @@
  * not well formed is dropped (or answered with an error when it names its batch) — never
  * an exception in the primary. A worker that dies gives back everything it held, and no
  * state is ever made for a worker that is already dead.
+ *
+ * Back-pressure, per worker: answers the IPC channel has not written yet (the worker reads
+ * them more slowly than it sends calls) are counted, and past MAX_QUEUED_VALUES or
+ * MAX_QUEUED_MESSAGES a batch from that worker is refused whole (its calls reject with
+ * ClusterUnavailableError) instead of run: one worker cannot grow the primary's memory
+ * without bound, nor take its time from the others.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
@@ -75,9 +81,26 @@ interface WorkerState {
   waiting: Map<number, Waiting>;
   /** Concurrency permits taken by tryAcquire/consume and not yet released. */
   held: Map<Releasable, Map<Key | undefined, number>>;
+  /** Messages sent to it that its channel has not written yet, and their answer values. */
+  queuedMessages: number;
+  queuedValues: number;
 }
 
 const ignore = () => {};
+
+/**
+ * Answer values (and messages) queued for one worker, not yet written to its channel, past
+ * which its batches are refused: four full batches' worth, about a megabyte of JSON. A
+ * worker that reads its answers queues none; one whose event loop stalled for a moment
+ * stays well within it.
+ */
+export const MAX_QUEUED_VALUES = 4 * MAX_RECORD_VALUES;
+export const MAX_QUEUED_MESSAGES = 1024;
+/**
+ * Refusals are small, but a worker that never reads would queue one per batch for ever:
+ * past this many messages queued, a batch gets no answer at all (its calls time out there).
+ */
+const MAX_QUEUED_WITH_REFUSALS = 2 * MAX_QUEUED_MESSAGES;
 
 /**
  * The names served in this process, shared by every serveCluster() of it: one batch may
@@ -178,20 +201,66 @@ export class Dispatcher {
         leases: new Map(),
         waiting: new Map(),
         held: new Map(),
+        queuedMessages: 0,
+        queuedValues: 0,
       };
       this.states.set(worker.id, s);
+    }
+    if (s.queuedValues > MAX_QUEUED_VALUES || s.queuedMessages > MAX_QUEUED_MESSAGES) {
+      this.refuse(s, seq, records as Value[]);
+      return;
     }
     const answers: unknown[] = [];
     const broken = this.run(s, records as Value[], answers);
     // A batch of only DROP/ABORT records (a lease given back) expects no answer.
     if (answers.length === 0 && !broken) return;
-    send(worker, {
+    this.send(s, {
       mark: MARK,
       t: 'r',
       s: seq,
       v: answers,
       ...(broken ? { e: toWire(broken) } : {}),
     });
+  }
+
+  /**
+   * Refuses batch `seq` of a worker whose answers pile up unread: none of its calls runs,
+   * and one small answer says so (the worker rejects them all, its acquire() calls too).
+   * Only its DROP and ABORT records run: they free what the worker holds or waits for and
+   * are answered by nothing, so the worker counts them done.
+   */
+  private refuse(s: WorkerState, seq: number, c: Value[]): void {
+    for (let i = 0; i < c.length; ) {
+      const op = c[i];
+      const width = op === NAME || op === DROP || op === ABORT ? 2 : CALL_WIDTHS[op as number];
+      if (width === undefined) break; // malformed from here: nothing more to free
+      if (op === DROP || op === ABORT) this.run(s, c.slice(i, i + 2), []);
+      i += width;
+    }
+    if (s.queuedMessages >= MAX_QUEUED_WITH_REFUSALS) return;
+    this.send(s, {
+      mark: MARK,
+      t: 'r',
+      s: seq,
+      v: [],
+      e: toWire(
+        new ClusterUnavailableError(
+          `cluster primary: batch refused: ${s.queuedMessages} answers (${s.queuedValues} values) to this worker are still unread; it reads its answers more slowly than it sends calls`,
+        ),
+      ),
+    });
+  }
+
+  /** Sends `msg` to `s`'s worker, counting it as queued until its channel has written it. */
+  private send(s: WorkerState, msg: Message & { v?: unknown[] }): void {
+    const values = msg.v === undefined ? 1 : msg.v.length + 1;
+    s.queuedMessages++;
+    s.queuedValues += values;
+    const written = () => {
+      s.queuedMessages--;
+      s.queuedValues -= values;
+    };
+    if (!send(s.worker, msg, written)) written();
   }
 
   /**
@@ -289,7 +358,7 @@ export class Dispatcher {
       case GIVE: {
         // A block's unspent permits, with the time the TAKE that granted them answered:
         // back to the window they were taken in, so a window that has passed since is not
-        // credited (issue #9, item 6). (A worker could as well refund(): nothing to trust.)
+        // credited. (A worker could as well refund(): nothing to trust.)
         const takenUs = c[i + 3];
         if (typeof takenUs !== 'number' || !Number.isFinite(takenUs)) {
           throw typeError(
@@ -408,7 +477,7 @@ export class Dispatcher {
     queueMicrotask(() => {
       const v = s.out;
       s.out = [];
-      send(s.worker, { mark: MARK, t: 'a', v });
+      this.send(s, { mark: MARK, t: 'a', v });
     });
   }
 
@@ -483,15 +552,21 @@ function malformed(at: number, expected: string, got: unknown): TypeError {
   );
 }
 
-/** Sends without ever throwing: a worker that just died makes the write fail (EPIPE). */
-function send(worker: Worker, msg: Message): void {
-  if (!worker.isConnected()) return;
+/**
+ * Sends without ever throwing: a worker that just died makes the write fail (EPIPE).
+ * `written` runs once the channel has written the message or failed to; returns false
+ * (and never runs it) when nothing was sent.
+ */
+function send(worker: Worker, msg: Message, written: () => void = ignore): boolean {
+  if (!worker.isConnected()) return false;
   try {
     // The callback takes the write error that would otherwise be an 'error' event
     // nobody listens to, which would end the primary.
-    worker.send(msg, undefined, undefined, ignore);
+    worker.send(msg, undefined, undefined, written);
+    return true;
   } catch {
     // The channel closed between the check and the write.
+    return false;
   }
 }
 

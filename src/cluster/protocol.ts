@@ -1,7 +1,7 @@
 /**
  * The wire between a cluster worker and the primary. A round trip costs tens of µs, and
  * Node's default IPC serialization is JSON, whose cost grows with every object and array
- * in a message (an array per call cost ~1.2 µs per call in JSON alone). So a batch of calls
+ * in a message (an object or array per call costs JSON work per call). So a batch of calls
  * is one flat array of numbers and strings, and its answers are another, in the order of
  * the calls: no ids, no per-call objects. Only `acquire()`, whose answer may come much
  * later, carries an id.

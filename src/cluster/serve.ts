@@ -30,6 +30,7 @@ const ALGORITHMS: readonly (AlgorithmName | undefined)[] = [
   'SlidingWindow',
   'SlidingLog',
   'Concurrency',
+  'WarmingBucket',
 ];
 const OPTION_NAMES = ['windowMs', 'capacity', 'refillPerSecond', 'ratePerSecond'] as const;
 

@@ -6,6 +6,7 @@ import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
 import { isKey, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
+import { docsAnchor, noAddressError } from './client-key.js';
 import {
   flattenDecisions,
   flattenLimiters,
@@ -15,7 +16,8 @@ import {
   retryAfterSeconds,
   retryAfterWaited,
 } from './headers.js';
-import type { Config } from './options.js';
+import type { Config, HttpLimiter } from './options.js';
+import { isChainOf, isInMemory, type Plan } from './plan.js';
 
 /**
  * The one decision path every server style shares. `run()` answers synchronously while
@@ -39,6 +41,10 @@ export interface Host<Req, Res> {
   rawRes(res: Res): ServerResponse;
   /** The framework's own idea of the client address (`req.ip`), if it has one. */
   ip(req: Req): unknown;
+  /** Whether the framework believes X-Forwarded-For from any client (trust proxy: true). */
+  trustsAnyProxy(req: Req): boolean;
+  /** The setting that decides which proxies are trusted, for messages. */
+  trustName(req: Req): string;
   /**
    * Records that `engine` is deciding this request, and returns what `writeFields` will
    * write its fields through (the host's own handle, looked up once per request); REVISIT
@@ -57,8 +63,13 @@ export interface Host<Req, Res> {
     d: Decision,
     retryAfter: string | undefined,
   ): boolean;
-  /** Sends a refusal: `body` is a string (text/plain) or any other value (JSON). */
-  send(res: Res, statusCode: number, body: unknown): void;
+  /**
+   * Sends a refusal: `body` is a string (text/plain) or any other value (JSON); with
+   * `Retry-After` when given.
+   */
+  send(res: Res, statusCode: number, body: unknown, retryAfter?: string): void;
+  /** Whether the response has been sent or has started. */
+  answered(res: Res): boolean;
 }
 
 /** The client is gone (or the response ended) when this is true. */
@@ -144,17 +155,69 @@ function markLimiterError(owner: string, thrown: unknown): Error {
   return error;
 }
 
-/** Whether the limiter holds permits until released (Concurrency, or a chain with one). */
-function holdsPermits(limiter: unknown): boolean | undefined {
-  let unknown = false;
-  for (const l of flattenLimiters(limiter) as LimiterFace[]) {
-    if (l.algorithm === 'Concurrency') return true;
-    if (typeof l.algorithm !== 'string') unknown = true;
-  }
-  return unknown ? undefined : false;
+const NONE: readonly LimiterFace[] = [];
+
+const MAX_WARNINGS = 20;
+
+/**
+ * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
+ * chain's Concurrency members, unless allowed without taking anything — with no slot
+ * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
+ * would free permits that other requests hold.
+ */
+function tookFrom(plan: Plan, d: Decision): readonly LimiterFace[] {
+  const limiter = plan.limiter as LimiterFace;
+  if (!isChain(limiter)) return d.reason === undefined ? plan.self : NONE;
+  const members = flattenLimiters(limiter);
+  const decisions = flattenDecisions(limiter, d);
+  return members.filter(
+    (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
+  );
 }
 
-const NONE: readonly LimiterFace[] = [];
+function release(key: Key, permits: number, from: readonly LimiterFace[]): void {
+  for (const l of from) {
+    releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
+  }
+}
+
+/** Gives a finished request's permits back (see Engine.refundWhenDone). */
+function giveBack(
+  limiter: HttpLimiter,
+  key: Key,
+  permits: number,
+  d: Decision | Lease,
+  takenUs: number,
+): void {
+  if (isChainOf(limiter)) {
+    const members = flattenLimiters(limiter);
+    const times = limiter.takenTimes(d);
+    // A lease (wait) has no member decisions: every member took.
+    const decisions = flattenDecisions(limiter, d as Decision);
+    members.forEach((m, i) => {
+      // Held permits come back at close; a member that took nothing has nothing to give.
+      if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
+      refundOne(m, key, permits, times[i]!);
+    });
+    return;
+  }
+  if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
+}
+
+/** Gives permits back to one limiter (not a chain), to the window of `takenUs` in memory. */
+function refundOne(l: unknown, key: Key, permits: number, takenUs: number): void {
+  if (isInMemory(l)) releaseLate(() => l.refundTaken(key, permits, takenUs));
+  else {
+    const r = l as { refund?(k: Key, p: number): unknown };
+    if (typeof r.refund === 'function') releaseLate(() => r.refund!(key, permits));
+  }
+}
+
+/**
+ * `Retry-After` of the 503 sent when the limiter's backend cannot be reached: when it
+ * returns is unknown, so a short wait, as a hint to come back soon rather than hammer.
+ */
+const UNAVAILABLE_RETRY_AFTER = '1';
 
 /** Reports a failure that has no request left to go to (a release after the response). */
 function reportLate(error: unknown): void {
@@ -176,31 +239,171 @@ function releaseLate(release: () => unknown): void {
 }
 
 export class Engine<Req, Res> {
-  // Known once every limiter's algorithm is (a cluster client learns it from its first answer).
-  private holds: boolean | undefined;
   private warnedNoAddress = false;
-  // tookFrom()'s answers for a limiter that is not a chain: no array made per request.
-  private readonly self: readonly LimiterFace[];
-  // Writes `Retry-After` alone: made when a wait first times out.
-  private retryAfterOnly: HeaderWriter | undefined;
+  private warnedTrustAll = false;
+  private warnedForwarded = false;
+  // Engines of other middlewares with the same limiter (see addPeers()); none once a
+  // request counted twice was reported.
+  private peers: Set<Engine<Req, Res>> | undefined;
+  private warnedTwice = false;
+  // The last request this engine decided, and its key (for the peers' check).
+  private lastRaw: IncomingMessage | undefined;
+  private lastKey: Key = '';
+  // Whether addressKey() still looks for the proxy misconfigurations (see checkProxy()).
+  private watchProxy = true;
+  // Failure messages reported as warnings (at most MAX_WARNINGS distinct ones).
+  private readonly warned = new Set<string>();
 
   constructor(
     private readonly host: Host<Req, Res>,
     private readonly c: Config<Req, Res>,
     private readonly owner: string,
   ) {
-    this.holds = holdsPermits(c.limiter);
-    this.self = [c.limiter as LimiterFace];
+    if (c.trustProxy === true) {
+      this.warnConfig(
+        'ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY',
+        'option "trustProxy" is true: a client picks its own key by sending X-Forwarded-For; trust the proxies you run (a hop count or their addresses)',
+      );
+    }
   }
 
+  /**
+   * `refundWhen`: asked once the response has finished (all of it handed to the
+   * connection); when it says true, the request's permits go back to the limiter that gave
+   * them, each to the window it came from (in memory; a Redis or cluster limiter's refund
+   * credits the window current then). Held permits (Concurrency) are not refunded: they come
+   * back when the response closes. A response that never finishes (the client went away
+   * first) keeps its permits counted. A refundWhen that throws, or answers other than a
+   * boolean, keeps them counted and is reported as a warning.
+   */
+  private refundWhenDone(
+    plan: Plan,
+    req: Req,
+    res: Res,
+    key: Key,
+    permits: number,
+    d: Decision | Lease,
+    takenUs: number,
+  ): void {
+    const raw = this.host.rawRes(res);
+    if (raw.writableFinished) return; // finished before the limiter answered: nothing to ask
+    raw.once('finish', () => {
+      let give: unknown;
+      try {
+        give = this.c.refundWhen!(req, res);
+      } catch (error) {
+        this.warnOnce(
+          `${this.owner}: option "refundWhen" threw (the request's permits stay counted): ${(error as Error)?.message ?? show(error)}`,
+          'ATOMIC_LIMITER_REFUND_WHEN_FAILED',
+        );
+        return;
+      }
+      if (give === false) return;
+      if (give !== true) {
+        this.warnOnce(
+          `${this.owner}: option "refundWhen" must return a boolean, got ${show(give)} (the request's permits stay counted)`,
+          'ATOMIC_LIMITER_REFUND_WHEN_FAILED',
+        );
+        return;
+      }
+      giveBack(plan.limiter, key, permits, d, takenUs);
+    });
+  }
+
+  private warnOnce(message: string, code: string): void {
+    if (this.warned.size >= MAX_WARNINGS || this.warned.has(message)) return;
+    this.warned.add(message);
+    process.emitWarning(message, { code });
+  }
+
+  /**
+   * Decides a request: GO, or ANSWERED (refused, or answered 503 because the limiter
+   * failed; see failed()). Throws (or rejects) with what goes to the framework's error
+   * path: an option's function that failed, or `onError` throwing.
+   */
   run(req: Req, res: Res): Outcome | Promise<Outcome> {
+    let r: Outcome | Promise<Outcome>;
+    try {
+      r = this.start(req, res);
+    } catch (error) {
+      return this.failed(req, res, error);
+    }
+    if (typeof r === 'number') return r;
+    return r.then(undefined, (error) => this.failed(req, res, error));
+  }
+
+  /**
+   * A failure while deciding. The limiter's own (its backend unreachable under
+   * `whenUnavailable: 'throw'`): `onError` when given — it answers, returns true to let the
+   * request go on, or throws to hand the error to the framework — else a 503 with
+   * `Retry-After`, reported once as a process warning. Anything else is rethrown.
+   */
+  private failed(req: Req, res: Res, error: unknown): Outcome | Promise<Outcome> {
+    if (!isLimiterError(error)) throw error;
+    const onError = this.c.onError;
+    if (onError === undefined) return this.unavailable(res, error as Error);
+    const r = onError(error as Error, req, res);
+    if (isThenable(r)) return Promise.resolve(r).then((v) => this.afterOnError(res, error, v));
+    return this.afterOnError(res, error, r);
+  }
+
+  private afterOnError(res: Res, error: unknown, result: unknown): Outcome {
+    if (result === true) return GO;
+    if (this.host.answered(res)) return ANSWERED;
+    return this.unavailable(res, error as Error, false);
+  }
+
+  /**
+   * The default answer to a limiter that failed: 503, `Retry-After`, never the error
+   * itself; `report`: a warning, unless `onError` saw the error.
+   */
+  private unavailable(res: Res, error: Error, report = true): Outcome {
+    const raw = this.host.rawRes(res);
+    const started = this.host.answered(res);
+    const message = `${error?.message ?? show(error)}`;
+    if (report && this.warned.size < MAX_WARNINGS && !this.warned.has(message)) {
+      // Nobody else sees it: the framework's error handler is not involved.
+      this.warned.add(message);
+      const what = started ? 'closed a response already started' : 'answered 503';
+      process.emitWarning(`${this.owner}: ${what}: ${message}`, {
+        code: 'ATOMIC_LIMITER_HTTP_ERROR',
+      });
+    }
+    if (closed(raw)) return ANSWERED;
+    if (started) {
+      // Cannot become a 503 any more; ended as a framework's final handler would.
+      raw.destroy();
+      return ANSWERED;
+    }
+    this.host.send(res, 503, 'Service Unavailable', UNAVAILABLE_RETRY_AFTER);
+    return ANSWERED;
+  }
+
+  private start(req: Req, res: Res): Outcome | Promise<Outcome> {
     const c = this.c;
     const via = this.host.visit(req, res, this);
     if (via === REVISIT) return GO;
     if (c.skip !== undefined && this.skipped(req)) return GO;
+    if (c.plan !== undefined) return this.keyed(c.plan, req, res, via);
+    const chosen = c.pick!(req);
+    if (isThenable(chosen)) return this.planLater(req, res, via, chosen);
+    return this.keyed(c.planOf(chosen), req, res, via);
+  }
+
+  private async planLater(
+    req: Req,
+    res: Res,
+    via: unknown,
+    chosen: PromiseLike<unknown>,
+  ): Promise<Outcome> {
+    return this.keyed(this.c.planOf(await chosen), req, res, via);
+  }
+
+  private keyed(plan: Plan, req: Req, res: Res, via: unknown): Outcome | Promise<Outcome> {
+    const c = this.c;
     const key = c.key === undefined ? this.addressKey(req) : c.key(req);
-    if (isThenable(key)) return this.keyLater(req, res, via, key);
-    return this.decide(req, res, via, this.checkKey(key));
+    if (isThenable(key)) return this.keyLater(plan, req, res, via, key);
+    return this.decide(plan, req, res, via, this.checkKey(key));
   }
 
   private skipped(req: Req): boolean {
@@ -212,15 +415,13 @@ export class Engine<Req, Res> {
   }
 
   private addressKey(req: Req): string {
-    const address = clientAddress(this.host.raw(req), this.host.ip(req), this.c.trust);
+    const raw = this.host.raw(req);
+    const address = clientAddress(raw, this.host.ip(req), this.c.trust);
     const key = address === undefined ? undefined : this.c.addresses.keyOf(address);
     if (key === undefined) {
       // Never one shared bucket for every address-less request: that would let one client
       // starve all the others (or, keyed on "undefined", let all of them through as one).
-      const error = new Error(
-        `${this.owner}: no client address for this request (${address === undefined ? 'the socket has none' : `not an IP address: ${show(address)}`}); give a "key" option (for example an API key, or the address your proxy or framework reports)`,
-      );
-      Object.defineProperty(error, 'code', { value: 'ERR_NO_CLIENT_ADDRESS', enumerable: true });
+      const error = noAddressError(this.owner, address);
       // Every such request takes the error path; the configuration problem is also reported
       // once as a process warning, where operators see it whatever the error handler does.
       if (!this.warnedNoAddress) {
@@ -229,7 +430,72 @@ export class Engine<Req, Res> {
       }
       throw error;
     }
+    if (this.watchProxy) this.checkProxy(req, raw, address!);
     return key;
+  }
+
+  /**
+   * The misconfigurations of the client address, each reported once: a request through a
+   * proxy (it says X-Forwarded-For) counted under the proxy's own address, and a framework
+   * that believes any proxy. Asked until both are settled, by the default key only.
+   */
+  private checkProxy(req: Req, raw: IncomingMessage, address: string): void {
+    if (!this.warnedTrustAll) {
+      this.warnedTrustAll = true;
+      if (this.host.trustsAnyProxy(req)) {
+        this.warnConfig(
+          'ATOMIC_LIMITER_PERMISSIVE_TRUST_PROXY',
+          `the framework trusts any proxy ("trust proxy" true): a client picks its own key by sending X-Forwarded-For; trust the proxies you run (a hop count or their addresses)`,
+        );
+      }
+    }
+    if (
+      !this.warnedForwarded &&
+      this.c.trust === undefined &&
+      raw.headers['x-forwarded-for'] !== undefined &&
+      address === raw.socket?.remoteAddress
+    ) {
+      this.warnedForwarded = true;
+      this.warnConfig(
+        'ATOMIC_LIMITER_FORWARDED_IGNORED',
+        `a request came with X-Forwarded-For, but it is not trusted (${this.host.trustName(req)}): every client behind that proxy is counted under the proxy's address, as one`,
+      );
+    }
+    this.watchProxy = !this.warnedForwarded;
+  }
+
+  /** A misconfiguration, reported once as a process warning with its code and docs anchor. */
+  warnConfig(code: string, text: string): void {
+    process.emitWarning(`${this.owner}: ${text} (see ${docsAnchor(code)})`, { code });
+  }
+
+  /**
+   * Called by a host that saw other middlewares decide a request this one decides too
+   * (`others`: an engine or a set of them; this one may be among them): those with the same
+   * limiter become peers, whose last request and key decide() compares with its own.
+   */
+  addPeers(others: object): void {
+    if (this.warnedTwice) return;
+    for (const e of others instanceof Set ? others : [others]) {
+      if (e !== this && e instanceof Engine && e.c.limiterOption === this.c.limiterOption) {
+        (this.peers ??= new Set()).add(e);
+      }
+    }
+  }
+
+  /** One request counted twice under one key of one limiter: reported once. */
+  private checkTwice(raw: IncomingMessage, key: Key): void {
+    for (const p of this.peers!) {
+      if (p.lastRaw === raw && p.lastKey === key) {
+        this.peers = undefined;
+        this.warnedTwice = true;
+        this.warnConfig(
+          'ATOMIC_LIMITER_COUNTED_TWICE',
+          'two middlewares with the same limiter counted one request under one key: it is counted twice; give each its own limiter, or mount one of them on fewer paths',
+        );
+        return;
+      }
+    }
   }
 
   private checkKey(key: unknown): Key {
@@ -242,43 +508,57 @@ export class Engine<Req, Res> {
     return key;
   }
 
-  private permitsOf(req: Req): number {
+  private permitsOf(plan: Plan, req: Req): number {
     const p = this.c.permitsFn!(req);
     if (typeof p !== 'number') {
       throw typeError(`${this.owner}: option "permits" must return an integer, got ${show(p)}`);
     }
-    if (!Number.isInteger(p) || p < 1 || p > this.c.maxPermits) {
+    if (!Number.isInteger(p) || p < 1 || p > plan.maxPermits) {
       throw rangeError(
-        `${this.owner}: option "permits" must return an integer from 1 to ${this.c.maxPermits} (the limiter's limit), got ${show(p)}`,
+        `${this.owner}: option "permits" must return an integer from 1 to ${plan.maxPermits} (the limiter's limit), got ${show(p)}`,
       );
     }
     return p;
   }
 
   private async keyLater(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
     key: PromiseLike<unknown>,
   ): Promise<Outcome> {
     const k = this.checkKey(await key);
-    return this.decide(req, res, via, k);
+    return this.decide(plan, req, res, via, k);
   }
 
-  private decide(req: Req, res: Res, via: unknown, key: Key): Outcome | Promise<Outcome> {
+  private decide(
+    plan: Plan,
+    req: Req,
+    res: Res,
+    via: unknown,
+    key: Key,
+  ): Outcome | Promise<Outcome> {
     const c = this.c;
-    const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(req);
+    const raw = this.host.raw(req);
+    if (this.peers !== undefined) this.checkTwice(raw, key);
+    this.lastRaw = raw;
+    this.lastKey = key;
+    const permits = c.permitsFn === undefined ? c.permits : this.permitsOf(plan, req);
     let d: Decision | PromiseLike<Decision>;
     try {
-      d = c.limiter.consume(key, permits);
+      d = plan.limiter.consume(key, permits);
     } catch (error) {
       throw markLimiterError(this.owner, error);
     }
-    if (isThenable(d)) return this.decideLater(req, res, via, key, permits, d);
-    return this.conclude(req, res, via, key, permits, d);
+    if (isThenable(d)) return this.decideLater(plan, req, res, via, key, permits, d);
+    // When an in-memory limiter took them: a refund later goes to that window.
+    const takenUs = plan.inMemory === undefined ? Number.NaN : plan.inMemory.lastDecisionUs;
+    return this.conclude(plan, req, res, via, key, permits, d, takenUs);
   }
 
   private async decideLater(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -294,53 +574,36 @@ export class Engine<Req, Res> {
     }
     if (closed(this.host.rawRes(res))) {
       // The client left while the limiter decided: nothing to answer; give held permits back.
-      if (d.allowed && this.holding()) this.release(key, permits, this.tookFrom(d));
+      if (d.allowed && plan.holding()) release(key, permits, tookFrom(plan, d));
       return ANSWERED;
     }
-    return this.conclude(req, res, via, key, permits, d);
-  }
-
-  /**
-   * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
-   * chain's Concurrency members, unless allowed without taking anything — with no slot
-   * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
-   * would free permits that other requests hold.
-   */
-  private tookFrom(d: Decision): readonly LimiterFace[] {
-    const limiter = this.c.limiter as LimiterFace;
-    if (!isChain(limiter)) return d.reason === undefined ? this.self : NONE;
-    const members = flattenLimiters(limiter);
-    const decisions = flattenDecisions(limiter, d);
-    return members.filter(
-      (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
-    );
-  }
-
-  private holding(): boolean {
-    if (this.holds !== undefined) return this.holds;
-    const h = holdsPermits(this.c.limiter);
-    if (h !== undefined) this.holds = h;
-    return h === true;
+    return this.conclude(plan, req, res, via, key, permits, d, Number.NaN);
   }
 
   private conclude(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
     key: Key,
     permits: number,
     d: Decision,
+    takenUs: number,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
     if (d.allowed) {
       // Nothing to write, nothing touched: a response with no fields is left as it was.
-      if (c.headers.enabled) this.host.writeFields(res, via, c.headers, d, undefined);
-      if (this.holding()) this.holdUntilClosed(req, res, key, permits, this.tookFrom(d));
+      if (plan.headers.enabled) this.host.writeFields(res, via, plan.headers, d, undefined);
+      if (plan.holding()) this.holdUntilClosed(req, res, key, permits, tookFrom(plan, d));
+      // Allowed with nothing taken (no slot, no backend): nothing to give back.
+      if (c.refundWhen !== undefined && d.reason === undefined) {
+        this.refundWhenDone(plan, req, res, key, permits, d, takenUs);
+      }
       return GO;
     }
     if (c.wait !== false && d.reason !== 'table-full')
-      return this.waitFor(req, res, via, key, permits, d);
-    return this.refuse(req, res, via, d);
+      return this.waitFor(plan, req, res, via, key, permits, d);
+    return this.refuse(plan, req, res, via, d);
   }
 
   /** Keeps held permits for the response's life: released once, when it closes for any reason. */
@@ -352,13 +615,7 @@ export class Engine<Req, Res> {
     from: readonly LimiterFace[],
   ): void {
     if (from.length === 0) return;
-    whenGone(this.host.raw(req), this.host.rawRes(res), () => this.release(key, permits, from));
-  }
-
-  private release(key: Key, permits: number, from: readonly LimiterFace[]): void {
-    for (const l of from) {
-      releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
-    }
+    whenGone(this.host.raw(req), this.host.rawRes(res), () => release(key, permits, from));
   }
 
   /**
@@ -368,6 +625,7 @@ export class Engine<Req, Res> {
    * (a timed-out one's `Retry-After` is the refusal's less the time waited).
    */
   private async waitFor(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -382,7 +640,7 @@ export class Engine<Req, Res> {
     const since = performance.now();
     let lease: Lease;
     try {
-      lease = await this.c.limiter.acquire!(key, permits, {
+      lease = await plan.limiter.acquire!(key, permits, {
         signal: left.signal,
         timeoutMs: (this.c.wait as { timeoutMs: number | undefined }).timeoutMs,
       });
@@ -390,9 +648,9 @@ export class Engine<Req, Res> {
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       stopWatching();
       // Full: refused at once, so the figures of the refusal still hold.
-      if (error instanceof QueueFullError) return this.refuse(req, res, via, refused);
+      if (error instanceof QueueFullError) return this.refuse(plan, req, res, via, refused);
       if ((error as Error)?.name === 'TimeoutError') {
-        return this.refuse(req, res, via, refused, performance.now() - since);
+        return this.refuse(plan, req, res, via, refused, performance.now() - since);
       }
       throw markLimiterError(this.owner, error);
     }
@@ -401,12 +659,17 @@ export class Engine<Req, Res> {
       releaseLate(() => lease.release());
       return ANSWERED;
     }
-    if (this.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
+    if (plan.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
+    // Given back as taken when it finishes (a chain's lease tells when each member took).
+    if (this.c.refundWhen !== undefined) {
+      this.refundWhenDone(plan, req, res, key, permits, lease, Number.NaN);
+    }
     return GO;
   }
 
   /** `waitedMs`: refused after waiting that long; then only `Retry-After` is written. */
   private refuse(
+    plan: Plan,
     req: Req,
     res: Res,
     via: unknown,
@@ -414,10 +677,11 @@ export class Engine<Req, Res> {
     waitedMs?: number,
   ): Outcome | Promise<Outcome> {
     const c = this.c;
-    if (waitedMs === undefined) this.host.writeFields(res, via, c.headers, d, retryAfterSeconds(d));
-    else {
-      this.retryAfterOnly ??= new HeaderWriter(c.limiter, [], undefined);
-      this.host.writeFields(res, via, this.retryAfterOnly, d, retryAfterWaited(d, waitedMs));
+    if (waitedMs === undefined) {
+      this.host.writeFields(res, via, plan.headers, d, retryAfterSeconds(d));
+    } else {
+      plan.retryAfterOnly ??= new HeaderWriter(plan.limiter, [], undefined);
+      this.host.writeFields(res, via, plan.retryAfterOnly, d, retryAfterWaited(d, waitedMs));
     }
     if (c.onRejected !== undefined) {
       const r = c.onRejected(req, res, d);

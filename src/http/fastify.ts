@@ -1,69 +1,60 @@
 // Types only: fastify is an optional peer, never loaded by this module.
-import type {
-  FastifyInstance,
-  FastifyPluginCallback,
-  FastifyReply,
-  FastifyRequest,
-  RouteOptions,
-} from 'fastify';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { show, typeError } from '../validate.js';
 import { ANSWERED, asError, Engine, GO, type Host, type Outcome } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type Config, OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
 
+/**
+ * A Fastify request as the options' functions see it: the fields of Fastify's
+ * `FastifyRequest` they commonly read, typed here so that this package's types never import
+ * `fastify` (an app without it type-checks without skipLibCheck). The object is Fastify's
+ * own request: annotate a function's parameter as `FastifyRequest` to see all of it.
+ */
+export interface FastifyRequestLike {
+  readonly id: unknown;
+  readonly raw: IncomingMessage;
+  readonly ip: string;
+  readonly headers: IncomingHttpHeaders;
+  readonly url: string;
+  readonly method: string;
+  readonly hostname: string;
+  readonly params: unknown;
+  readonly query: unknown;
+  readonly body: unknown;
+  /** True for the not-found handler's requests. */
+  readonly is404: boolean;
+}
+
+/** A Fastify reply as the options' functions see it (see FastifyRequestLike). */
+export interface FastifyReplyLike {
+  readonly raw: ServerResponse;
+  readonly statusCode: number;
+  readonly sent: boolean;
+  getHeader(name: string): unknown;
+}
+
 /** Options of the Fastify plugin: those of `rateLimit()` but `trustProxy` (Fastify has its own). */
 export type FastifyRateLimitOptions = Omit<
-  RateLimitOptions<FastifyRequest, FastifyReply>,
+  RateLimitOptions<FastifyRequestLike, FastifyReplyLike>,
   'trustProxy'
 >;
+
+/**
+ * The plugin's type: a Fastify plugin callback (`app.register(fastifyRateLimit, options)`),
+ * written without Fastify's types (see FastifyRequestLike).
+ */
+export type FastifyRateLimitPlugin = (
+  app: unknown,
+  options: FastifyRateLimitOptions,
+  done: (error?: Error) => void,
+) => void;
 
 /** A route's `config.rateLimit`: false to skip it, or options merged over the plugin's. */
 export type RouteRateLimit = false | Partial<FastifyRateLimitOptions>;
 
-// Fastify keeps a reply's fields in a plain object under a symbol of its own (named
-// below; stable since Fastify 1). `reply.header()` and `reply.getHeader()` lower-case the
-// name on every call, four calls a request for draft 8's two fields: ~1 000 CPU
-// instructions of ~8 000 in the in-process HTTP bench. Our names are lower case already,
-// so the fields go straight into that object when a reply has it — what `header()` does
-// for any name but `set-cookie` — and through the public methods when it does not.
-const FIELDS_SYMBOL = 'fastify.reply.headers';
-type Fields = Record<string, unknown>;
-let fieldsKey: symbol | undefined;
-
-function fieldsOf(reply: FastifyReply): Fields | undefined {
-  const r = reply as unknown as Record<symbol, unknown>;
-  if (fieldsKey !== undefined && isFields(r[fieldsKey])) return r[fieldsKey] as Fields;
-  for (const s of Object.getOwnPropertySymbols(reply)) {
-    if (s.description === FIELDS_SYMBOL && isFields(r[s])) {
-      fieldsKey = s;
-      return r[s] as Fields;
-    }
-  }
-  return undefined;
-}
-
-function isFields(x: unknown): boolean {
-  return typeof x === 'object' && x !== null && !Array.isArray(x);
-}
-
-// Fastify keeps a request's route context under a symbol of its own (named below; stable
-// since Fastify 3): its `config` is the route's (a copy made after the onRoute hooks ran,
-// own symbols included), with `url` undefined for the 404 handler. `request.routeOptions`
-// reads the same, but builds an object of twelve fields on every read.
-const CONTEXT_SYMBOL = 'fastify.context';
 type RouteConfig = Record<PropertyKey, unknown>;
-let contextKey: symbol | undefined;
-
-function routeConfigOf(request: FastifyRequest): RouteConfig | undefined {
-  const r = request as unknown as Record<symbol, { config?: RouteConfig } | undefined>;
-  if (contextKey === undefined) {
-    contextKey = Object.getOwnPropertySymbols(request).find(
-      (s) => s.description === CONTEXT_SYMBOL,
-    );
-    if (contextKey === undefined) return request.routeOptions.config as unknown as RouteConfig;
-  }
-  return r[contextKey]?.config;
-}
 
 const replySink: HeaderSink<FastifyReply> = {
   setHeader(reply, field, value) {
@@ -72,30 +63,26 @@ const replySink: HeaderSink<FastifyReply> = {
   getHeader: (reply, field) => reply.getHeader(field.lower),
 };
 
-const fieldsSink: HeaderSink<FastifyReply> = {
-  setHeader(reply, field, value) {
-    (reply as unknown as Record<symbol, Fields>)[fieldsKey!]![field.lower] = value;
-  },
-  getHeader(reply, field) {
-    const v = (reply as unknown as Record<symbol, Fields>)[fieldsKey!]![field.lower];
-    return v !== undefined ? v : reply.raw.getHeader(field.lower);
-  },
-};
-
 const fastifyHost: Host<FastifyRequest, FastifyReply> = {
   raw: (request) => request.raw,
   rawRes: (reply) => reply.raw,
   ip: (request) => request.ip,
+  trustsAnyProxy: (request) =>
+    (request.server as { initialConfig?: { trustProxy?: unknown } } | undefined)?.initialConfig
+      ?.trustProxy === true,
+  trustName: () => `Fastify's "trustProxy" option`,
   // One plugin adds one hook to a route, and Fastify runs a route's onRequest hooks once
   // per request: an engine cannot see a request twice, so nothing needs marking. (Two
   // plugins stacked are two engines, and each counts: two limiters.)
   visit: () => undefined,
   writeFields(reply, _via, writer, d, retryAfter) {
     if (reply.sent || reply.raw.headersSent) return false;
-    writer.write(fieldsOf(reply) === undefined ? replySink : fieldsSink, reply, d, retryAfter);
+    writer.write(replySink, reply, d, retryAfter);
     return true;
   },
-  send(reply, statusCode, body) {
+  answered: (reply) => reply.sent || reply.raw.headersSent,
+  send(reply, statusCode, body, retryAfter) {
+    if (retryAfter !== undefined) reply.header('retry-after', retryAfter);
     reply.code(statusCode).send(body);
   },
 };
@@ -150,16 +137,21 @@ function hookFor(engine: Engine<FastifyRequest, FastifyReply>, owner: string) {
  * Two plugins stacked each merge a route's `config.rateLimit` over their own options; with
  * a `limiter` of the route's own, both would count every request against it: twice.
  */
-const installed = new WeakMap<RouteOptions, Set<unknown>>();
+const installed = new WeakMap<RouteOptions, Map<unknown, Engine<FastifyRequest, FastifyReply>>>();
 
 function addOnRequest(
   route: RouteOptions,
   limiter: unknown,
   hook: ReturnType<typeof hookFor>,
+  engine: Engine<FastifyRequest, FastifyReply>,
 ): void {
   const limiters = installed.get(route);
-  if (limiters === undefined) installed.set(route, new Set([limiter]));
-  else limiters.add(limiter);
+  // Another plugin counts this route's requests with the same limiter: if under the same
+  // key too, each request counts twice (reported when seen: see Engine.addPeers).
+  const other = limiters?.get(limiter);
+  if (other !== undefined) engine.addPeers(other);
+  if (limiters === undefined) installed.set(route, new Map([[limiter, engine]]));
+  else limiters.set(limiter, engine);
   const existing = route.onRequest as unknown;
   if (Array.isArray(existing)) route.onRequest = [...existing, hook] as RouteOptions['onRequest'];
   else if (typeof existing === 'function') {
@@ -177,7 +169,7 @@ function addOnRequest(
  * await app.register(fastifyRateLimit, { limiter });
  * ```
  */
-export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = (
+const plugin = (
   app: FastifyInstance,
   options: FastifyRateLimitOptions,
   done: (error?: Error) => void,
@@ -187,27 +179,31 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
   let config: Config<FastifyRequest, FastifyReply>;
   try {
     base = ownOptions(owner, options);
-    config = readOptions(owner, base, KNOWN);
+    config = readOptions<FastifyRequest, FastifyReply>(owner, base, KNOWN);
   } catch (error) {
     done(error as Error);
     return;
   }
-  const shared = hookFor(new Engine(fastifyHost, config, owner), owner);
+  const sharedEngine = new Engine(fastifyHost, config, owner);
+  const shared = hookFor(sharedEngine, owner);
   /**
    * The hook of a route from its `config.rateLimit` (undefined: none). `where` names the
    * route in errors; `taken`: the limiters already counting the route's requests (a route's
    * own limiter, installed by another stacked plugin, is not installed again).
    */
-  const hookOf = (own: unknown, where: string, taken: Set<unknown> | undefined) => {
+  const hookOf = (own: unknown, where: string, taken: { has(l: unknown): boolean } | undefined) => {
     if (own === false) return undefined;
-    if (own === undefined || own === true) return { limiter: config.limiter, hook: shared };
+    if (own === undefined || own === true) {
+      return { limiter: config.limiterOption, hook: shared, engine: sharedEngine };
+    }
     const merged = { ...base, ...ownOptions(`${where}: config.rateLimit`, own) };
     const c = readOptions(where, merged, KNOWN);
     // The route names a limiter of its own, merged over each stacked plugin's options:
     // the first plugin installs it, the others would count each request again. (Without
     // one, each plugin limits the route with its own limiter, as on other routes.)
-    if ('limiter' in (own as object) && taken?.has(c.limiter)) return undefined;
-    return { limiter: c.limiter, hook: hookFor(new Engine(fastifyHost, c, where), where) };
+    if ('limiter' in (own as object) && taken?.has(c.limiterOption)) return undefined;
+    const engine = new Engine(fastifyHost, c, where);
+    return { limiter: c.limiterOption, hook: hookFor(engine, where), engine };
   };
   // This plugin's mark on the routes it saw added (in their config, which Fastify copies
   // into the route's context with its own symbols).
@@ -218,7 +214,7 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     const where = `${owner} (route ${show(route.method)} ${route.url})`;
     const h = hookOf(routeConfig.rateLimit, where, installed.get(route));
     if (h === undefined) return;
-    addOnRequest(route, h.limiter, h.hook);
+    addOnRequest(route, h.limiter, h.hook, h.engine);
     // For the routes other plugins meet late (below): the limiters counting this one.
     // A set of this route's own: a config object may serve several routes, and Fastify
     // copies it (shallowly) into each route's context as the route is added.
@@ -226,39 +222,50 @@ export const fastifyRateLimit: FastifyPluginCallback<FastifyRateLimitOptions> = 
     counting.add(h.limiter);
     routeConfig[COUNTING] = counting;
   });
-  // Routes added before this plugin loaded (declared first, or right after an
-  // `app.register()` that was not awaited) never reach onRoute: one app-level hook finds
-  // them by their context, and limits them as the routes it saw (their options read at
-  // their first request, not at startup). It costs every request a hook call (0.05–0.1 µs),
-  // so it is added only when some route exists already (Fastify prints an empty router as
-  // "(empty tree)"; were that to change, the hook would be added, to no harm).
+  // Requests no route of the plugin's saw: those of the not-found handler (Fastify's own
+  // or setNotFoundHandler's; no onRoute for them), limited like any other request; and
+  // routes added before this plugin loaded (declared first, or right after an
+  // `app.register()` that was not awaited), which never reach onRoute. One app-level hook
+  // serves both; it costs every request a hook call.
   const before = app.printRoutes({ commonPrefix: false }).trim();
-  if (before !== '' && before !== '(empty tree)') addLateRoutesHook(app, owner, seen, hookOf);
+  // Fastify prints an empty router as "(empty tree)"; were that to change, the late-routes
+  // part would be on, to no harm.
+  const late = before !== '' && before !== '(empty tree)';
+  addAppHook(app, owner, seen, hookOf, shared, late);
   done();
 };
 
-/** The app-level hook of a plugin for routes added before it loaded (see above). */
-function addLateRoutesHook(
+/** The app-level hook of a plugin: the not-found handler, and routes added before it. */
+function addAppHook(
   app: FastifyInstance,
   owner: string,
   seen: symbol,
   hookOf: (
     own: unknown,
     where: string,
-    taken: Set<unknown> | undefined,
+    taken: { has(l: unknown): boolean } | undefined,
   ) => { limiter: unknown; hook: ReturnType<typeof hookFor> } | undefined,
+  shared: ReturnType<typeof hookFor>,
+  lateRoutes: boolean,
 ): void {
   const late = new WeakMap<RouteConfig, ReturnType<typeof hookFor> | Error | null>();
-  app.addHook('onRequest', function atomicLimiterLateRoutes(request, reply, next) {
-    const routeConfig = routeConfigOf(request);
-    // The 404 handler (no url) is no route: not limited, as without this hook.
-    if (routeConfig === undefined || routeConfig[seen] === true || routeConfig.url === undefined) {
+  app.addHook('onRequest', function atomicLimiterAppHook(request, reply, next) {
+    if (request.is404) {
+      shared(request, reply, next);
+      return;
+    }
+    if (!lateRoutes) {
+      next();
+      return;
+    }
+    const routeConfig = request.routeOptions.config as unknown as RouteConfig;
+    if (routeConfig[seen] === true) {
       next();
       return;
     }
     let h = late.get(routeConfig);
     if (h === undefined) {
-      const where = `${owner} (route ${show(routeConfig.method)} ${show(routeConfig.url)}, added before the plugin)`;
+      const where = `${owner} (route ${show(request.routeOptions.method)} ${show(request.routeOptions.url)}, added before the plugin)`;
       try {
         const counting = (routeConfig[COUNTING] ??= new Set()) as Set<unknown>;
         const found = hookOf(routeConfig.rateLimit, where, counting);
@@ -277,6 +284,15 @@ function addLateRoutesHook(
 
 /** In a route's config: the limiters counting its requests (for routes met late). */
 const COUNTING = Symbol('atomic-limiter/http: limiters counting this route');
+
+/**
+ * The Fastify 5 plugin (see plugin above): every route registered after it is limited.
+ *
+ * ```ts
+ * await app.register(fastifyRateLimit, { limiter });
+ * ```
+ */
+export const fastifyRateLimit = plugin as unknown as FastifyRateLimitPlugin;
 
 // Applies to the whole app rather than its own encapsulated context: what the
 // fastify-plugin package does, without depending on it.

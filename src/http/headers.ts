@@ -62,7 +62,7 @@ export interface Policy {
   readonly structured: string;
 }
 
-/** The duck-typed face of a limiter: the public properties contracts.md §1 lists. */
+/** The duck-typed face of a limiter: the public properties every limiter of this package has (docs/api.md). */
 export interface LimiterFace {
   readonly algorithm?: string;
   readonly limit?: number;
@@ -108,6 +108,15 @@ export function flattenDecisions(
   return out;
 }
 
+/**
+ * The largest integer a structured field may hold (15 digits). Every integer written is
+ * clamped to it: a wide bucket (capacity ÷ rate past 10^15 s) would otherwise write 16
+ * digits or more, and a parser rejects the whole field, not just the member.
+ */
+export const MAX_SF_INTEGER = 999_999_999_999_999;
+const seconds = (ms: number) => Math.min(MAX_SF_INTEGER, Math.ceil(ms / 1000));
+const count = (n: number) => (n > 0 ? Math.min(MAX_SF_INTEGER, Math.floor(n)) : 0);
+
 /** Quota and window from the limiter's algorithm; undefined while it is unknown (cluster). */
 function shape(l: LimiterFace): { quota: number; windowMs: number | undefined } | undefined {
   switch (l.algorithm) {
@@ -138,16 +147,35 @@ function isCount(x: unknown): x is number {
   return typeof x === 'number' && x > 0 && Number.isFinite(x);
 }
 
-/** "100-in-10s", "5-in-1500ms", "10-concurrent". */
+/**
+ * "100-in-10s", "5-in-1500ms", "3-in-250us", "10-concurrent": the window in the largest
+ * unit that states it whole, else in milliseconds with as many decimals as it takes. Never
+ * rounded to a coarser unit: no window is named as 0, and different windows have different
+ * names.
+ */
 function defaultName(l: LimiterFace, quota: number, windowMs: number | undefined): string {
-  if (windowMs === undefined)
-    return l.algorithm === 'Concurrency' ? `${quota}-concurrent` : `${quota}`;
-  const s = windowMs / 1000;
-  return Number.isInteger(s) ? `${quota}-in-${s}s` : `${quota}-in-${Math.round(windowMs)}ms`;
+  const q = count(quota);
+  if (windowMs === undefined) return l.algorithm === 'Concurrency' ? `${q}-concurrent` : `${q}`;
+  if (Number.isInteger(windowMs / 1000)) return `${q}-in-${decimal(windowMs / 1000)}s`;
+  if (Number.isInteger(windowMs)) return `${q}-in-${decimal(windowMs)}ms`;
+  // capacity ÷ rate × 1000 may miss a whole number of µs by the last bit of the double.
+  const us = Math.round(windowMs * 1000);
+  if (us >= 1 && Math.abs(us - windowMs * 1000) <= us * 1e-12) {
+    return `${q}-in-${us}us`;
+  }
+  return `${q}-in-${decimal(windowMs)}ms`;
 }
 
-function makePolicy(name: string, quota: number, windowMs: number | undefined): Policy {
-  const windowSeconds = windowMs === undefined ? undefined : Math.ceil(windowMs / 1000);
+/** A positive number in plain decimal notation (no exponent), exact to the double. */
+function decimal(x: number): string {
+  const s = String(x);
+  if (!s.includes('e')) return s;
+  return x >= 1 ? BigInt(Math.round(x)).toString() : x.toFixed(20).replace(/0+$/, '');
+}
+
+function makePolicy(name: string, limit: number, windowMs: number | undefined): Policy {
+  const quota = count(limit);
+  const windowSeconds = windowMs === undefined ? undefined : seconds(windowMs);
   const w = windowSeconds === undefined ? '' : `;w=${windowSeconds}`;
   const quoted = sfString(name);
   return {
@@ -224,9 +252,6 @@ export function headersOption(owner: string, value: unknown): readonly HeaderFor
   }
   return [...set];
 }
-
-const seconds = (ms: number) => Math.ceil(ms / 1000);
-const count = (n: number) => (n > 0 ? Math.floor(n) : 0);
 
 /**
  * Writes the header fields of one decision. Built once per middleware; policies are
@@ -356,7 +381,7 @@ const STATE_SLOTS = 256;
  * One policy's state values (draft 8's member, draft 7's `RateLimit`) by (remaining, reset
  * seconds), in a direct-mapped table of 256. Building a value costs little, but it is a
  * concatenation, which Node's value check and the head's serialization flatten on every
- * response (~0.3 µs a field in the HTTP bench); a value from here was flattened once, in
+ * response; a value from here was flattened once, in
  * place, when first sent. Most responses repeat a few pairs: a key's bucket full or
  * nearly, its window ending in the same second.
  */

@@ -17,6 +17,8 @@ import {
   type HeaderTable,
   headerTable,
   headStarted,
+  markIn,
+  setMarkIn,
   tableSink,
 } from './out-headers.js';
 
@@ -27,7 +29,9 @@ export type NodeRequest = IncomingMessage & { ip?: string };
  * The middleware `rateLimit()` returns. Express 5 / Connect: `(req, res, next)`. Plain
  * node:http: `await limit(req, res)` resolves `true` when the request may go on; otherwise
  * the response has been answered (the refusal, or 503 when the limiter failed, 500 when an
- * option's function did) and it resolves `false`. It never rejects.
+ * option's function did) and it resolves `false`. It never rejects. Under Express and
+ * Connect, a failed limiter is answered 503 as well (see `onError`); an option's function
+ * that fails goes to `next(err)`.
  */
 export interface RateLimitMiddleware<Req extends IncomingMessage = NodeRequest> {
   (req: Req, res: ServerResponse, next: (error?: unknown) => void): void;
@@ -47,17 +51,9 @@ const responseSink: HeaderSink<ServerResponse> = {
  * module may write (see out-headers.ts), or none yet (visit() makes none: a request it
  * skips must leave the response as it was): one engine, or a set of them when stacked. A
  * WeakMap rather than a property of the request: adding a property to an Express request
- * (whose prototype Express replaced) cost ~3 µs a request in the HTTP bench.
+ * (whose prototype Express replaced) changes its hidden class, which is slow.
  */
 const seen = new WeakMap<IncomingMessage, object>();
-
-/**
- * Where the response has a header table, the same mark is kept in it, under a symbol:
- * Node reads the table by field name only (for…in, Object.keys, name lookups), so the mark
- * is never sent nor listed among the fields, and it costs a lookup where a WeakMap entry
- * cost ~0.6 µs a request (its set and the collector's work on it).
- */
-const COUNTED_BY = Symbol('atomic-limiter/http: decided by');
 
 /** Adds `engine` to a mark; undefined when it was already there. */
 function marked(was: object | undefined, engine: object): object | undefined {
@@ -66,24 +62,38 @@ function marked(was: object | undefined, engine: object): object | undefined {
   return was instanceof Set ? was.add(engine) : new Set([was, engine]);
 }
 
+/** Express's application of a request, where Express serves it. */
+function expressApp(req: NodeRequest): { get(name: string): unknown } | undefined {
+  const app = (req as { app?: { get?: unknown } }).app;
+  return typeof app?.get === 'function' ? (app as { get(name: string): unknown }) : undefined;
+}
+
 const nodeHost: Host<NodeRequest, ServerResponse> = {
   raw: (req) => req,
   rawRes: (res) => res,
   ip: (req) => req.ip,
+  trustsAnyProxy: (req) => expressApp(req)?.get('trust proxy') === true,
+  trustName: (req) =>
+    expressApp(req) === undefined
+      ? 'option "trustProxy" is off'
+      : `Express's "trust proxy" setting`,
   visit(req, res, engine) {
     // Not made here: a skipped request must leave the response as it was.
     const table = existingHeaderTable(res);
     if (table !== undefined) {
       // A mark made before the table was (below) is in the WeakMap: a miss there is cheap
       // for a request that never went in.
-      const was = (table[COUNTED_BY] as object | undefined) ?? seen.get(req);
+      const was = markIn(table) ?? seen.get(req);
       const mark = marked(was, engine);
       if (mark === undefined) return REVISIT;
-      table[COUNTED_BY] = mark;
+      if (was !== undefined) (engine as Engine<NodeRequest, ServerResponse>).addPeers(was);
+      setMarkIn(table, mark);
       return table;
     }
-    const mark = marked(seen.get(req), engine);
+    const was = seen.get(req);
+    const mark = marked(was, engine);
     if (mark === undefined) return REVISIT;
+    if (was !== undefined) (engine as Engine<NodeRequest, ServerResponse>).addPeers(was);
     seen.set(req, mark);
     return undefined;
   },
@@ -96,7 +106,7 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
       return true;
     }
     // setHeader refuses a started response by throwing before it changes anything: trying
-    // first saves asking res.headersSent on every request (~1.5 µs on an Express response).
+    // first saves asking res.headersSent on every request (a getter that is dear on an Express response).
     try {
       writer.write(responseSink, res, d, retryAfter);
       return true;
@@ -105,10 +115,12 @@ const nodeHost: Host<NodeRequest, ServerResponse> = {
       throw error;
     }
   },
-  send(res, statusCode, body) {
+  answered: (res) => res.headersSent || res.writableEnded,
+  send(res, statusCode, body, retryAfter) {
     const text = typeof body === 'string';
     const payload = text ? body : JSON.stringify(body);
     res.statusCode = statusCode;
+    if (retryAfter !== undefined) res.setHeader('Retry-After', retryAfter);
     if (!text || !res.hasHeader('Content-Type')) {
       res.setHeader(
         'Content-Type',
@@ -146,9 +158,10 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
   const warned = new Set<string>();
 
   /**
-   * node:http: answers 503 (the limiter failed) or 500 (an option's function did); a
-   * response the handler had already started cannot become either, so it is ended by
-   * closing its connection (as Express's final handler does): never left hanging.
+   * node:http: answers 500 (an option's function failed, or onError threw; 503 when it
+   * rethrew the limiter's error); a response the handler had already started cannot
+   * become either, so it is ended by closing its connection (as Express's final handler
+   * does): never left hanging.
    */
   function fail(res: ServerResponse, error: unknown): boolean {
     const status = isLimiterError(error) ? 503 : 500;
@@ -165,7 +178,8 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
       res.destroy();
       return false;
     }
-    nodeHost.send(res, status, status === 503 ? 'Service Unavailable' : 'Internal Server Error');
+    if (status === 503) nodeHost.send(res, 503, 'Service Unavailable', '1');
+    else nodeHost.send(res, 500, 'Internal Server Error');
     return false;
   }
 

@@ -5,8 +5,8 @@ import type { HeaderSink } from './headers.js';
 /**
  * Node's table of a response's header fields, written directly. `setHeader` checks each
  * field's name and value with a regular expression apiece before storing
- * `table[lower] = [name, value]`: ~0.6 µs a field on a bare response, more in a loaded server,
- * where most of this middleware's own time on Express went to it. The fields written here
+ * `table[lower] = [name, value]`: most of this middleware's own cost on Express would go
+ * to those checks. The fields written here
  * are valid by construction (constant names; values of digits, ASCII punctuation and policy
  * names checked to be printable ASCII when the middleware was made), so they go straight
  * into that table: the entry setHeader would have made, which getHeader, hasHeader,
@@ -24,20 +24,30 @@ import type { HeaderSink } from './headers.js';
 
 export type HeaderTable = Record<string | symbol, unknown>;
 
+/**
+ * The one switch of the private fast path, and this module the only one that touches
+ * another project's private state. Off, every field goes through `res.setHeader` and the
+ * middleware's marks through a WeakMap (node.ts); the whole HTTP suite passes both ways.
+ * On an Express response it saves ~0.5–1 µs of the middleware's ~1.5–2.5 µs a request
+ * (in-process measurement); Fastify replies always take the public `reply.header()`,
+ * where writing Fastify's own field object saved nothing measurable.
+ */
+export const PRIVATE_FAST_PATH = true;
+
 const nodeSetHeader = OutgoingMessage.prototype.setHeader;
 
 /**
  * Read with a computed key, and so are the table's symbol and the mark: every Express 5
  * response has a hidden class of its own (Express sets its prototype, then adds
  * `res.locals`, a null-prototype object), so a property read by name on it misses V8's
- * inline caches and then its stub cache the first time each name is read on each response,
- * ~0.6 to 1.5 µs a name on this machine. A computed-key read takes the generic path
- * instead (~0.3 µs); the prototype's property and an own-property check cost less still.
+ * inline caches and then its stub cache the first time each name is read on each response.
+ * A computed-key read takes the generic path instead, which is cheaper; the prototype's
+ * property and an own-property check cost less still.
  */
 const HEAD = '_header';
 
 /** The symbol under which a response keeps its table, when the probe vouches for it. */
-const TABLE: symbol | undefined = probe();
+const TABLE: symbol | undefined = PRIVATE_FAST_PATH ? probe() : undefined;
 
 function probe(): symbol | undefined {
   try {
@@ -120,3 +130,20 @@ export const tableSink: HeaderSink<HeaderTable> = {
     return (table[field.lower] as readonly unknown[] | undefined)?.[1];
   },
 };
+
+/**
+ * Where the response has a header table, the same mark is kept in it, under a symbol:
+ * Node reads the table by field name only (for…in, Object.keys, name lookups), so the mark
+ * is never sent nor listed among the fields, and it costs a lookup where a WeakMap entry
+ * costs a set and the collector's work on it.
+ */
+const COUNTED_BY = Symbol('atomic-limiter/http: decided by');
+
+/** The middlewares' mark kept in a response's header table (see above), if any. */
+export function markIn(table: HeaderTable): object | undefined {
+  return table[COUNTED_BY] as object | undefined;
+}
+
+export function setMarkIn(table: HeaderTable, mark: object): void {
+  table[COUNTED_BY] = mark;
+}

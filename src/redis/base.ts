@@ -7,6 +7,7 @@ import {
 } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Lease, Stats } from '../options.js';
+import { blockSettings } from '../permit-blocks.js';
 import {
   acquireOptions,
   checkOptionsObject,
@@ -167,45 +168,17 @@ export function readRedisCommon(
       `${owner}: option "clock" must be a ManualClock (or omitted: time comes from Redis TIME), got ${show(clock)}`,
     );
   }
-  const block = opts.block;
-  if (block !== undefined) {
-    if (typeof block !== 'number') {
-      throw typeError(`${owner}: option "block" must be a positive integer, got ${show(block)}`);
-    }
-    if (!Number.isInteger(block) || block < 1) {
-      throw rangeError(`${owner}: option "block" must be a positive integer, got ${show(block)}`);
-    }
-  }
-  const blockTtlMs = integerOption(owner, 'blockTtlMs', opts.blockTtlMs, 1, 2 ** 31 - 1, 1000);
   const blockKeys = integerOption(owner, 'blockKeys', opts.blockKeys, 1, 2 ** 24, 4096);
-  const maxBlock = integerOption(owner, 'maxBlock', opts.maxBlock, 1, 2 ** 31 - 1, 0);
-  if (opts.maxBlock !== undefined && (block === undefined || maxBlock < (block as number))) {
-    throw rangeError(
-      `${owner}: option "maxBlock" must be an integer from "block" (${show(block)}) to the limit, got ${show(opts.maxBlock)}`,
-    );
-  }
-  // Fleet mode's other options mean nothing without blocks: a forgotten "block" is not
-  // passed over in silence.
-  if (opts.leaseAhead !== undefined && typeof opts.leaseAhead !== 'boolean') {
-    throw typeError(
-      `${owner}: option "leaseAhead" must be a boolean, got ${show(opts.leaseAhead)}`,
-    );
-  }
-  for (const name of ['blockTtlMs', 'blockKeys', 'leaseAhead'] as const) {
-    if (opts[name] !== undefined && block === undefined) {
-      throw rangeError(
-        `${owner}: option "${name}" is for fleet mode and needs "block", got ${show(opts[name])} without "block"`,
-      );
-    }
-  }
+  // The options permit blocks share with the cluster client (permit-blocks.ts).
+  const blocks = blockSettings(owner, opts, 'fleet mode', ['blockKeys']);
   return {
     opts,
     common: {
-      block: (block as number | undefined) ?? 0,
-      maxBlock: maxBlock || ((block as number | undefined) ?? 0),
-      blockTtlMs,
+      block: blocks.block,
+      maxBlock: blocks.maxBlock,
+      blockTtlMs: blocks.blockTtlMs,
       blockKeys,
-      leaseAhead: opts.leaseAhead === true,
+      leaseAhead: blocks.leaseAhead,
       blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
       options: opts,
       adapter,

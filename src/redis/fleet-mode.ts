@@ -1,7 +1,8 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision } from '../options.js';
-import { type Blocks, BOTH_AHEAD } from './blocks.js';
+import { leaseAheadDue } from '../permit-blocks.js';
+import { type Blocks, BOTH_AHEAD, I_FETCH } from './blocks.js';
 import { OffsetBounds } from './offset.js';
 import { Unavailable } from './runner.js';
 
@@ -58,10 +59,43 @@ export interface FleetHost {
   lost(error: unknown): void;
 }
 
+/** A fetch claim this thread holds (Fleet.claims): its slot, field and current token. */
+interface Claim {
+  readonly s: number;
+  readonly which: number;
+  token: number;
+}
+
 export class Fleet {
-  /** This thread's last key: its tag and slot (slotFor()). */
+  /** This thread's last key: its tag, slot and the slot's owner then (slotFor()). */
   private lastTag: string | undefined;
   private lastSlot = -1;
+  private lastOwner = 0;
+  /**
+   * How long a fetch claim holds before it is stale and taken over (Blocks.claimFetch()):
+   * half of timeoutMs, so that a call that waited for a stale claim from its start still
+   * has the other half for its own fetch.
+   */
+  private readonly staleMs: number;
+  /**
+   * The fetch claims this thread holds, renewed every staleMs / 2 while their fetches are
+   * out (an unref'd timer that stops once none is held): only a thread that cannot run its
+   * timers lets its claims go stale.
+   */
+  private readonly claims = new Set<Claim>();
+  private renewer: ReturnType<typeof setInterval> | undefined;
+  private readonly renew = () => {
+    if (this.claims.size === 0) {
+      clearInterval(this.renewer);
+      this.renewer = undefined;
+      return;
+    }
+    for (const c of this.claims) {
+      c.token = this.blocks.renewFetch(c.s, c.which, c.token, this.staleMs);
+      // Taken over (this thread was late): the claim is the other fetcher's now.
+      if (c.token === 0) this.claims.delete(c);
+    }
+  };
   /**
    * This thread's leases still out (fetches and leases ahead). Redis has taken their
    * permits already: close() waits for them to land in the blocks, or a caller that closes
@@ -81,7 +115,26 @@ export class Fleet {
     private readonly pairs: boolean,
     /** Whether blocks are leased ahead as they run low (`leaseAhead`), or only when empty. */
     private readonly ahead = true,
-  ) {}
+  ) {
+    this.staleMs = Math.max(1, Math.floor(host.timeoutMs / 2));
+  }
+
+  /** Holds the fetch claim `token` of field `which` of slot `s`, renewing it until let go. */
+  private hold(s: number, which: number, token: number): Claim {
+    const c: Claim = { s, which, token };
+    this.claims.add(c);
+    if (this.renewer === undefined) {
+      this.renewer = setInterval(this.renew, Math.max(1, this.staleMs >> 1));
+      this.renewer.unref();
+    }
+    return c;
+  }
+
+  /** Ends claim `c` (the fetch is over), waking the calls waiting for it. */
+  private letGo(c: Claim): void {
+    this.claims.delete(c);
+    this.blocks.endFetch(c.s, c.token, c.which);
+  }
 
   /** Once every lease this thread has out has landed in the blocks (or failed). */
   settled(): Promise<void> {
@@ -104,41 +157,54 @@ export class Fleet {
     const pending: Promise<void>[] = [];
     for (const s of blocks.held()) {
       if (expiredOnly && !blocks.expired(s, now)) continue;
-      const tag = blocks.tagOf(s);
       // A block that aged out belonged to a key that cooled: its leases go back to `block`.
       if (blocks.expired(s, now)) blocks.resetLease(s);
       const d = blocks.drain(s);
-      if (d.permits > 0) {
-        pending.push(this.host.giveBack(tag, d.permits, String(d.takenUs)));
-      }
+      if (d) pending.push(this.host.giveBack(d.tag, d.permits, String(d.takenUs)));
     }
     return Promise.all(pending).then(() => {});
   }
 
   /**
-   * This thread's slot of `tag` in the blocks (−1: none). The last key's is remembered: a
-   * slot, once a key's, stays that key's, and a hot key is then found without hashing.
+   * This thread's slot of `tag` in the blocks (−1: none), and its owner in `lastOwner`. The
+   * last key's is remembered while the slot stays that key's (Blocks.owner()): a hot key is
+   * then found without hashing. A slot taken over from a key whose block was gone gives
+   * that block's aged-out permits back.
    */
-  private slotFor(b: Blocks, tag: string): number {
-    if (tag === this.lastTag) return this.lastSlot;
-    const s = b.slotOf(tag);
-    if (s >= 0) {
-      this.lastTag = tag;
-      this.lastSlot = s;
+  private slotFor(b: Blocks, tag: string, now: number): number {
+    if (tag === this.lastTag && b.owner(this.lastSlot) === this.lastOwner) return this.lastSlot;
+    const s = b.slotOf(tag, now);
+    const evicted = b.evicted;
+    if (evicted !== undefined) {
+      b.evicted = undefined;
+      this.host
+        .giveBack(evicted.tag, evicted.permits, String(evicted.takenUs))
+        .catch(this.host.lost);
     }
+    if (s < 0) return s;
+    this.lastTag = tag;
+    this.lastSlot = s;
+    this.lastOwner = b.owner(s);
     return s;
   }
 
   /** Spends `permits` from slot `s`'s block if it holds them, leasing ahead as it runs low. */
-  private spend(b: Blocks, s: number, tag: string, permits: number, now: number): boolean {
-    if (!b.take(s, permits, now)) return false;
+  private spend(
+    b: Blocks,
+    s: number,
+    owner: number,
+    tag: string,
+    permits: number,
+    now: number,
+  ): boolean {
+    if (!b.take(s, permits, now, owner)) return false;
     // A quarter of a lease left: the next one is leased in the background, so that the
     // threads spending this one need not wait for a round trip; an eighth left with that
     // lease still out, a second one (a key spending faster than a round trip); for a key
     // that needed that second one, both at the quarter, in one call (Blocks.claimAhead()).
     if (!this.ahead) return true;
     const size = b.leaseSize(s, this.host.block);
-    if (b.permits(s) <= size >> 2 && size >= 4) this.leaseAhead(b, s, tag, size, now);
+    if (leaseAheadDue(b.permits(s), size, false)) this.leaseAhead(b, s, owner, tag, size, now);
     return true;
   }
 
@@ -171,10 +237,10 @@ export class Fleet {
    */
   tryAcquire(tag: string, key: Key | undefined, permits: number): Promise<boolean> {
     const b = this.blocks;
-    const s = this.slotFor(b, tag);
+    const now = this.host.localMs();
+    const s = this.slotFor(b, tag, now);
     if (s >= 0) {
-      const now = this.host.localMs();
-      if (this.spend(b, s, tag, permits, now)) return ALLOWED;
+      if (this.spend(b, s, this.lastOwner, tag, permits, now)) return ALLOWED;
       if (b.refusedForMs(s, now) > 0) return REFUSED;
     }
     return this.decide(tag, key, permits).then(allowedOf);
@@ -183,10 +249,12 @@ export class Fleet {
   /** tryAcquire() for consume(): the Decision. */
   consume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const b = this.blocks;
-    const s = this.slotFor(b, tag);
+    const now = this.host.localMs();
+    const s = this.slotFor(b, tag, now);
     if (s >= 0) {
-      const now = this.host.localMs();
-      if (this.spend(b, s, tag, permits, now)) return Promise.resolve(this.spent(b, s, now));
+      if (this.spend(b, s, this.lastOwner, tag, permits, now)) {
+        return Promise.resolve(this.spent(b, s, now));
+      }
       const refusedMs = b.refusedForMs(s, now);
       if (refusedMs > 0) return Promise.resolve(this.refusedHere(b, s, now, refusedMs));
     }
@@ -196,15 +264,23 @@ export class Fleet {
   /** Fleet mode's decision: spend from the block, or a cached refusal, or fetch a block. */
   private async decide(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const b = this.blocks;
-    const s = this.slotFor(b, tag);
+    let s = this.slotFor(b, tag, this.host.localMs());
     if (s < 0) return this.host.direct(tag, key, permits);
+    // Kept here: other calls of this thread move lastOwner while this one waits.
+    let owner = this.lastOwner;
     // Real time, as the fetch leases: a call waiting for others' fetches still answers
     // within its own timeoutMs, and takes the answer of a fetch that found Redis unavailable
     // (were each waiter to ask again in turn, they would answer a timeoutMs after another).
     const start = Date.now();
     for (;;) {
       const now = this.host.localMs();
-      if (this.spend(b, s, tag, permits, now)) return this.spent(b, s, now);
+      if (b.owner(s) !== owner) {
+        // The slot passed to another key while this call waited (its block was gone).
+        s = this.slotFor(b, tag, now);
+        if (s < 0) return this.host.direct(tag, key, permits);
+        owner = this.lastOwner;
+      }
+      if (this.spend(b, s, owner, tag, permits, now)) return this.spent(b, s, now);
       const refusedMs = b.refusedForMs(s, now);
       if (refusedMs > 0) return this.refusedHere(b, s, now, refusedMs);
       if (this.host.closed()) throw new LimiterClosedError();
@@ -226,13 +302,22 @@ export class Fleet {
       // Dry with a lease out: the key is spent faster than a round trip brings permits, so
       // the next leases grow (Blocks.grow()).
       if (b.fetching(s)) b.starve(s);
-      if (!b.claimFetch(s, 2 * this.host.timeoutMs)) {
+      const token = b.claimFetch(s, this.staleMs);
+      if (token === 0) {
         // Another thread (or call) fetches this key's block: wait for it, then look again.
+        // Waiting is not an outage: a claim that goes stale (its fetcher died, or computes
+        // without reading the reply) is taken over then, within this call's timeoutMs.
         await b.waitFetch(s, leftMs);
         continue;
       }
-      // A reset() of the key while the lease is out voids it (Blocks.add()).
-      const epoch = b.epoch(s);
+      // A reset() of the key while the lease is out voids it (Blocks.add()), as does the
+      // slot passing to another key.
+      const claim = this.hold(s, I_FETCH, token);
+      const epoch = b.epochOf(s, owner);
+      if (epoch < 0) {
+        this.letGo(claim);
+        continue;
+      }
       let r: LeaseReply;
       let size: number;
       try {
@@ -240,15 +325,15 @@ export class Fleet {
         // the window they were taken in (and a key that let its block age out cooled).
         if (b.expired(s, now)) b.resetLease(s);
         const left = b.drain(s);
-        if (left.permits > 0) {
-          this.host.giveBack(tag, left.permits, String(left.takenUs)).catch(this.host.lost);
+        if (left) {
+          this.host.giveBack(left.tag, left.permits, String(left.takenUs)).catch(this.host.lost);
         }
         size = b.leaseSize(s, this.host.block);
         r = this.host.parse(await this.lease(tag, size, String(permits)));
       } catch (error) {
         // Noted before the waiters wake (endFetch()): they answer by it too.
         if (error instanceof Unavailable) b.failed(s, Date.now());
-        b.endFetch(s);
+        this.letGo(claim);
         return this.host.fallback(error, key, permits);
       }
       const at = this.host.localMs();
@@ -262,12 +347,12 @@ export class Fleet {
       if (r.allowed) {
         const granted = r.hintUs;
         if (!(granted >= permits && granted <= size)) {
-          b.endFetch(s);
+          this.letGo(claim);
           throw this.host.badReply(r);
         }
         if (current) b.grow(s, this.host.block, this.mostLeased);
-        this.land(b, s, tag, granted - permits, r, now, at, epoch);
-        b.endFetch(s);
+        this.land(b, s, granted - permits, r, now, at, epoch);
+        this.letGo(claim);
         return {
           allowed: true,
           remaining: b.permits(s),
@@ -282,7 +367,7 @@ export class Fleet {
       // A refusal of one permit holds for any count; of more, not for fewer: only the first
       // is cached.
       if (permits === 1 && current) b.refuse(s, from + retryAfterMs);
-      b.endFetch(s);
+      this.letGo(claim);
       return {
         allowed: false,
         remaining: 0,
@@ -305,7 +390,6 @@ export class Fleet {
   private land(
     b: Blocks,
     s: number,
-    tag: string,
     permits: number,
     r: LeaseReply,
     sentMs: number,
@@ -314,9 +398,7 @@ export class Fleet {
   ): void {
     if (b.expired(s, at)) {
       const old = b.drain(s);
-      if (old.permits > 0) {
-        this.host.giveBack(tag, old.permits, String(old.takenUs)).catch(this.host.lost);
-      }
+      if (old) this.host.giveBack(old.tag, old.permits, String(old.takenUs)).catch(this.host.lost);
     }
     const expiresMs = Math.min(at + this.host.blockTtlMs, sentMs + r.countedUs / 1000);
     // Landed after its window ended (a slow reply, a ManualClock moved): they count nowhere.
@@ -353,13 +435,25 @@ export class Fleet {
     if (!this.host.manualTime) this.offset.note(r.nowUs / 1000, sentMs, at);
   }
 
-  private leaseAhead(b: Blocks, s: number, tag: string, size: number, now: number): void {
+  private leaseAhead(
+    b: Blocks,
+    s: number,
+    owner: number,
+    tag: string,
+    size: number,
+    now: number,
+  ): void {
     if (this.host.closed()) return;
-    const which = b.claimAhead(s, size, 2 * this.host.timeoutMs, this.pairs);
+    const which = b.claimAhead(s, size, this.staleMs, this.pairs);
     if (which === 0) return;
+    const claim = this.hold(s, which, b.claimed);
+    const epoch = b.epochOf(s, owner);
+    if (epoch < 0) {
+      this.letGo(claim);
+      return;
+    }
     // A hot key's two leases ahead, in one round trip.
     const asked = which === BOTH_AHEAD ? 2 * size : size;
-    const epoch = b.epoch(s);
     const leased = this.lease(tag, asked, '1');
     this.host.sendNow();
     leased
@@ -374,20 +468,20 @@ export class Fleet {
             if (b.epoch(s) !== epoch) return;
             b.setFreshAt(s, at + r.untilFreshUs / 1000);
             if (r.allowed && r.hintUs >= 1 && r.hintUs <= asked) {
-              this.land(b, s, tag, r.hintUs, r, now, at, epoch);
+              this.land(b, s, r.hintUs, r, now, at, epoch);
               b.grow(s, this.host.block, this.mostLeased);
             } else if (!r.allowed && Number.isFinite(r.retryAfterUs)) {
               b.refuse(s, from + r.retryAfterUs / 1000);
             }
           } finally {
-            b.endFetch(s, which);
+            this.letGo(claim);
           }
         },
         (error) => {
           // Redis unavailable: the calls waiting for this lease answer by the failure
           // policy (as for a fetch's), rather than each asking again in turn.
           if (error instanceof Unavailable) b.failed(s, Date.now());
-          b.endFetch(s, which);
+          this.letGo(claim);
         },
       )
       // A reply of the wrong shape adds nothing; nobody awaits a lease taken ahead, so the

@@ -6,6 +6,7 @@ import { LeakyBucket } from './leaky-bucket.js';
 import { SlidingLog } from './sliding-log.js';
 import { SlidingWindow } from './sliding-window.js';
 import { TokenBucket } from './token-bucket.js';
+import { WarmingBucket } from './warming-bucket.js';
 
 const CLASSES: Record<string, new (options: never) => RedisLimiter> = {
   TokenBucket,
@@ -13,6 +14,7 @@ const CLASSES: Record<string, new (options: never) => RedisLimiter> = {
   FixedWindow,
   SlidingWindow,
   SlidingLog,
+  WarmingBucket,
 };
 
 export interface AttachOptions {

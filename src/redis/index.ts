@@ -1,5 +1,5 @@
 /**
- * atomic-limiter/redis: the six limiters with their state in Redis, for a fleet of
+ * atomic-limiter/redis: the seven limiters with their state in Redis, for a fleet of
  * machines. Same options, Decisions, Leases and errors as in memory; methods return
  * promises. See the README section "Redis".
  */
@@ -19,3 +19,4 @@ export { LeakyBucket, type LeakyBucketOptions } from './leaky-bucket.js';
 export { SlidingLog, type SlidingLogOptions } from './sliding-log.js';
 export { SlidingWindow, type SlidingWindowOptions } from './sliding-window.js';
 export { TokenBucket, type TokenBucketOptions } from './token-bucket.js';
+export { WarmingBucket, type WarmingBucketOptions } from './warming-bucket.js';

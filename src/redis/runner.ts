@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { DeadlineTimer, due } from '../deadlines.js';
 import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
 import { TRANSIENT } from './health.js';
@@ -147,8 +148,8 @@ export class Runner {
   /** Calls held back while the client is not ready (Adapter.ready()), oldest first. */
   private parked: Pending[] = [];
   private readonly inFlight = new Set<Pending>();
-  private timer: ReturnType<typeof setTimeout> | undefined;
-  private timerAt = 0;
+  /** The one timer for every call's deadline (deadlines.ts). */
+  private readonly deadlines = new DeadlineTimer((now) => this.expire(now));
 
   constructor(
     private readonly adapter: Adapter,
@@ -336,7 +337,7 @@ export class Runner {
     if (p.done) return; // failed already (the adapter threw)
     p.deadline = deadline;
     this.inFlight.add(p);
-    this.arm(deadline);
+    this.deadlines.armFor(deadline);
   }
 
   /** One call alone: its single-call script (or the shared one), one command. */
@@ -508,21 +509,11 @@ export class Runner {
     );
   }
 
-  private arm(deadline: number): void {
-    if (this.timer && this.timerAt <= deadline) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timerAt = deadline;
-    this.timer = setTimeout(this.expire, Math.max(1, deadline - performance.now()));
-    // Calls in flight keep the client busy anyway; this timer alone must not delay exit.
-    this.timer.unref?.();
-  }
-
-  private readonly expire = (): void => {
-    this.timer = undefined;
-    const now = performance.now();
+  /** Fails every call past its deadline; returns the earliest deadline left. */
+  private expire(now: number): number {
     let next = Number.POSITIVE_INFINITY;
     for (const p of this.inFlight) {
-      if (p.deadline <= now + 0.5) {
+      if (due(p.deadline, now)) {
         p.done = true;
         this.inFlight.delete(p);
         this.markDown(p);
@@ -531,6 +522,6 @@ export class Runner {
         next = p.deadline;
       }
     }
-    if (next !== Number.POSITIVE_INFINITY) this.arm(next);
-  };
+    return next;
+  }
 }

@@ -51,8 +51,9 @@ export function decodeState(
   v: string,
   names: readonly string[],
   what: string,
-  geo: Geometry,
+  geo?: Geometry,
 ): string {
+  if (geo === undefined) return decodeUnmarked(v, names, what);
   const n = geo.values.length;
   const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
   const stored = geo.values.map((_, i) => `g${i + 1}`);
@@ -77,8 +78,21 @@ export function decodeState(
   end`;
 }
 
+/**
+ * Lua: decodeState() of a state that records no settings (version 1): for an algorithm
+ * whose stored numbers no setting reinterprets, or not given one yet.
+ */
+function decodeUnmarked(v: string, names: readonly string[], what: string): string {
+  const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of this version'`;
+  return `if #${v} ~= ${stateBytes(names.length)} then error(redis.error_reply(${error})) end
+  local version
+  version, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
+  if version ~= 1 then error(redis.error_reply(${error})) end`;
+}
+
 /** Lua: the stored string of the values given (Lua expressions), with the writer's settings. */
-export function encodeState(values: readonly string[], geo: Geometry): string {
+export function encodeState(values: readonly string[], geo?: Geometry): string {
+  if (geo === undefined) return `struct.pack('${format(values.length)}', 1, ${values.join(', ')})`;
   return `struct.pack('${format(geo.values.length + values.length)}', 2, ${geo.values.join(', ')}, ${values.join(', ')})`;
 }
 

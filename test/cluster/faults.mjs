@@ -1,4 +1,4 @@
-// Cluster scenarios about faults (issue #9): killed workers, malformed messages, bad keys,
+// Cluster scenarios about faults: killed workers, malformed messages, bad keys,
 // misuse. Like scenario.mjs: the primary prints its outcome as one JSON line, and the same
 // file is the workers' script. Usage: node faults.mjs <scenario>
 // DIST (optional) points at another build, to show a test failing on an older one.
@@ -124,7 +124,7 @@ if (cluster.isPrimary) {
     console.log(JSON.stringify({ ...report, whileWaiting, c: api.stats('c'), a: api.stats('a') }));
     w.kill();
   } else if (scenario === 'stale-block') {
-    // Issue #9 item 6: a block taken in window 0 and given back in window 1 must not be
+    // A block taken in window 0 and given back in window 1 must not be
     // credited to window 1. Worker A takes a block of 60 in window 0 and holds it; window 1
     // begins; worker B fills window 1; then A closes, giving 59 back; B tries again.
     const clock = new ManualClock();

@@ -7,6 +7,7 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
+  WarmingBucket,
 } from '../../src/index.js';
 
 /** One entry of the contract suite: how to build a limiter whose limit is 5. */
@@ -58,6 +59,15 @@ export const cases: LimiterCase[] = [
     make: (clock, extra) => new Concurrency({ limit: LIMIT, clock, ...extra }),
     burst: LIMIT,
     timed: false,
+  },
+  {
+    // maxPermits = warmup × rate = 5 (cold factor 3). Pays later: a fresh key admits one
+    // request, then waits for its debt.
+    name: 'WarmingBucket',
+    make: (clock, extra) =>
+      new WarmingBucket({ ratePerSecond: 2, warmupMs: 2500, clock, ...extra }),
+    burst: 1,
+    timed: true,
   },
 ];
 

@@ -1,5 +1,6 @@
 import http, { type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { afterEach, beforeEach } from 'vitest';
 
 /** Listens on a free loopback port; `close()` ends every connection and the server. */
 export async function listen(
@@ -92,4 +93,54 @@ export function rateFields(headers: IncomingHttpHeaders): Record<string, string>
     if (/^(x-)?ratelimit|^retry-after$/.test(k) && typeof v === 'string') out[k] = v;
   }
   return out;
+}
+
+export interface Warning {
+  message: string;
+  code: string | undefined;
+  detail: string | undefined;
+}
+
+/**
+ * Captures the process warnings of each test of the file (none is printed), and fails a
+ * test that emitted one it did not claim with `expected(code)`. `of(code)` lists a code's
+ * warnings so far (for `until`).
+ */
+export function watchWarnings() {
+  let seen: Warning[] = [];
+  let claimed = new Set<string | undefined>();
+  let original: typeof process.emitWarning | undefined;
+  beforeEach(() => {
+    seen = [];
+    claimed = new Set();
+    original = process.emitWarning;
+    process.emitWarning = ((warning: string | Error, options?: unknown) => {
+      const o = (typeof options === 'object' && options !== null ? options : {}) as {
+        code?: string;
+        detail?: string;
+      };
+      seen.push({
+        message: typeof warning === 'string' ? warning : warning.message,
+        code: o.code ?? (warning as { code?: string }).code,
+        detail: o.detail,
+      });
+    }) as typeof process.emitWarning;
+  });
+  afterEach(() => {
+    if (original !== undefined) process.emitWarning = original;
+    const unclaimed = seen.filter((w) => !claimed.has(w.code));
+    if (unclaimed.length > 0) {
+      throw new Error(`unexpected process warnings: ${JSON.stringify(unclaimed)}`);
+    }
+  });
+  return {
+    /** Claims `code`'s warnings as this test's; returns them (so far). */
+    expected(code: string): Warning[] {
+      claimed.add(code);
+      return seen.filter((w) => w.code === code);
+    },
+    of(code: string): Warning[] {
+      return seen.filter((w) => w.code === code);
+    },
+  };
 }

@@ -1,4 +1,4 @@
-// Issue #9 item 5: a waiter on a hot Concurrency key must never queue on a slot that was
+// A waiter on a hot Concurrency key must never queue on a slot that was
 // given to another key between its refused attempt and its enqueue. Waiter threads loop
 // acquire('hot') → hold → release; inserter threads churn new keys through a tiny table so
 // that 'hot', idle for a moment after each release, is a reclaim candidate. A waiter linked

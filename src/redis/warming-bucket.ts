@@ -1,0 +1,60 @@
+import { readWarmingOptions, warmingModel } from '../algorithms/warming-bucket.js';
+import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { Script } from './runner.js';
+import { WARMING_BUCKET_SCRIPT } from './warming-bucket.lua.js';
+
+const SCRIPT = new Script('atomic-limiter:warming-bucket', WARMING_BUCKET_SCRIPT, true);
+
+export interface WarmingBucketOptions extends RedisOptions {
+  /** The stable rate, reached once warm: permits per second, from 1e-6 to 1e9. */
+  ratePerSecond: number;
+  /** Milliseconds of full demand to ramp up to `ratePerSecond`. Above 0, at most 2^31 − 1. */
+  warmupMs: number;
+  /** The cold interval in stable intervals. Above 1, at most 1000; default 3. */
+  coldFactor?: number;
+}
+
+/**
+ * WarmingBucket with its state in Redis: Guava's SmoothWarmingUp, the in-memory
+ * WarmingBucket's meaning and figures (it pays later; retryAfterMs is the debt owed).
+ */
+export class WarmingBucket extends RedisLimiter {
+  readonly algorithm = 'WarmingBucket';
+  readonly limit: number;
+  readonly ratePerSecond: number;
+  readonly warmupMs: number;
+  readonly coldFactor: number;
+  private readonly args: readonly string[];
+
+  constructor(options: WarmingBucketOptions) {
+    const { opts, common } = readRedisCommon('WarmingBucket', options, [
+      'ratePerSecond',
+      'warmupMs',
+      'coldFactor',
+    ]);
+    const { rate, warmupMs, coldFactor } = readWarmingOptions('WarmingBucket', opts);
+    super('WarmingBucket', common, SCRIPT);
+    const m = warmingModel(rate, warmupMs, coldFactor);
+    this.limit = m.limit;
+    this.ratePerSecond = rate;
+    this.warmupMs = warmupMs;
+    this.coldFactor = coldFactor;
+    // Shortest round-trip forms: Lua's tonumber() reads each back as the same double.
+    this.args = [
+      m.stableUs,
+      m.threshold,
+      m.maxPermits,
+      m.slope,
+      m.coolDownUs,
+      m.quanta,
+      m.unitUs,
+      m.limit,
+      m.maxQuanta,
+    ].map(String);
+    this.startFleet();
+  }
+
+  protected params(): readonly string[] {
+    return this.args;
+  }
+}

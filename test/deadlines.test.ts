@@ -1,0 +1,60 @@
+import { performance } from 'node:perf_hooks';
+import { describe, expect, it } from 'vitest';
+import { DeadlineTimer, due } from '../src/deadlines.js';
+
+// The one timer both transports (cluster channel, Redis runner) arm for their calls.
+
+describe('DeadlineTimer', () => {
+  it('expires calls in deadline order with one timer, re-armed for the earliest left', async () => {
+    const start = performance.now();
+    const deadlines = new Map([
+      ['c', start + 30],
+      ['a', start + 5],
+      ['b', start + 15],
+    ]);
+    const expired: string[] = [];
+    let fired = 0;
+    let done: () => void = () => {};
+    const all = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const timer = new DeadlineTimer((now) => {
+      fired++;
+      let next = Number.POSITIVE_INFINITY;
+      for (const [name, at] of deadlines) {
+        if (due(at, now)) {
+          expired.push(name);
+          deadlines.delete(name);
+        } else next = Math.min(next, at);
+      }
+      if (deadlines.size === 0) done();
+      return next;
+    });
+    // Armed out of order: a later deadline never pushes back an earlier one.
+    for (const at of deadlines.values()) timer.armFor(at);
+    await all;
+    expect(expired).toEqual(['a', 'b', 'c']);
+    // Never more firings than deadlines (a timer that fired early re-arms, counted too).
+    expect(fired).toBeGreaterThanOrEqual(3);
+    expect(fired).toBeLessThanOrEqual(6);
+  });
+
+  it('a deadline past setTimeout’s range arms at its longest delay instead of overflowing', async () => {
+    let fired = 0;
+    const timer = new DeadlineTimer(() => {
+      fired++;
+      return Number.POSITIVE_INFINITY;
+    });
+    // Node turns a delay past 2^31−1 ms into 1 ms: that would fire at once.
+    timer.armFor(performance.now() + 2 ** 40);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    timer.clear();
+    expect(fired).toBe(0);
+  });
+
+  it('due() is true from the deadline on', () => {
+    expect(due(10, 9.999)).toBe(false);
+    expect(due(10, 10)).toBe(true);
+    expect(due(10, 11)).toBe(true);
+  });
+});
