@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Concurrency, TokenBucket } from '../src/redis/index.js';
-import { RedisProxy, RedisServer } from './helpers/redis.js';
+import { holdWarnings, RedisProxy, RedisServer } from './helpers/redis.js';
 
 // A call answered "unavailable" must not run on Redis later: a client that is connecting or
 // reconnecting would keep it in its offline queue and send it when Redis is back, after its
@@ -164,6 +164,7 @@ describe('Redis out of reach', () => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.name);
     process.on('warning', onWarning);
+    const printWarnings = holdWarnings(onWarning);
     try {
       const buckets = Array.from(
         { length: 12 },
@@ -190,6 +191,7 @@ describe('Redis out of reach', () => {
       expect(warnings).not.toContain('MaxListenersExceededWarning');
     } finally {
       process.off('warning', onWarning);
+      printWarnings();
       c.disconnect();
       px.close();
     }
@@ -225,6 +227,7 @@ describe('Redis out of reach', () => {
       if (w.code === 'ATOMIC_LIMITER_REDIS_RESEND') warnings.push(w.message);
     };
     process.on('warning', onWarning);
+    const printWarnings = holdWarnings(onWarning);
     const resending = new Redis(server.port, '127.0.0.1', { lazyConnect: true });
     try {
       // Created above with the option off: no warning for those.
@@ -240,6 +243,7 @@ describe('Redis out of reach', () => {
       );
     } finally {
       process.off('warning', onWarning);
+      printWarnings();
       resending.disconnect();
     }
   });

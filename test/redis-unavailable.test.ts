@@ -177,7 +177,10 @@ describe('fail fast while Redis is down', () => {
         // Only the first of the 20 went to Redis (and ran when the network healed); the
         // probes are no scripts.
         const view = new TokenBucket({
-          redis: new Redis(server.port, '127.0.0.1', { lazyConnect: true }),
+          redis: new Redis(server.port, '127.0.0.1', {
+            lazyConnect: true,
+            autoResendUnfulfilledCommands: false,
+          }),
           capacity: 100,
           refillPerSecond: 1e-6,
           prefix,

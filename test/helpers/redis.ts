@@ -305,3 +305,16 @@ export class RedisProxy {
     this.server.close();
   }
 }
+
+/**
+ * Holds back Node's printing of process warnings (its own 'warning' listener, and any other
+ * but `keep`) until the returned function is called: for a test that expects a warning and
+ * checks it through `keep`, so that a passing run prints nothing that looks like a failure.
+ */
+export function holdWarnings(keep: (w: Error) => void): () => void {
+  const others = process.listeners('warning').filter((l) => l !== keep);
+  for (const l of others) process.off('warning', l);
+  return () => {
+    for (const l of others) process.on('warning', l);
+  };
+}
