@@ -51,6 +51,12 @@ export interface Algorithm extends SlotPolicy {
    * wide table's payload) when the slot turned out to hold another key (see stands()).
    */
   takeBack(w: number, s: number, x: number, next: number, permits: number): void;
+  /**
+   * Limiter.syncConfig() after a decision that met a moved control word: true when the options
+   * changed and the decision may have used the old ones on a state the reconfigure() did
+   * not convert (see Limiter.convertsStates), so it must be taken back and made again.
+   */
+  decidedOnOldOptions(): boolean;
 }
 
 /**
@@ -91,6 +97,8 @@ export class Core {
   probing = false;
   /** For stepQueued(): when the head waiter being served was refused and queued. */
   queuedSinceUs = 0;
+  /** The limiter's syncConfig() (Algorithm.syncConfig), for enter()'s refusals. */
+  syncConfig: () => boolean = noSync;
 
   constructor(
     /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
@@ -99,8 +107,8 @@ export class Core {
     public b64: BigInt64Array,
     readonly clock: Clock,
     readonly epochUs: number,
-    /** Largest permits one call may ask for. */
-    readonly limit: number,
+    /** Largest permits one call may ask for (reconfigure() changes it). */
+    public limit: number,
     readonly table: SlotTable,
     readonly queues: WaitQueues,
     readonly fifo: boolean,
@@ -134,7 +142,7 @@ export function enter(
   // bytecode (see decide()): an int32 below 1 turns into 2^31 or more by `- 1 >>> 0`,
   // and anything that is not an int32 fails `| 0`.
   if (control & 1 || (permits - 1) >>> 0 >= core.limit || (permits | 0) !== permits) {
-    throw callError(core, permits);
+    checkCall(core, permits);
   }
   core.decisionUs = nowUs;
   // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
@@ -214,6 +222,10 @@ export function decide<A extends Algorithm>(
     }
   }
   return run(core, algo, step, ref, permits, key, TRY);
+}
+
+function noSync(): boolean {
+  return false;
 }
 
 /** A reference run() looks up again before its first pass (see stands()). */
@@ -428,8 +440,14 @@ function stands<A extends Algorithm>(
   // The slot and the state word the decision read.
   const w = core.lastWord;
   const s = core.priorState;
+  // A reconfigure() moves the control word by GEN_SAFE_SPAN, so every thread's next decision
+  // asks here: one made with the options it replaced is taken back and made again.
+  if (algo.decidedOnOldOptions()) {
+    if (next !== REJECT) algo.takeBack(w, s, x, next, permits);
+    return false;
+  }
   // The default key's slot is never reassigned.
-  if (key === undefined || core.table.holds(w, s >>> GEN_SHIFT, key)) {
+  if (key === undefined || core.table.trusted() || core.table.holds(w, s >>> GEN_SHIFT, key)) {
     core.table.renewEpoch();
     return true;
   }
@@ -522,10 +540,16 @@ function raiseStampAgain(core: Core, w: number, raw: number): void {
   }
 }
 
-/** The error for a call refused before deciding: closed limiter or bad permits. */
-function callError(core: Core, permits: unknown): Error {
-  if ((Atomics.load(core.i32, H_CONTROL) & 1) !== 0) return new LimiterClosedError();
-  return permitsError(core.owner, permits, core.limit);
+/**
+ * A call enter() would refuse before deciding: throws for a closed limiter or bad permits.
+ * Returns when the permits are within a limit that another thread's reconfigure() raised
+ * since this thread last read the options (it reads them again here, off the fast path).
+ */
+function checkCall(core: Core, permits: number): void {
+  if ((Atomics.load(core.i32, H_CONTROL) & 1) !== 0) throw new LimiterClosedError();
+  if (!core.syncConfig() || (permits - 1) >>> 0 >= core.limit || (permits | 0) !== permits) {
+    throw permitsError(core.owner, permits, core.limit);
+  }
 }
 
 /**

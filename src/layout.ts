@@ -32,7 +32,7 @@
  */
 
 export const MAGIC = 0x41544c4d; // 'ATLM'
-export const LAYOUT_VERSION = 7;
+export const LAYOUT_VERSION = 8;
 
 // Header words (line 0: written once at creation, read-only afterwards).
 export const H_MAGIC = 0;
@@ -51,7 +51,8 @@ export const H_MAX_WAITERS = 12;
 export const H_HOLDERS = 13; // holder records (Concurrency), 0 for the rate limiters
 export const H_WHEN_FULL = 14; // 1: a new key with no slot is allowed (whenFull: 'allow')
 export const H_MAX_KEYS = 15; // the table's ceiling of keys (it grows from H_KEYS)
-// Line 1 (bytes 64..128): algorithm options and the epoch, as Float64 (read-only).
+// Line 1 (bytes 64..128): algorithm options and the epoch, as Float64. The options change
+// only by reconfigure(), under H_CONFIG's sequence lock; the epoch never.
 export const F64_PARAMS = 8; // 7 params: F64 indices 8..14
 export const F64_EPOCH_US = 15;
 // Line 2 (bytes 128..192): the control word, read on every decision. Bit 0: closed.
@@ -64,6 +65,12 @@ export const H_SEGMENTS = 34;
 export const H_GROW_LOCK = 35;
 /** 1: a wide table (a 64-bit state per slot, three slots to a line; read-only after creation). */
 export const H_WIDE = 36;
+/**
+ * The options' sequence lock: even while the options (F64_PARAMS) are stable, odd while a
+ * reconfigure() rewrites them and converts every slot's state; +2 per reconfigure. Threads
+ * compare it with the value their copy of the options was read at, on slow paths only.
+ */
+export const H_CONFIG = 37;
 // Line 3 (bytes 192..256): counters, written only on the insert path.
 export const H_INSERTS = 48;
 export const H_RECLAIMS = 49;

@@ -18,7 +18,9 @@ import {
   F64_EPOCH_US,
   F64_PARAMS,
   FRESH,
+  GEN_MASK,
   GEN_SHIFT,
+  H_CONFIG,
   H_CONTROL,
   H_INSERTS,
   H_KEYS,
@@ -38,6 +40,7 @@ import {
   S_ADMITTED,
   S_STAMP,
   S_STATE,
+  STAMP_MASK,
   STAMP_PER_US,
   slotOfHotWord,
   W_CLOSED,
@@ -62,7 +65,7 @@ import type {
 } from './options.js';
 import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './table.js';
-import { acquireOptions, permitsError } from './validate.js';
+import { acquireOptions, checkOptionsObject, permitsError } from './validate.js';
 import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
 /** updateSlot(): the slot is not the key's (no int32 state or wide payload equals it). */
@@ -134,6 +137,12 @@ export abstract class Limiter {
   protected readonly core: Core;
   /** @internal This thread's pending acquire() calls on this limiter. */
   private readonly waiting = new Set<Waiter>();
+  /** @internal This thread's copy of the options (F64_PARAMS), read when H_CONFIG was `configVersion`. */
+  private params: number[] = [];
+  /** @internal */
+  private configVersion = 0;
+  /** @internal True while this thread runs reconfigure() (it holds the options' lock). */
+  private reconfiguring = false;
   /** @internal */
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
   /** @internal The state existed before this instance (a handle, or another process's region). */
@@ -159,6 +168,7 @@ export abstract class Limiter {
     this.clock = source.clock;
     this.i32 = fixedView(buffer);
     this.f64 = new Float64Array(buffer, 0, 16);
+    this.readConfig();
     if (this.layout.logRing > 0) this.pool = new LogPool(logs!, this.layout);
     this.keys = this.i32[H_KEYS]!;
     this.maxKeys = this.layout.maxKeys;
@@ -167,7 +177,14 @@ export abstract class Limiter {
     this.queueOrder = this.i32[H_QUEUE_ORDER] === 1 ? 'newest-first' : 'oldest-first';
     this.epochUs = this.f64[F64_EPOCH_US]!;
     const b64 = fixedView64(buffer);
-    this.table = new SlotTable(this.i32, b64, this.layout, owner, () => this.remap());
+    this.table = new SlotTable(
+      this.i32,
+      b64,
+      this.layout,
+      owner,
+      () => this.remap(),
+      () => this.syncConfig(),
+    );
     this.waits = waits;
     this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness, waits);
     this.core = new Core(
@@ -182,6 +199,7 @@ export abstract class Limiter {
       owner,
       shared,
     );
+    this.core.syncConfig = () => this.syncConfig();
     // Classes with per-slot rings publish after building the default key's (opened()).
     if (this.layout.logRing === 0) publish();
   }
@@ -222,9 +240,228 @@ export abstract class Limiter {
    */
   protected becameShared(): void {}
 
-  /** @internal The algorithm's stored options, in the order the subclass wrote them. */
+  /**
+   * @internal The algorithm's stored options, in the order the subclass wrote them: this
+   * thread's copy, as of the last reconfigure() it has seen (see syncConfig()).
+   */
   protected param(k: number): number {
-    return this.f64[F64_PARAMS + k]!;
+    return this.params[k]!;
+  }
+
+  /**
+   * @internal Recomputes what the class derives from its options (param()): in its constructor, and
+   * again whenever this thread takes up options another reconfigure() wrote.
+   */
+  protected configure(): void {}
+
+  /** Reads the options under their sequence lock (waiting out a reconfigure() under way). */
+  private readConfig(): void {
+    const i32 = this.i32;
+    for (;;) {
+      const v = Atomics.load(i32, H_CONFIG);
+      if ((v & 1) !== 0) {
+        Atomics.wait(i32, H_CONFIG, v, 20);
+        continue;
+      }
+      const params = Array.from(this.f64.subarray(F64_PARAMS, F64_EPOCH_US));
+      if (Atomics.load(i32, H_CONFIG) !== v) continue;
+      this.params = params;
+      this.configVersion = v;
+      return;
+    }
+  }
+
+  /** Makes `params` this thread's options. */
+  private useParams(params: number[]): void {
+    this.params = params;
+    this.configure();
+    this.core.limit = params[0]!;
+  }
+
+  /**
+   * @internal Takes up the options another thread's reconfigure() wrote, if any (waiting
+   * for it to finish); true when they changed. Only slow paths ask: a reference lookup
+   * (the table), a decision that met a moved control word (stands() in decision.ts), a call
+   * enter() would refuse. Never the decision's fast path: a reconfigure() sends every
+   * thread off it (see reconfigure()).
+   */
+  syncConfig(): boolean {
+    if (this.reconfiguring || Atomics.load(this.i32, H_CONFIG) === this.configVersion) {
+      return false;
+    }
+    this.readConfig();
+    this.useParams(this.params);
+    return true;
+  }
+
+  /**
+   * @internal Changes with every reconfigure() (as this thread takes it up): what caches
+   * figures derived from the options (HTTP's policy headers) compares it to read them again.
+   */
+  get optionsVersion(): number {
+    this.syncConfig();
+    return this.configVersion;
+  }
+
+  /** @internal See Algorithm.decidedOnOldOptions() in decision.ts. */
+  decidedOnOldOptions(): boolean {
+    // A converted slot has a new generation: a decision that used a reference to it came
+    // after this thread took up the new options, and one on the state before conversion
+    // was made before the reconfigure() (the conversion would have failed its CAS).
+    return this.syncConfig() && !this.convertsStates;
+  }
+
+  // ---- reconfigure --------------------------------------------------------------------
+
+  /**
+   * Changes the options that size the rule (see each class), for every thread and process
+   * sharing the limiter: each one's next decision uses them. What was admitted stays
+   * counted: each key's state is carried over to the new options (see the class's
+   * `describe()`), and waiters in `acquire()` decide again. Validates like the constructor:
+   * an option the class does not take here, a value out of range, or one that needs
+   * another kind of table than the limiter was created with throws (TypeError,
+   * RangeError), and nothing changes.
+   */
+  reconfigure(options: object): void {
+    this.checkOpen();
+    const name = `${this.owner}.reconfigure`;
+    const opts = checkOptionsObject(name, options, this.reconfigurable());
+    const i32 = this.i32;
+    let v: number;
+    for (;;) {
+      v = Atomics.load(i32, H_CONFIG);
+      if ((v & 1) !== 0) Atomics.wait(i32, H_CONFIG, v, 20);
+      else if (Atomics.compareExchange(i32, H_CONFIG, v, v + 1) === v) break;
+    }
+    this.reconfiguring = true;
+    let done = v;
+    try {
+      // The options as they are (this thread may not have taken up the last change yet).
+      const old = Array.from(this.f64.subarray(F64_PARAMS, F64_EPOCH_US));
+      if (this.configVersion !== v) {
+        this.useParams(old);
+        this.configVersion = v;
+      }
+      const next = this.reconfigured(name, opts);
+      while (next.length < old.length) next.push(old[next.length]!);
+      if (next.every((p, k) => p === old[k])) return;
+      next.forEach((p, k) => {
+        this.f64[F64_PARAMS + k] = p;
+      });
+      if (this.convertsStates) this.convertAll(old, next);
+      else this.useParams(next);
+      // Every thread's next decision leaves the fast path (see stands() in decision.ts) and
+      // clears its key cache; and, as each slot was bumped at most once, the count of
+      // generation bumps the control word keeps still bounds every slot's.
+      Atomics.add(i32, H_CONTROL, GEN_SAFE_SPAN);
+      done = v + 2;
+    } finally {
+      this.reconfiguring = false;
+      this.configVersion = done;
+      Atomics.store(i32, H_CONFIG, done);
+      Atomics.notify(i32, H_CONFIG);
+    }
+    // Waiters decide again under the new options.
+    this.table.forEachHotWord((w) => this.wakeWaiters(w));
+    if (this.clock instanceof ManualClock) this.clock.tick();
+  }
+
+  /** @internal The options reconfigure() takes (the class's own options that size the rule). */
+  protected reconfigurable(): readonly string[] {
+    return [];
+  }
+
+  /**
+   * @internal The options after `opts` (checked: names known) replace some of them: validated as the
+   * constructor does, and refused when the table the limiter was created with cannot hold
+   * them. Any option `opts` lacks keeps its value (param()).
+   */
+  protected reconfigured(_name: string, _opts: Record<string, unknown>): number[] {
+    return [...this.params];
+  }
+
+  /**
+   * @internal Whether a slot's state means something else under other options (bucket units, window
+   * fields), so that reconfigure() rewrites every slot's state (see describe()). When not
+   * (Concurrency's count, SlidingLog's head), the states stay as they are.
+   */
+  protected get convertsStates(): boolean {
+    return true;
+  }
+
+  /**
+   * @internal What a state amounts to, in terms that do not depend on the options (tokens owed, a
+   * window's start and count), read with the options it was written under; undefined for
+   * a state as good as fresh. restate() writes it back under the new options.
+   */
+  protected describe(_state: number, _stamp: number, _nowUs: number): number[] | undefined {
+    return undefined;
+  }
+
+  /** @internal The state (a wide table's payload) carrying `d` (from describe()) under the new options. */
+  protected restate(_d: number[], _nowUs: number): number {
+    return this.core.wide ? W_FRESH : FRESH;
+  }
+
+  /**
+   * Converts every slot's state from options `old` to `next`, under each stripe's lock, a
+   * slot at a time RESERVED (decisions meeting it look the key up again, and wait on the
+   * stripe lock), and bumps its generation: a thread whose reference predates the
+   * conversion misses the slot, looks it up again, and takes up the new options first
+   * (syncConfig()); none steps a converted state with the old options.
+   */
+  private convertAll(old: number[], next: number[]): void {
+    const wide = this.core.wide;
+    this.table.forEachLockedStripe((words) => {
+      const i32 = this.i32;
+      const nowUs = this.clock.nowUs();
+      const stampNow = Math.floor((nowUs - this.epochUs) * STAMP_PER_US);
+      this.useParams(old);
+      const seen: number[] = [];
+      const plans: (number[] | undefined)[] = [];
+      for (const w of words) {
+        for (;;) {
+          const s = Atomics.load(i32, w + S_STATE);
+          // A slot a dead inserter left reserved: voided with a new generation by the next.
+          if ((s & PAYLOAD_MASK) === RESERVED) break;
+          if (Atomics.compareExchange(i32, w + S_STATE, s, (s & GEN_MASK) | RESERVED) !== s) {
+            continue;
+          }
+          const p = wide ? widePayload(s, Atomics.load(i32, w - 1)) : s;
+          const fresh = (s & PAYLOAD_MASK) === FRESH;
+          this.core.lastWord = w;
+          seen.push(w, s);
+          plans.push(fresh ? undefined : this.describe(p, this.stampOf(w, nowUs), nowUs));
+          break;
+        }
+      }
+      this.useParams(next);
+      for (let k = 0; k < plans.length; k++) {
+        const w = seen[2 * k]!;
+        const gen = (((seen[2 * k + 1]! >>> GEN_SHIFT) + 1) & 15) << GEN_SHIFT;
+        const d = plans[k];
+        if (d === undefined) {
+          Atomics.store(i32, w + S_STATE, gen | FRESH);
+          continue;
+        }
+        // The new state is written relative to a stamp of now (only ever raised).
+        for (;;) {
+          const raw = Atomics.load(i32, w + S_STAMP);
+          if (unwrapStamp(raw, stampNow) >= stampNow) break;
+          const raised = (stampNow & STAMP_MASK) | (raw & ~STAMP_MASK);
+          if (Atomics.compareExchange(i32, w + S_STAMP, raw, raised) === raw) break;
+        }
+        this.core.lastWord = w;
+        const p = this.restate(d, nowUs);
+        if (wide) {
+          Atomics.store(i32, w - 1, wideExt(p));
+          Atomics.store(i32, w + S_STATE, wideState(gen, p));
+        } else {
+          Atomics.store(i32, w + S_STATE, gen | (p & PAYLOAD_MASK));
+        }
+      }
+    });
+    this.useParams(next);
   }
 
   /** Pass to another thread and `attach()` it there: same limiter, same state. */
@@ -323,6 +560,8 @@ export abstract class Limiter {
 
   /** @internal */
   isIdle(state: number, w: number, nowUs: number): boolean {
+    // Options changed and not taken up yet: the state may be written under the new ones.
+    if (Atomics.load(this.i32, H_CONFIG) !== this.configVersion) return false;
     this.core.lastWord = w;
     if (this.i32[w + S_STAMP]! < 0) return false; // waiters queued
     if ((state & PAYLOAD_MASK) === FRESH) return true;

@@ -5,6 +5,7 @@ import {
   FRESH,
   GEN_MASK,
   GEN_SHIFT,
+  H_CONFIG,
   H_CONTROL,
   H_DEFAULT_LOCK,
   H_GROW_LOCK,
@@ -91,6 +92,8 @@ export class SlotTable {
   private lastRef = NO_SLOT;
   /** The control word when the cache was last cleared: every reference is derived after it. */
   epoch: number;
+  /** The options' version (H_CONFIG) then, read after the control word: see trusted(). */
+  private epochConfig: number;
   private readonly hash = new Int32Array(2);
   private readonly pair = new Int32Array(2);
   /** insert()'s stripe locks held: two per segment at most. */
@@ -98,8 +101,11 @@ export class SlotTable {
   private readonly lockTokens: Int32Array;
   private readonly seed0: number;
   private readonly seed1: number;
-  /** Default key's packed reference (generation 0; it is never reassigned). */
-  readonly defaultSlot: number;
+  /**
+   * Default key's packed reference. It is never reassigned, but reconfigure() bumps every
+   * slot's generation: decisions then miss it and refresh() reads the generation again.
+   */
+  defaultSlot: number;
 
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
@@ -110,13 +116,21 @@ export class SlotTable {
     private readonly owner: string,
     /** Maps the grown buffer into every view of this thread's limiter. */
     private readonly remap: () => void,
+    /**
+     * Brings this thread's copy of the options up to date (see Limiter.syncConfig): called
+     * after every reference is derived, so that a reference to a slot converted by a
+     * reconfigure() is only ever used with the options it was converted to.
+     */
+    private readonly sync: () => void,
   ) {
     this.lockWords = new Int32Array(2 * layout.segments.length);
     this.lockTokens = new Int32Array(2 * layout.segments.length);
     this.seed0 = i32[H_SEED0]!;
     this.seed1 = i32[H_SEED1]!;
     this.epoch = i32[H_CONTROL]! & ~1;
-    this.defaultSlot = (layout.hotBase + layout.hotOffset) * 16;
+    this.epochConfig = Atomics.load(i32, H_CONFIG);
+    const w = layout.hotBase + layout.hotOffset;
+    this.defaultSlot = w * 16 + (i32[w + S_STATE]! >>> GEN_SHIFT);
   }
 
   /**
@@ -146,6 +160,23 @@ export class SlotTable {
     this.cacheChars = 0;
     this.lastKey = undefined;
     this.epoch = control & ~1;
+    this.epochConfig = Atomics.load(this.i32, H_CONFIG);
+  }
+
+  /**
+   * Whether references derived since the epoch are still trusted (as while the control word
+   * is within GEN_SAFE_SPAN of it), not counting what reconfigure()s added: GEN_SAFE_SPAN
+   * each, to send every thread to stands(), where it bumped each slot's generation once
+   * at most (counted as 2). So a decision made on a slot just before a reconfigure()
+   * converted it stands, though the slot's generation moved on.
+   */
+  trusted(): boolean {
+    // The options' version first: a reconfigure() it counts has added to the control word.
+    // (One under way at the epoch is not counted: floor.)
+    const config = Atomics.load(this.i32, H_CONFIG);
+    const control = Atomics.load(this.i32, H_CONTROL);
+    const reconfigures = Math.floor((config - this.epochConfig) / 2);
+    return control - this.epoch - reconfigures * (GEN_SAFE_SPAN - 2) < GEN_SAFE_SPAN;
   }
 
   /**
@@ -183,7 +214,7 @@ export class SlotTable {
   refresh(key: Key | undefined, nowUs: number, policy: SlotPolicy): number {
     if (key === undefined) {
       this.waitWhileReserved(policy);
-      return this.defaultSlot;
+      return this.defaultRef();
     }
     const control = Atomics.load(this.i32, H_CONTROL);
     if (control - this.epoch >= GEN_SAFE_SPAN) this.clearCache(control);
@@ -200,7 +231,7 @@ export class SlotTable {
 
   /** The slot of `key` if present, without inserting it. */
   find(key: Key | undefined): number {
-    if (key === undefined) return this.defaultSlot;
+    if (key === undefined) return this.defaultRef();
     // The same epoch rule as slotOf(): without it, a slot reused 16 times would match a
     // stale cache entry's generation and this thread would act on another key's state.
     // Plain reads, as enter() reads the control word: every caller checks the slot's
@@ -213,6 +244,19 @@ export class SlotTable {
       if (st >>> GEN_SHIFT === (hit & 15) && (st & PAYLOAD_MASK) !== RESERVED) return hit;
     }
     return this.lookup(key, 0, null, false);
+  }
+
+  /** The default key's reference, with the generation its slot has now (see defaultSlot). */
+  private defaultRef(): number {
+    const w = this.defaultSlot >>> 4;
+    for (;;) {
+      const gen = Atomics.load(this.i32, w + S_STATE) >>> GEN_SHIFT;
+      this.sync();
+      // A reconfigure() that ran meanwhile bumped it: read it again under the new options.
+      if (Atomics.load(this.i32, w + S_STATE) >>> GEN_SHIFT !== gen) continue;
+      this.defaultSlot = w * 16 + gen;
+      return this.defaultSlot;
+    }
   }
 
   private lookup(key: Key, nowUs: number, policy: SlotPolicy | null, insert: boolean): number {
@@ -237,6 +281,8 @@ export class SlotTable {
       this.lastKey = key;
       this.lastRef = found;
     }
+    // After the generation was read: see `sync`.
+    this.sync();
     return found;
   }
 
@@ -656,6 +702,32 @@ export class SlotTable {
     if (s === 0) return H_DEFAULT_LOCK;
     const seg = segmentOfSlot(this.layout, s);
     return seg.lockBase + Math.floor((s - seg.first) / STRIPE_SLOTS);
+  }
+
+  /**
+   * Calls `visit` with the hot words of each stripe's slots, the default key's first, each
+   * while holding the stripe's lock (the default key's lock): nobody inserts a key into the
+   * stripe or rebuilds one of its slots meanwhile. Segments added meanwhile are visited too.
+   */
+  forEachLockedStripe(visit: (words: number[]) => void): void {
+    const lockAnd = (word: number, words: number[]) => {
+      const token = this.lock(word);
+      try {
+        visit(words);
+      } finally {
+        this.unlock(word, token);
+      }
+    };
+    lockAnd(H_DEFAULT_LOCK, [this.layout.hotBase + this.layout.hotOffset]);
+    for (let k = 0; k < this.mapped(); k++) {
+      const seg = this.layout.segments[k]!;
+      for (let stripe = 0; stripe < seg.stripes; stripe++) {
+        const first = seg.first + stripe * STRIPE_SLOTS;
+        const words: number[] = [];
+        for (let s = first; s < first + STRIPE_SLOTS; s++) words.push(this.hotOf(seg, s));
+        lockAnd(seg.lockBase + stripe, words);
+      }
+    }
   }
 
   /** The hot (state) word of every slot in the segments that exist now, the default key's first. */

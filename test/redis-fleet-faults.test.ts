@@ -33,15 +33,19 @@ describe('fleet mode faults: the blockTtlMs sweep', () => {
     const own = await RedisServer.start();
     const client = new Redis(own.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
     client.on('error', () => {});
-    // The sweep's failed give-back ends as one or the other.
-    let onWarning: ((w: Error & { code?: string }) => void) | undefined;
+    // The sweep's failed give-back ends as one or the other (the warning is caught here, so
+    // the test's output stays clean).
+    const emitWarning = process.emitWarning;
     let onUnhandled: ((reason: unknown) => void) | undefined;
     const reported = new Promise<unknown>((resolve) => {
-      onWarning = (w) => {
-        if (w.code === 'ATOMIC_LIMITER_REDIS_GIVE_BACK') resolve(w);
-      };
+      process.emitWarning = ((warning: string | Error, options?: { code?: string }) => {
+        if (options?.code === 'ATOMIC_LIMITER_REDIS_GIVE_BACK') {
+          resolve(Object.assign(new Error(String(warning)), { code: options.code }));
+        } else {
+          emitWarning.call(process, warning as string, options as object);
+        }
+      }) as typeof process.emitWarning;
       onUnhandled = (reason) => resolve({ unhandled: reason });
-      process.on('warning', onWarning);
       process.on('unhandledRejection', onUnhandled);
     });
     try {
@@ -68,7 +72,7 @@ describe('fleet mode faults: the blockTtlMs sweep', () => {
       // The aged-out permits were the sweep's to give back: close() has none left.
       await tb.close();
     } finally {
-      if (onWarning) process.off('warning', onWarning);
+      process.emitWarning = emitWarning;
       if (onUnhandled) process.off('unhandledRejection', onUnhandled);
       client.disconnect();
       await own.close();

@@ -628,6 +628,9 @@ describe('fleet mode: Redis unavailable', () => {
       autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 0,
     });
+    // While the server is down the client reports its failed reconnects: those, and only those.
+    const errors: Error[] = [];
+    client.on('error', (e: Error) => errors.push(e));
     try {
       const clock = new ManualClock(0);
       const fw = new FixedWindow({
@@ -645,6 +648,7 @@ describe('fleet mode: Redis unavailable', () => {
       for (let i = 0; i < 4; i++) expect((await fw.consume('k')).allowed).toBe(true);
       expect(await fw.consume('k')).toMatchObject({ allowed: false, reason: 'unavailable' });
       await fw.close().catch(() => {});
+      for (const e of errors) expect(e.message).toMatch(/ECONNREFUSED|Connection is closed/);
     } finally {
       client.disconnect();
       await own.close();

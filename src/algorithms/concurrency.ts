@@ -37,14 +37,14 @@ export interface ConcurrencyOptions extends CommonOptions {
  */
 export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
-  readonly limit: number;
+  readonly limit!: number;
 
   /** @internal */
   private readonly holders: Holders;
 
   constructor(options: ConcurrencyOptions) {
     super('Concurrency', ALGO_CONCURRENCY, Concurrency.prepare(options));
-    this.limit = this.param(0);
+    this.configure();
     this.holders = new Holders(
       this.i32,
       this.layout,
@@ -53,6 +53,40 @@ export class Concurrency extends Limiter {
       this.core.shared,
       () => this.table.mapped(),
     );
+  }
+
+  /** @internal */
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+  }
+
+  /**
+   * Takes `limit`. Permits held stay held: a lower limit admits nothing more until
+   * releases bring a key under it.
+   */
+  override reconfigure(options: { limit?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['limit'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const limit = integerOption(name, 'limit', opts.limit ?? this.limit, 1, MAX_WIDE_CONCURRENCY);
+    if (limit > MAX_CONCURRENCY && !this.core.wide) {
+      throw rangeError(
+        `${name}: option "limit" (${limit}) needs a wide table (past ${MAX_CONCURRENCY}), and this limiter was created with a narrow one; create it with such a limit to reconfigure within it`,
+      );
+    }
+    return [limit, Math.max(this.param(1), this.limit, limit)];
+  }
+
+  /** @internal A state is the count held: the same under any limit. */
+  protected override get convertsStates(): boolean {
+    return false;
   }
 
   /** @internal */
@@ -102,8 +136,11 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    if (!(permits >= 1 && permits <= this.limit) || (permits | 0) !== permits) {
-      throw permitsError('Concurrency.release', permits, this.limit);
+    // Bounded by the largest limit the limiter had (param 1 after a reconfigure()): a key
+    // may hold more than a limit reconfigure() lowered.
+    const most = Math.max(this.limit, this.param(1));
+    if (!(permits >= 1 && permits <= most) || (permits | 0) !== permits) {
+      throw permitsError('Concurrency.release', permits, most);
     }
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
@@ -308,7 +345,8 @@ export class Concurrency extends Limiter {
 
   /** @internal */
   protected available(state: number): number {
-    return this.limit - this.held(state);
+    // Past the limit after a reconfigure() lowered it.
+    return Math.max(0, this.limit - this.held(state));
   }
 
   /** @internal */

@@ -4,7 +4,12 @@ import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
-import { readWindowOptions, wideWindowBits, windowBits } from './window-bits.js';
+import {
+  readWindowOptions,
+  reconfiguredWindow,
+  wideWindowBits,
+  windowBits,
+} from './window-bits.js';
 
 export interface FixedWindowOptions extends CommonOptions {
   /**
@@ -23,31 +28,80 @@ export interface FixedWindowOptions extends CommonOptions {
  */
 export class FixedWindow extends Limiter {
   readonly algorithm = 'FixedWindow';
-  readonly limit: number;
-  readonly windowMs: number;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
-  private readonly windowUs: number;
+  private windowUs!: number;
   /** @internal */
-  private readonly countBits: number;
+  private countBits!: number;
   /** @internal */
-  private readonly countMask: number;
+  private countMask!: number;
   /** @internal 2^countBits: a wide payload's window number is counted in these. */
-  private readonly countSpan: number;
+  private countSpan!: number;
   /** @internal 1 / countSpan: a wide decision multiplies where it would divide (exact, a power of two). */
-  private readonly perCount: number;
+  private perCount!: number;
   /** @internal */
-  private readonly wBits: number;
+  private wBits!: number;
   /** @internal */
-  private readonly wMask: number;
+  private wMask!: number;
+  /** @internal The largest count the count field holds (see configure()). */
+  private ceiling!: number;
 
   constructor(options: FixedWindowOptions) {
     super('FixedWindow', ALGO_FIXED_WINDOW, FixedWindow.prepare(options));
-    this.limit = this.param(0);
-    this.windowMs = this.param(1);
-    this.windowUs = this.windowMs * 1000;
+    this.configure();
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.param(1);
+  }
+
+  /**
+   * Takes `limit` and `windowMs`. What each key was granted in its current window stays
+   * counted (up to the new limit): a higher limit admits the difference in the same window,
+   * a lower one nothing more until the window ends. A new `windowMs` counts those permits
+   * in the new window that contains now.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { limit: this.param(0), windowMs: this.param(1) };
+    return reconfiguredWindow(name, opts, current, 1, this.core.wide, this.param(2));
+  }
+
+  /** @internal */
+  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+    const { window, count } = this.read(state, stamp, nowUs);
+    return count === 0 ? undefined : [window * this.windowUs, count];
+  }
+
+  /** @internal */
+  protected override restate(d: number[], nowUs: number): number {
+    const window = Math.max(Math.floor(d[0]! / this.windowUs), Math.floor(nowUs / this.windowUs));
+    const count = Math.min(d[1]!, this.ceiling);
+    if (this.core.wide) return this.packWide(window, count);
+    return ((window & this.wMask) << this.countBits) | count;
+  }
+
+  /** @internal */
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+    this.windowUs = this.param(1) * 1000;
+    // After a reconfigure(), the largest limit the count field holds (param 2; 0 until
+    // then): a key keeps what an earlier, higher limit granted it.
+    this.ceiling = Math.max(this.limit, this.param(2));
     const bits = this.core.wide
-      ? wideWindowBits(this.limit, this.windowUs)
-      : windowBits(this.limit, this.windowUs, 1)!;
+      ? wideWindowBits(this.ceiling, this.windowUs)
+      : windowBits(this.ceiling, this.windowUs, 1)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.countSpan = 2 ** bits.countBits;
@@ -166,7 +220,8 @@ export class FixedWindow extends Limiter {
 
   /** @internal */
   protected available(state: number, stamp: number, nowUs: number): number {
-    return this.limit - this.read(state, stamp, nowUs).count;
+    // Past the limit after a reconfigure() lowered it.
+    return Math.max(0, this.limit - this.read(state, stamp, nowUs).count);
   }
 
   /** @internal */

@@ -12,6 +12,32 @@ import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 
+/**
+ * reconfigure()'s options for a bucket: `opts` over the current capacity and rate, checked
+ * as the constructor checks them, within the table the limiter has (a narrow one cannot
+ * take a wide table's capacity or rate).
+ */
+export function reconfiguredBucket(
+  name: string,
+  opts: Record<string, unknown>,
+  current: { capacity: number; rate: number },
+  rateName: 'refillPerSecond' | 'ratePerSecond',
+  wideTable: boolean,
+  ceiling: number,
+): [number, number, number] {
+  const merged = { capacity: current.capacity, [rateName]: current.rate, ...opts };
+  const { capacity, rate, wide } = readBucketOptions(name, merged, rateName, true);
+  if (wide && !wideTable) {
+    const option = capacity > MAX_GCRA_CAPACITY ? 'capacity' : rateName;
+    const value = option === 'capacity' ? capacity : rate;
+    throw rangeError(
+      `${name}: option "${option}" (${show(value)}) needs a wide table (capacity past ${MAX_GCRA_CAPACITY} or rate past ${MAX_RATE_PER_SECOND} per second), and this limiter was created with a narrow one; create it with such a capacity or rate to reconfigure within them`,
+    );
+  }
+  // The units must hold what a key may owe: up to the largest capacity it had.
+  return [capacity, rate, Math.max(ceiling, current.capacity, capacity)];
+}
+
 /** Largest capacity: the burst, in GCRA units, must fit well inside a 28-bit payload. */
 export const MAX_GCRA_CAPACITY = 2 ** 24;
 export const MIN_RATE_PER_SECOND = 1e-6;
@@ -114,17 +140,18 @@ export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number)
  * TAT ≤ now) instead of TokenBucket's (TAT − now + cost ≤ burst).
  */
 export abstract class Gcra extends Limiter {
-  readonly limit: number;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
   /** @internal Units per emission interval. */
-  protected readonly k: number;
+  protected k!: number;
   /** @internal Units per microsecond. */
-  protected readonly scale: number;
+  protected scale!: number;
   /** @internal Burst tolerance in units: capacity × K. */
-  protected readonly tau: number;
+  protected tau!: number;
   /** @internal Units per stamp period (STAMP_US × scale: exact, a power of two times scale). */
-  private readonly unitsPerStamp: number;
+  private unitsPerStamp!: number;
   /** @internal Wide table: µs after a slot's stamp (its last grant) beyond which its TAT has passed. */
-  private readonly staleUs: number;
+  private staleUs!: number;
 
   protected constructor(
     owner: string,
@@ -133,15 +160,43 @@ export abstract class Gcra extends Limiter {
     private readonly leaky: boolean,
   ) {
     super(owner, algo, source);
+    this.configure();
+  }
+
+  /** @internal */
+  protected override configure(): void {
     const capacity = this.param(0);
-    this.limit = capacity;
-    const { k, scale, tau } = gcraUnits(capacity, this.param(1), this.core.wide);
+    (this as { limit: number }).limit = capacity;
+    // After a reconfigure(), the largest capacity the limiter had (param 2; 0 until then):
+    // a key may owe that much, so the units are chosen for it.
+    const ceiling = Math.max(capacity, this.param(2));
+    const { k, scale } = gcraUnits(ceiling, this.param(1), this.core.wide);
     this.k = k;
     this.scale = scale;
-    this.tau = tau;
+    this.tau = capacity * k;
     this.unitsPerStamp = STAMP_US * this.scale;
-    // The last grant was before the end of its stamp period; its TAT at most tau later.
-    this.staleUs = STAMP_US + this.tau / this.scale;
+    // The last grant was before the end of its stamp period; its TAT at most what a key
+    // may owe later.
+    this.staleUs = STAMP_US + (ceiling * k) / this.scale;
+  }
+
+  // reconfigure(): the permits a key owes (TAT − now, in permits: what was taken and has
+  // not refilled or leaked yet) stay owed, and come back at the new rate. A key owing more
+  // than a new, smaller capacity is refused until it owes less than the capacity again.
+
+  /** @internal */
+  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+    const ahead = this.ahead(state, stamp, nowUs);
+    return ahead > 0 ? [ahead, this.k] : undefined;
+  }
+
+  /** @internal */
+  protected override restate(d: number[], nowUs: number): number {
+    // ahead × k′ is an exact integer (both below 2^26): the one rounding is the division's,
+    // so units that did not change give the lead back exactly.
+    const lead = Math.ceil((d[0]! * this.k) / d[1]!);
+    if (this.core.wide) return this.wrap(this.unitsMod(nowUs) + lead);
+    return this.encode(0, this.nowUnits(nowUs) + lead);
   }
 
   /** @internal */

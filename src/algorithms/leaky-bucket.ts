@@ -2,7 +2,7 @@ import { decide, decideWide } from '../decision.js';
 import { granted, type Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { NO_SLOT } from '../table.js';
-import { Gcra, leakyQueueLimit, readBucketOptions } from './gcra.js';
+import { Gcra, leakyQueueLimit, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
 export interface LeakyBucketOptions extends CommonOptions {
@@ -28,13 +28,44 @@ export interface LeakyBucketOptions extends CommonOptions {
  */
 export class LeakyBucket extends Gcra {
   readonly algorithm = 'LeakyBucket';
-  readonly capacity: number;
-  readonly ratePerSecond: number;
 
   constructor(options: LeakyBucketOptions) {
     super('LeakyBucket', ALGO_LEAKY_BUCKET, LeakyBucket.prepare(options), true);
-    this.capacity = this.param(0);
-    this.ratePerSecond = this.param(1);
+  }
+
+  /** Permits that may wait in the bucket; also the largest request (reconfigure() changes it). */
+  get capacity(): number {
+    return this.param(0);
+  }
+
+  /** Permits leaving the bucket per second (reconfigure() changes it). */
+  get ratePerSecond(): number {
+    return this.param(1);
+  }
+
+  /**
+   * Takes `capacity` and `ratePerSecond` (see the class): the permits each key owes stay
+   * owed and come back at the new rate; a key owing more than a lower capacity is refused
+   * until it owes less.
+   */
+  override reconfigure(options: { capacity?: number; ratePerSecond?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal The bucket is the queue: a capacity lowered by reconfigure() bounds `queueLimit` too. */
+  protected override effectiveQueueLimit(): number {
+    return Math.min(this.queueLimit, this.limit);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['capacity', 'ratePerSecond'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { capacity: this.param(0), rate: this.param(1) };
+    return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide, this.param(2));
   }
 
   // The same four lines in every class: see Limiter.consume.

@@ -80,9 +80,14 @@ export class SegmentRing {
     private readonly layout: Layout,
     private readonly epochUs: number,
     private readonly core: Core,
+    /**
+     * The limit the count fields are sized for: the limit, or after a reconfigure() the
+     * one the limiter was created with (a lower limit reads the same fields).
+     */
+    fieldsFor = limit,
   ) {
     this.segmentUs = windowUs / n;
-    const bits = segmentBits(limit, this.segmentUs, n)!;
+    const bits = segmentBits(fieldsFor, this.segmentUs, n)!;
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.segBits = bits.segBits;

@@ -4,7 +4,7 @@ import { granted, Limiter } from '../limiter.js';
 import type { LogPool } from '../log-pool.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
 
@@ -58,11 +58,9 @@ export interface SlidingLogOptions extends CommonOptions {
  */
 export class SlidingLog extends Limiter {
   readonly algorithm = 'SlidingLog';
-  readonly limit: number;
-  readonly windowMs: number;
+  readonly limit!: number;
   /** @internal */
-  private readonly windowUs: number;
-  /** @internal */
+  private windowUs!: number;
   private readonly ring: number;
   /** @internal The log rings, in a buffer of their own (see LogPool). */
   private readonly rings: LogPool;
@@ -73,13 +71,53 @@ export class SlidingLog extends Limiter {
 
   constructor(options: SlidingLogOptions) {
     super('SlidingLog', ALGO_SLIDING_LOG, SlidingLog.prepare(options));
-    this.limit = this.param(0);
-    this.windowMs = this.param(1);
-    this.windowUs = this.windowMs * 1000;
+    this.configure();
     this.ring = this.layout.logRing;
     this.rings = this.pool!; // logRing > 0: the base made (or attached) the pool
     // The default key's ring is built here once per buffer (attach() finds it built).
     this.opened(() => this.initSlot(0));
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.param(1);
+  }
+
+  /** @internal */
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+    this.windowUs = this.param(1) * 1000;
+  }
+
+  /**
+   * Takes `limit` (up to half the ring each key's log was given: the limit it was created
+   * with, rounded up to a power of two) and `windowMs`. The log keeps every grant's time,
+   * so the new limit and window apply to the grants already made, exactly.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { limit: this.param(0), windowMs: this.param(1) };
+    const { limit, windowMs } = readLogOptions(name, { ...current, ...opts });
+    if (2 * limit > this.layout.logRing) {
+      throw rangeError(
+        `${name}: option "limit" (${show(limit)}) needs a longer log than each key has (${this.layout.logRing} entries: limits up to ${this.layout.logRing / 2}); create a new limiter for a larger limit`,
+      );
+    }
+    return [limit, windowMs];
+  }
+
+  /** @internal A state is the log's head; the entries are times: the same under any options. */
+  protected override get convertsStates(): boolean {
+    return false;
   }
 
   /** @internal */

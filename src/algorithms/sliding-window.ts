@@ -3,10 +3,11 @@ import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } f
 import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { type Key, NO_SLOT } from '../table.js';
+import { rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
-import { readSlidingWindowOptions } from './segment-bits.js';
+import { readSlidingWindowOptions, segmentBits } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
-import { wideSlidingBits, windowBits } from './window-bits.js';
+import { reconfiguredWindow, wideSlidingBits, windowBits } from './window-bits.js';
 
 export interface SlidingWindowOptions extends CommonOptions {
   /**
@@ -39,41 +40,41 @@ export interface SlidingWindowOptions extends CommonOptions {
  */
 export class SlidingWindow extends Limiter {
   readonly algorithm = 'SlidingWindow';
-  readonly limit: number;
-  readonly windowMs: number;
-  /** Segments per window; undefined for the two-window estimate. */
-  readonly segments: number | undefined;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
-  private readonly windowUs: number;
+  private windowUs!: number;
   /** @internal The segmented algorithm, or null for the two-window estimate. */
-  private readonly ring: SegmentRing | null;
+  private ring!: SegmentRing | null;
   /** @internal */
-  private readonly countBits: number;
+  private countBits!: number;
   /** @internal */
-  private readonly countMask: number;
+  private countMask!: number;
   /** @internal */
-  private readonly wBits: number;
+  private wBits!: number;
   /** @internal */
-  private readonly wMask: number;
+  private wMask!: number;
   /** @internal Wide table: the previous window's count is kept in units of `prevQuantum` (a power of two). */
-  private readonly prevQuantum: number;
+  private prevQuantum!: number;
   /** @internal */
-  private readonly prevBits: number;
+  private prevBits!: number;
   /** @internal 2^countBits and 2^prevBits: a wide payload's fields are counted in these. */
-  private readonly countSpan: number;
+  private countSpan!: number;
   /** @internal */
-  private readonly prevSpan: number;
+  private prevSpan!: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
   // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
   // three of them stood one after another on the decision's path.
   /** @internal */
-  private readonly perCount: number;
+  private perCount!: number;
   /** @internal */
-  private readonly perPrev: number;
+  private perPrev!: number;
   /** @internal */
-  private readonly perQuantum: number;
+  private perQuantum!: number;
+  /** @internal The largest count the count fields hold (see configure()). */
+  private ceiling!: number;
   /** @internal Wide table: limit × windowUs is below 2^53, so the weighted test is exact. */
-  private readonly exactWeights: boolean;
+  private exactWeights!: boolean;
   // Scratch results of read(): a per-thread object, so no allocation per call.
   /** @internal */
   private window = 0;
@@ -84,12 +85,118 @@ export class SlidingWindow extends Limiter {
 
   constructor(options: SlidingWindowOptions) {
     super('SlidingWindow', ALGO_SLIDING_WINDOW, SlidingWindow.prepare(options));
-    this.limit = this.param(0);
-    this.windowMs = this.param(1);
-    this.windowUs = this.windowMs * 1000;
+    this.configure();
+    // The default key's ring is taken here once per buffer (attach() finds it taken).
+    if (this.ring !== null) this.opened(() => this.initSlot(0));
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.param(1);
+  }
+
+  /** Segments per window; undefined for the two-window estimate. */
+  get segments(): number | undefined {
+    const segments = this.param(2);
+    return segments > 0 ? segments : undefined;
+  }
+
+  /**
+   * Takes `limit` and `windowMs` (with `segments`: `limit` alone, within the segment
+   * fields the limiter was created with). What each key was granted stays counted (up to
+   * the new limit): a higher limit admits the difference in the same window, a lower one
+   * nothing more until the window allows. A new `windowMs` counts the key's weighted count
+   * (previous window's share and current count) in the new window that contains now.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number; segments?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs', 'segments'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { limit: this.param(0), windowMs: this.param(1) };
+    const segments = this.segments;
+    if (segments === undefined) {
+      if (opts.segments !== undefined) {
+        throw rangeError(
+          `${name}: option "segments" (${show(opts.segments)}) needs a ring of counts per key, and this limiter was created without "segments"; create it with segments to count by segment`,
+        );
+      }
+      const [limit, windowMs, ceiling] = reconfiguredWindow(
+        name,
+        opts,
+        current,
+        2,
+        this.core.wide,
+        this.param(3),
+      );
+      return [limit, windowMs, 0, ceiling];
+    }
+    // Each key's ring holds `segments` counts of segments of a fixed length.
+    for (const option of ['windowMs', 'segments'] as const) {
+      const was = option === 'windowMs' ? current.windowMs : segments;
+      if (opts[option] !== undefined && opts[option] !== was) {
+        throw rangeError(
+          `${name}: option "${option}" (${show(opts[option])}) cannot change with segments: each key's ring counts ${segments} segments of ${(current.windowMs / segments).toFixed(3).replace(/\.?0+$/, '')} ms; create a new limiter for another window or segment count`,
+        );
+      }
+    }
+    const merged = { ...current, segments, ...opts };
+    const { limit } = readSlidingWindowOptions(name, merged, false);
+    // The state words and rings keep the count fields the limiter was created with.
+    const fieldsFor = Math.max(current.limit, this.param(3));
+    const segmentUs = (current.windowMs * 1000) / segments;
+    const most = 2 ** segmentBits(fieldsFor, segmentUs, segments)!.countBits - 3;
+    if (limit > most) {
+      throw rangeError(
+        `${name}: option "limit" (${show(limit)}) needs wider count fields than this limiter's (limits up to ${most} with segments); create a new limiter for a larger limit`,
+      );
+    }
+    return [limit, current.windowMs, segments, fieldsFor];
+  }
+
+  /** @internal The segment ring's counts are plain counts: a new limit reads them as they are. */
+  protected override get convertsStates(): boolean {
+    return this.ring === null;
+  }
+
+  /** @internal */
+  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+    this.read(state, stamp, nowUs);
+    if (this.prev === 0 && this.curr === 0) return undefined;
+    // The previous window's share now, and the current count, in the current window.
+    const share = this.weightedPrev(nowUs) / this.windowUs;
+    return [this.window, this.windowUs, this.prev, this.curr, share];
+  }
+
+  /** @internal */
+  protected override restate(d: number[], nowUs: number): number {
+    const [window, windowUs, prev, curr, share] = d as [number, number, number, number, number];
+    const w = this.windowUs;
+    if (windowUs === w) {
+      // The same window length: both counts as they were, up to the new limit.
+      this.window = window;
+      this.prev = Math.min(prev, this.ceiling);
+      this.curr = Math.min(curr, this.ceiling);
+    } else {
+      this.window = Math.max(Math.floor(nowUs / w), Math.floor((window * windowUs) / w));
+      this.prev = 0;
+      this.curr = Math.min(this.ceiling, Math.ceil(share + curr));
+    }
+    return this.encode(0);
+  }
+
+  /** @internal */
+  protected override configure(): void {
+    (this as { limit: number }).limit = this.param(0);
+    this.windowUs = this.param(1) * 1000;
     const segments = this.param(2);
     if (segments > 0) {
-      this.segments = segments;
       this.ring = new SegmentRing(
         this.limit,
         Math.round(this.windowUs),
@@ -99,20 +206,22 @@ export class SlidingWindow extends Limiter {
         this.layout,
         this.epochUs,
         this.core,
+        Math.max(this.limit, this.param(3)),
       );
       this.countBits = this.countMask = this.wBits = this.wMask = 0;
       this.prevQuantum = this.prevBits = this.countSpan = this.prevSpan = 0;
       this.perCount = this.perPrev = this.perQuantum = 0;
       this.exactWeights = true;
-      // The default key's ring is taken here once per buffer (attach() finds it taken).
-      this.opened(() => this.initSlot(0));
+      this.ceiling = this.limit;
       return;
     }
-    this.segments = undefined;
     this.ring = null;
+    // After a reconfigure(), the largest limit the count fields hold (param 3; 0 until
+    // then): a key keeps what an earlier, higher limit granted it.
+    this.ceiling = Math.max(this.limit, this.param(3));
     const bits = this.core.wide
-      ? wideSlidingBits(this.limit, this.windowUs)
-      : { ...windowBits(this.limit, this.windowUs, 2)!, prevBits: 0, prevQuantum: 1 };
+      ? wideSlidingBits(this.ceiling, this.windowUs)
+      : { ...windowBits(this.ceiling, this.windowUs, 2)!, prevBits: 0, prevQuantum: 1 };
     this.countBits = bits.countBits;
     this.countMask = 2 ** bits.countBits - 1;
     this.wBits = bits.windowBits;
@@ -177,7 +286,7 @@ export class SlidingWindow extends Limiter {
       const rest = Math.floor(state * this.perCount);
       curr = state - rest * this.countSpan;
       const high = Math.floor(rest * this.perPrev);
-      prev = Math.min(this.limit, (rest - high * this.prevSpan) * this.prevQuantum);
+      prev = Math.min(this.ceiling, (rest - high * this.prevSpan) * this.prevQuantum);
       stored = Limiter.near(high, ref, this.wBits);
     } else {
       const p = state & PAYLOAD_MASK;

@@ -2,7 +2,7 @@ import { decide, decideWide } from '../decision.js';
 import { granted, type Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
 import { NO_SLOT } from '../table.js';
-import { Gcra, readBucketOptions } from './gcra.js';
+import { Gcra, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 
 export interface TokenBucketOptions extends CommonOptions {
@@ -24,13 +24,46 @@ export interface TokenBucketOptions extends CommonOptions {
  */
 export class TokenBucket extends Gcra {
   readonly algorithm = 'TokenBucket';
-  readonly capacity: number;
-  readonly refillPerSecond: number;
 
   constructor(options: TokenBucketOptions) {
     super('TokenBucket', ALGO_TOKEN_BUCKET, TokenBucket.prepare(options), false);
-    this.capacity = this.param(0);
-    this.refillPerSecond = this.param(1);
+  }
+
+  /** Burst size: tokens a full bucket holds (reconfigure() changes it). */
+  get capacity(): number {
+    return this.param(0);
+  }
+
+  /** Tokens added per second (reconfigure() changes it). */
+  get refillPerSecond(): number {
+    return this.param(1);
+  }
+
+  /**
+   * Takes `capacity` and `refillPerSecond` (see the class): the permits each key owes stay
+   * owed and come back at the new rate; a key owing more than a lower capacity is refused
+   * until it owes less.
+   */
+  override reconfigure(options: { capacity?: number; refillPerSecond?: number }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['capacity', 'refillPerSecond'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { capacity: this.param(0), rate: this.param(1) };
+    return reconfiguredBucket(
+      name,
+      opts,
+      current,
+      'refillPerSecond',
+      this.core.wide,
+      this.param(2),
+    );
   }
 
   // The same four lines in every class: see Limiter.consume.

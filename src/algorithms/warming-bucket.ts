@@ -179,23 +179,88 @@ export function storedWaitUs(m: WarmingModel, stored: number, take: number): num
  */
 export class WarmingBucket extends Limiter {
   readonly algorithm = 'WarmingBucket';
-  readonly limit: number;
-  readonly ratePerSecond: number;
-  readonly warmupMs: number;
-  readonly coldFactor: number;
+  readonly limit!: number;
+  // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
-  private readonly m: WarmingModel;
+  private m!: WarmingModel;
   /** @internal Time units per µs (1 / unitUs, exact: a power of two). */
-  private readonly perUs: number;
+  private perUs!: number;
 
   constructor(options: WarmingBucketOptions) {
     super('WarmingBucket', ALGO_WARMING_BUCKET, WarmingBucket.prepare(options));
-    this.ratePerSecond = this.param(1);
-    this.warmupMs = this.param(2);
-    this.coldFactor = this.param(3);
-    this.m = warmingModel(this.ratePerSecond, this.warmupMs, this.coldFactor);
-    this.limit = this.param(0);
+    this.configure();
+  }
+
+  /** The stable rate, permits per second (reconfigure() changes it). */
+  get ratePerSecond(): number {
+    return this.param(1);
+  }
+
+  /** The warm-up, ms (reconfigure() changes it). */
+  get warmupMs(): number {
+    return this.param(2);
+  }
+
+  /** The cold interval in stable intervals (reconfigure() changes it). */
+  get coldFactor(): number {
+    return this.param(3);
+  }
+
+  /** @internal */
+  protected override configure(): void {
+    this.m = warmingModel(this.param(1), this.param(2), this.param(3));
+    (this as { limit: number }).limit = this.param(0);
     this.perUs = 1 / this.m.unitUs;
+  }
+
+  /**
+   * Takes `ratePerSecond`, `warmupMs` and `coldFactor`, as Guava's setRate(): each key's
+   * stored permits keep their share of the (new) maximum, and what a key owes stays owed
+   * (its next free time is kept); a key cold now stays cold.
+   */
+  override reconfigure(options: {
+    ratePerSecond?: number;
+    warmupMs?: number;
+    coldFactor?: number;
+  }): void {
+    super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected override reconfigurable(): readonly string[] {
+    return ['ratePerSecond', 'warmupMs', 'coldFactor'];
+  }
+
+  /** @internal */
+  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = {
+      ratePerSecond: this.param(1),
+      warmupMs: this.param(2),
+      coldFactor: this.param(3),
+    };
+    const { rate, warmupMs, coldFactor } = readWarmingOptions(name, { ...current, ...opts });
+    const { limit } = warmingModel(rate, warmupMs, coldFactor);
+    return [limit, rate, warmupMs, coldFactor];
+  }
+
+  /** @internal */
+  protected override describe(p: number, stamp: number, nowUs: number): number[] | undefined {
+    const rel = nowUs - this.epochUs;
+    if (this.stale(p, stamp, rel)) return undefined;
+    const now = Math.floor(rel * this.perUs);
+    const next = this.nextFree(p, now);
+    let stored = this.stored(p);
+    if (rel >= this.coldAtUs(stored, next)) return undefined;
+    // Guava's resync() first: idleness since the next free time regains stored permits.
+    const m = this.m;
+    if (now > next)
+      stored = Math.min(m.maxPermits, stored + ((now - next) * m.unitUs) / m.coolDownUs);
+    return [stored / m.maxPermits, Math.max(now, next) * m.unitUs];
+  }
+
+  /** @internal */
+  protected override restate(d: number[], _nowUs: number): number {
+    return this.encode(d[0]! * this.m.maxPermits, Math.ceil(d[1]! * this.perUs));
   }
 
   // The same four lines in every class: see Limiter.consume.

@@ -1,5 +1,5 @@
 import { STAMP_US } from '../layout.js';
-import { integerOption, positiveNumberOption } from '../validate.js';
+import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 
 /** Largest window: keeps `count × window` products exact in doubles. */
 export const MAX_WINDOW_MS = 2 ** 30;
@@ -100,4 +100,37 @@ export function maxLimitFor(windowUs: number, counters: number): number {
     else hi = mid - 1;
   }
   return lo;
+}
+
+/**
+ * reconfigure()'s options for a window: `opts` over the current limit and window, checked
+ * as the constructor checks them, within the table the limiter has: a narrow one cannot
+ * take a wide table's limit or window, a wide one counts windows of 1 ms or more.
+ */
+export function reconfiguredWindow(
+  name: string,
+  opts: Record<string, unknown>,
+  current: { limit: number; windowMs: number },
+  counters: number,
+  wideTable: boolean,
+  ceiling: number,
+): [number, number, number] {
+  const merged = { ...current, ...opts };
+  if (wideTable && typeof merged.windowMs === 'number' && merged.windowMs < MIN_WIDE_WINDOW_MS) {
+    throw rangeError(
+      `${name}: option "windowMs" must be at least ${MIN_WIDE_WINDOW_MS} ms for this limiter (created with a wide table, for a large limit or window), got ${show(merged.windowMs)}`,
+    );
+  }
+  const { limit, windowMs, wide } = readWindowOptions(name, merged, counters, true);
+  if (wide && !wideTable) {
+    const option = windowMs > MAX_WINDOW_MS ? 'windowMs' : 'limit';
+    const value = option === 'limit' ? limit : windowMs;
+    throw rangeError(
+      `${name}: option "${option}" (${show(value)}) needs a wide table (a limit past ${maxLimitFor(windowMs * 1000, counters)} for this window, or a window past ${MAX_WINDOW_MS} ms), and this limiter was created with a narrow one; create it with such a limit or window to reconfigure within them`,
+    );
+  }
+  // The count fields must hold what a key was granted: up to the largest limit the limiter
+  // had, as far as the new window leaves room for (counts past it are cut to it).
+  const most = wideTable ? MAX_WIDE_LIMIT : maxLimitFor(windowMs * 1000, counters);
+  return [limit, windowMs, Math.min(most, Math.max(ceiling, current.limit, limit))];
 }
