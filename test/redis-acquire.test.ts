@@ -10,7 +10,7 @@ import {
   QueueFullError,
 } from '../src/index.js';
 import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
-import { RedisServer, withRedisServer } from './helpers/redis.js';
+import { holdWarnings, RedisServer, withRedisServer } from './helpers/redis.js';
 import { until } from './http/helpers.js';
 
 // acquire() on Redis, driven by a ManualClock (its time goes to the scripts, and waits
@@ -243,6 +243,7 @@ describe('acquire() on Redis', () => {
       if (w.code === 'ATOMIC_LIMITER_RELEASE_FAILED') warnings.push(w.message);
     };
     process.on('warning', onWarning);
+    const printWarnings = holdWarnings(onWarning);
     try {
       if (client.status !== 'ready') await once(client, 'ready');
       const sem = new Concurrency({ redis: client, limit: 2, timeoutMs: 200, prefix: 'cl' });
@@ -258,6 +259,7 @@ describe('acquire() on Redis', () => {
       expect(warnings[0]).toMatch(/could not be given back/);
     } finally {
       process.off('warning', onWarning);
+      printWarnings();
       client.disconnect();
       await own.close();
     }

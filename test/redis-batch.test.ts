@@ -537,7 +537,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
       const run = async (batched: boolean) => {
         const clock = new ManualClock(1_000_000);
-        const r = make(clock, `b-lease-${batched}`);
+        const r = make(clock, `b-lease-${name}-${batched}`);
         const call = (r as unknown as { call: Call }).call.bind(r);
         const next = prng(name.length * 53);
         const replies: unknown[] = [];
@@ -565,8 +565,8 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const batched = await run(true);
       expect(batched).toEqual(alone);
       const granted = alone.replies.filter((x) => (x as unknown[])[0] === 1).length;
-      expect(granted).toBeGreaterThan(30);
-      expect(alone.replies.length - granted).toBeGreaterThan(30);
+      expect(granted).toBeGreaterThan(15);
+      expect(alone.replies.length - granted).toBeGreaterThan(15);
     });
   }
 
@@ -660,9 +660,17 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     } finally {
       pauser.disconnect();
     }
-    // The late batches did run (a reply lost is never replayed): 6 + 6 permits are gone.
-    expect((await deny.stats('k')).available).toBe(14);
-    expect((await thrower.stats('k')).available).toBe(14);
+    // Once Redis answers a probe again, calls go to it (until then they fail fast).
+    let stats = await deny.stats('k').catch(() => undefined);
+    for (let i = 0; i < 200 && stats === undefined; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      stats = await deny.stats('k').catch(() => undefined);
+    }
+    // The late batch did run (a reply lost is never replayed): 6 permits are gone. The
+    // thrower's calls, made once the first batch had found Redis silent, failed fast: they
+    // were never sent.
+    expect(stats?.available).toBe(14);
+    expect((await thrower.stats('k')).available).toBe(20);
     const again = await Promise.all(Array.from({ length: 3 }, () => deny.consume('k')));
     expect(again.map((d) => [d.allowed, d.remaining])).toEqual([
       [true, 13],

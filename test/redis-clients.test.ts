@@ -5,7 +5,7 @@ import * as nodeRedis6 from 'redis-v6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_TIME_SLACK_MS } from '../src/redis/base.js';
 import { Concurrency, SlidingLog, TokenBucket } from '../src/redis/index.js';
-import { cli, RedisCluster, RedisServer } from './helpers/redis.js';
+import { cli, holdWarnings, RedisCluster, RedisServer } from './helpers/redis.js';
 
 // Every supported client, standalone and cluster, against real servers: the same limits,
 // keys with `{`, `}`, `:` and non-ASCII on the cluster (never CROSSSLOT), a TTL on every
@@ -205,6 +205,7 @@ describe('an ioredis Cluster that would send a command again', () => {
       if (w.code === 'ATOMIC_LIMITER_REDIS_RESEND') warnings.push(w.message);
     };
     process.on('warning', onWarning);
+    const printWarnings = holdWarnings(onWarning);
     const nodes = [{ host: '127.0.0.1', port: 1 }];
     const safe = new IoCluster5(nodes, {
       lazyConnect: true,
@@ -226,6 +227,7 @@ describe('an ioredis Cluster that would send a command again', () => {
       expect(warnings[0]).toMatch(/retryDelayOnFailover: 0/);
     } finally {
       process.off('warning', onWarning);
+      printWarnings();
       safe.disconnect();
       replaying.disconnect();
     }

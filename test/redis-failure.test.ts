@@ -155,3 +155,26 @@ describe('Redis goes away and comes back', () => {
     }
   });
 });
+
+describe('Redis persistence', () => {
+  it('with appendonly yes and appendfsync always, a kill -9 and restart keep every count', async () => {
+    const server = await RedisServer.start(['--appendonly', 'yes', '--appendfsync', 'always']);
+    const redis = new Redis(server.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: () => 50,
+    });
+    redis.on('error', () => {});
+    try {
+      const l = new TokenBucket({ redis, capacity: 10, refillPerSecond: 1e-6, prefix: 'aof' });
+      for (let i = 0; i < 7; i++) expect(await l.tryAcquire('k')).toBe(true);
+      await server.stop(); // SIGKILL
+      await server.up();
+      const back = await eventually(() => l.stats('k'));
+      expect(back).toMatchObject({ available: 3, admitted: 7 });
+      expect(await l.tryAcquire('k', 4)).toBe(false);
+    } finally {
+      redis.disconnect();
+      await server.close();
+    }
+  });
+});

@@ -81,17 +81,18 @@ describe('Redis buckets past 10^6 per second', () => {
     expect(await r.tryAcquire('k')).toBe(false);
     // The key now counts from a recent origin (a multiple of 2^36 µs at or before now).
     const saved = (await redis.getBuffer(name))!;
-    expect(saved.length).toBe(33);
-    const newOrigin = saved.readDoubleLE(25);
+    // Version 2: the writer's settings (two doubles), then tat, admitted, rejected, origin.
+    expect(saved.length).toBe(49);
+    const newOrigin = saved.readDoubleLE(41);
     expect(newOrigin).toBe(Math.floor(nowUs / 2 ** 36) * 2 ** 36);
-    expect(saved.readDoubleLE(9)).toBe(7 + CAPACITY - 400_000 - 1); // admitted
+    expect(saved.readDoubleLE(25)).toBe(7 + CAPACITY - 400_000 - 1); // admitted
     // And decides exactly from it: 1 µs later, 1 000 permits.
     clock.advance(0.001);
     expect(await r.tryAcquire('k', 1000)).toBe(true);
     expect(await r.tryAcquire('k')).toBe(false);
   });
 
-  it('a key written by a slower bucket (three fields) starts afresh, not as an error', async () => {
+  it('a key of a slower bucket from before settings were stored (three fields) starts afresh; one stored now is an error naming both rates', async () => {
     const clock = new ManualClock(NOW_MS);
     const { r } = make('fast-kind', clock);
     expect(await r.tryAcquire('k')).toBe(true);
@@ -101,8 +102,8 @@ describe('Redis buckets past 10^6 per second', () => {
     expect((await r.stats('k')).available).toBe(CAPACITY);
     expect(await r.tryAcquire('k', CAPACITY)).toBe(true);
     expect(await r.tryAcquire('k')).toBe(false);
-    expect((await redis.getBuffer(name))!.length).toBe(33);
-    // And the other way: a slower bucket reads the fast key as no state.
+    expect((await redis.getBuffer(name))!.length).toBe(49);
+    // A slower bucket on the same prefix now: the key says who wrote it.
     const slow = new red.TokenBucket({
       redis,
       capacity: 10,
@@ -110,6 +111,8 @@ describe('Redis buckets past 10^6 per second', () => {
       clock,
       prefix: 'fast-kind',
     });
-    expect((await slow.stats('k')).available).toBe(10);
+    await expect(slow.stats('k')).rejects.toThrow(
+      /fast-kind:TokenBucket:\{k\} holds a TokenBucket\/LeakyBucket state written with refillPerSecond 1000000000 .*; this limiter has refillPerSecond 100000 /,
+    );
   });
 });

@@ -159,7 +159,7 @@ describe('fleet mode: late answers', () => {
   it('a refusal that lands after the clock moved into the next window is not cached there', async () => {
     const clock = new ManualClock(1_000_000);
     // No lease goes out ahead, so the 11th call fetches, and Redis refuses it.
-    const a = new FixedWindow({ redis, clock, limit: 10, windowMs: 1000, block: 2, prefix: 'x7' });
+    const a = new FixedWindow({ redis, clock, limit: 10, windowMs: 1000, block: 2, prefix: 'x7b' });
     expect(await admitted(a, 10)).toBe(10);
     const late = a.consume('k'); // refused in window 0 ...
     clock.advance(1000); // ... and answered in window 1

@@ -35,11 +35,14 @@ interface Case {
   readonly spanUs: number;
 }
 
-/** The packed state's fields (state.lua.ts: a version byte, then doubles). */
-function fields(value: Buffer): number[] {
-  expect(value[0]).toBe(1);
+/**
+ * The packed state's fields (state.lua.ts: a version byte, the writer's settings —
+ * `settings` doubles —, then the fields as doubles).
+ */
+function fields(value: Buffer, settings: number): number[] {
+  expect(value[0]).toBe(2);
   const out: number[] = [];
-  for (let at = 1; at < value.length; at += 8) out.push(value.readDoubleLE(at));
+  for (let at = 1 + 8 * settings; at < value.length; at += 8) out.push(value.readDoubleLE(at));
   return out;
 }
 
@@ -50,7 +53,7 @@ const CASES: Case[] = [
     name: 'TokenBucket',
     make: (redis, prefix, block) =>
       new red.TokenBucket({ redis, capacity: 20, refillPerSecond: 400, prefix, block }),
-    endUs: (v) => fields(v)[0]!,
+    endUs: (v) => fields(v, 2)[0]!,
     // An eighth of the 50 ms the bucket takes to fill, in whole ms.
     stepUs: 6000,
     spanUs: 60_000,
@@ -59,7 +62,7 @@ const CASES: Case[] = [
     name: 'LeakyBucket',
     make: (redis, prefix, block) =>
       new red.LeakyBucket({ redis, capacity: 8, ratePerSecond: 250, prefix, block }),
-    endUs: (v) => fields(v)[0]!,
+    endUs: (v) => fields(v, 2)[0]!,
     stepUs: 4000,
     spanUs: 60_000,
   },
@@ -67,7 +70,7 @@ const CASES: Case[] = [
     name: 'FixedWindow',
     make: (redis, prefix, block) =>
       new red.FixedWindow({ redis, limit: 12, windowMs: 15, prefix, block }),
-    endUs: (v) => (fields(v)[0]! + 1) * 15_000,
+    endUs: (v) => (fields(v, 1)[0]! + 1) * 15_000,
     stepUs: 0,
     spanUs: 60_000,
   },
@@ -76,7 +79,7 @@ const CASES: Case[] = [
     make: (redis, prefix, block) =>
       new red.SlidingWindow({ redis, limit: 12, windowMs: 15, prefix, block }),
     endUs: (v) => {
-      const [win, prev, curr] = fields(v) as [number, number, number];
+      const [win, prev, curr] = fields(v, 2) as [number, number, number];
       if (curr > 0) return (win + 2) * 15_000;
       return prev > 0 ? (win + 1) * 15_000 : 0;
     },
@@ -84,12 +87,15 @@ const CASES: Case[] = [
     spanUs: 60_000,
   },
   {
-    // "segment admitted rejected c1 … cN": ci counts segment (segment − N + i), of 5 ms.
+    // "g<segment µs>/<segments> segment admitted rejected c1 … cN": ci counts segment
+    // (segment − N + i), of 5 ms.
     name: 'SlidingWindow with segments',
     make: (redis, prefix, block) =>
       new red.SlidingWindow({ redis, limit: 12, windowMs: 15, segments: 3, prefix, block }),
     endUs: (v) => {
-      const [seg, , , ...counts] = v.toString().split(' ').map(Number) as [number, ...number[]];
+      const [tag, ...rest] = v.toString().split(' ');
+      expect(tag).toBe('g5000/3');
+      const [seg, , , ...counts] = rest.map(Number) as [number, ...number[]];
       for (let i = counts.length; i >= 1; i--) if (counts[i - 1]! > 0) return (seg + i) * 5000;
       return 0;
     },
@@ -280,7 +286,7 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       Buffer,
       number,
     ];
-    const [, seg] = /^(\d+) 3 0 0 1 1$/.exec(value.toString()) ?? [];
+    const [, seg] = /^g200000\/3 (\d+) 3 0 0 1 1$/.exec(value.toString()) ?? [];
     expect(seg).toBeDefined();
     const endUs = (Number(seg) + 3) * 200_000;
     expect(

@@ -21,7 +21,7 @@ import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
 import { Fleet } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
-import { Runner, Script, Unavailable } from './runner.js';
+import { failedFast, Runner, Script, Unavailable } from './runner.js';
 import { sleepUs, Waiter } from './wait.js';
 
 export type { AlgorithmName };
@@ -376,7 +376,7 @@ export abstract class RedisLimiter {
 
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const id = this.grantId();
-    return this.call('c', tag, permits, id, false, this.lateGrant('c', tag, permits, id)).then(
+    return this.grantCall('c', tag, permits, id).then(
       (reply) => this.decision(this.parse(reply)),
       (error) => this.fallback(error, key, permits),
     );
@@ -454,6 +454,28 @@ export abstract class RedisLimiter {
       late,
     );
   }
+
+  /**
+   * Runs a call that may grant ('t', 'c', 'w'). Where a grant has an id (Concurrency), a
+   * call that got no answer may still have granted: lostGrant() is told.
+   */
+  private grantCall(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
+    const pending = this.call(op, tag, permits, id, false, this.lateGrant(op, tag, permits, id));
+    if (id !== '') {
+      pending.catch((error) => {
+        if (error instanceof Unavailable && !failedFast(error)) {
+          this.lostGrant(op, tag, permits, id);
+        }
+      });
+    }
+    return pending;
+  }
+
+  /**
+   * A call that may have granted (`id`: its grant's) got no answer from Redis: its reply
+   * was lost, came from elsewhere or not in time. Concurrency frees such a grant by its id.
+   */
+  protected lostGrant(_op: 't' | 'c' | 'w', _tag: string, _permits: number, _id: string): void {}
 
   /**
    * What to do with the reply of a grant ('t', 'c') that came after its call failed by
@@ -577,7 +599,7 @@ export abstract class RedisLimiter {
     }
     if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
     const id = this.grantId();
-    return this.call('t', tag, permits, id, false, this.lateGrant('t', tag, permits, id)).then(
+    return this.grantCall('t', tag, permits, id).then(
       this.tryReply,
       async (error) => (await this.fallback(error, key, permits)).allowed,
     );
@@ -736,6 +758,8 @@ export abstract class RedisLimiter {
     } catch (error) {
       return Promise.reject(error);
     }
+    // One deadline bounds the whole call: a fallback gets what the Redis wait left of it.
+    const deadline = options.timeoutMs === undefined ? 0 : performance.now() + options.timeoutMs;
     this.waiters.add(w);
     return this.waitFor(w).then(
       (lease) => {
@@ -747,7 +771,7 @@ export abstract class RedisLimiter {
         this.waiters.delete(w);
         w.finish();
         if (error instanceof Unavailable)
-          return this.acquireUnavailable(error, key, permits, options);
+          return this.acquireUnavailable(error, key, permits, options, deadline);
         throw error;
       },
     );
@@ -758,11 +782,18 @@ export abstract class RedisLimiter {
     key: Key | undefined,
     permits: number,
     options: AcquireOptions,
+    deadline: number,
   ): RedisLease | PromiseLike<RedisLease> {
     const policy = this.whenUnavailable;
     if (policy === 'allow') return NO_OP_LEASE;
     if (typeof policy === 'object' && typeof policy.acquire === 'function') {
-      return Promise.resolve(policy.acquire(key, permits, options)).then(
+      let rest = options;
+      if (deadline !== 0) {
+        const left = Math.floor(deadline - performance.now());
+        if (left <= 0) throw new DOMException('The operation timed out.', 'TimeoutError');
+        rest = { ...options, timeoutMs: left };
+      }
+      return Promise.resolve(policy.acquire(key, permits, rest)).then(
         (lease): RedisLease => ({
           release: async () => lease.release(),
           [Symbol.dispose]: () => lease[Symbol.dispose](),
@@ -835,10 +866,7 @@ export abstract class RedisLimiter {
     const id = this.grantId();
     w.woken = false;
     // 'w': a caller about to wait is not counted as refused (as in memory).
-    const late = this.lateGrant('w', w.tag, w.permits, id);
-    const pending = this.call('w', w.tag, w.permits, id, false, late).then((reply) =>
-      this.parse(reply),
-    );
+    const pending = this.grantCall('w', w.tag, w.permits, id).then((reply) => this.parse(reply));
     pending.then(
       (r) => {
         if (r.allowed && w.done) this.undoGrant(w.tag, w.permits, id, r.nowUs);

@@ -1,4 +1,5 @@
 import { show, typeError } from '../validate.js';
+import { type Health, healthOf } from './health.js';
 
 /**
  * One adapter over the clients people use, chosen by the methods a client has (never by
@@ -18,8 +19,17 @@ export interface Adapter {
   send(calls: readonly Command[]): Promise<unknown>[];
   /** send() of one call: its reply (the path of a call alone, without the arrays). */
   sendOne(call: Command): Promise<unknown>;
-  /** Subscribes to `channel` on a connection of its own; resolves once subscribed. */
-  subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription>;
+  /**
+   * Subscribes to `channel` on a connection of its own; resolves once subscribed.
+   * `onReconnect` is called each time that connection is ready again after a drop
+   * (messages published meanwhile were lost); not for a node-redis cluster, which keeps its
+   * own Pub/Sub connection.
+   */
+  subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription>;
   /**
    * False while the client connects or reconnects: a command given to it then waits in its
    * offline queue and goes to Redis when it is ready again — maybe long after the call
@@ -29,6 +39,13 @@ export interface Adapter {
   ready(): boolean;
   /** Calls `f` once, when the client is ready again. */
   onceReady(f: () => void): void;
+  /**
+   * A command of no effect that Redis answers when it serves `key`'s slot: PING, or on a
+   * Cluster EXISTS `key` (routed to the key's node).
+   */
+  probe(key: string): Promise<unknown>;
+  /** Whether Redis answers, shared by every adapter of the client (health.ts). */
+  readonly health: Health;
 }
 
 export interface Command {
@@ -123,6 +140,7 @@ function warnIfResending(options: Record<string, unknown> | undefined, cluster: 
 
 class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
+  readonly health: Health;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -131,6 +149,15 @@ class IoRedisAdapter implements Adapter {
     warnIfResending(options, cluster);
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.enableOfflineQueue !== false;
+    this.health = healthOf(client, this);
+  }
+
+  probe(key: string): Promise<unknown> {
+    return (
+      this.cluster
+        ? (this.client.exists as Fn).call(this.client, key)
+        : (this.client.ping as Fn).call(this.client)
+    ) as Promise<unknown>;
   }
 
   private readonly queues: boolean;
@@ -187,7 +214,11 @@ class IoRedisAdapter implements Adapter {
     return out;
   }
 
-  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+  async subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription> {
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     // A subscriber's own errors (reconnecting) must not crash the host: ioredis emits
     // 'error' events, and an EventEmitter with no listener throws them.
@@ -195,8 +226,14 @@ class IoRedisAdapter implements Adapter {
     (sub.on as Fn).call(sub, 'message', (ch: string, message: string) => {
       if (ch === channel) onMessage(message);
     });
+    let subscribed = false;
+    // ioredis subscribes again by itself on a new connection ('ready').
+    (sub.on as Fn).call(sub, 'ready', () => {
+      if (subscribed) onReconnect?.();
+    });
     try {
       await ((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>);
+      subscribed = true;
     } catch (error) {
       (sub.disconnect as Fn).call(sub);
       throw error;
@@ -211,6 +248,7 @@ class IoRedisAdapter implements Adapter {
 
 class NodeRedisAdapter implements Adapter {
   readonly kind = 'node-redis';
+  readonly health: Health;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -218,6 +256,20 @@ class NodeRedisAdapter implements Adapter {
     const options = client.options as Record<string, unknown> | undefined;
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.disableOfflineQueue !== true;
+    this.health = healthOf(client, this);
+  }
+
+  probe(key: string): Promise<unknown> {
+    const send = this.client.sendCommand as Fn;
+    try {
+      return (
+        this.cluster
+          ? send.call(this.client, key, true, ['EXISTS', key])
+          : send.call(this.client, ['PING'])
+      ) as Promise<unknown>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   private readonly queues: boolean;
@@ -250,7 +302,11 @@ class NodeRedisAdapter implements Adapter {
     }
   }
 
-  async subscribe(channel: string, onMessage: (message: string) => void): Promise<Subscription> {
+  async subscribe(
+    channel: string,
+    onMessage: (message: string) => void,
+    onReconnect?: () => void,
+  ): Promise<Subscription> {
     if (this.cluster) {
       // A node-redis cluster keeps a pub/sub connection of its own.
       await ((this.client.subscribe as Fn).call(this.client, channel, onMessage) as Promise<void>);
@@ -266,9 +322,15 @@ class NodeRedisAdapter implements Adapter {
     }
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     (sub.on as Fn).call(sub, 'error', () => {});
+    let subscribed = false;
+    // node-redis subscribes again by itself on a new connection ('ready').
+    (sub.on as Fn).call(sub, 'ready', () => {
+      if (subscribed) onReconnect?.();
+    });
     try {
       await ((sub.connect as Fn).call(sub) as Promise<unknown>);
       await ((sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>);
+      subscribed = true;
     } catch (error) {
       void Promise.resolve()
         .then(() => (sub.destroy as Fn | undefined)?.call(sub))

@@ -29,6 +29,9 @@ export interface ConcurrencyOptions extends RedisOptions {
 
 // How long the Pub/Sub connection stays after the last waiter, for the next one.
 const SUBSCRIBER_IDLE_MS = 1000;
+// A waiter's re-check back-off (pause()) and the orphans' (freeOrphans()), ms.
+const RECHECK_MIN_MS = 50;
+const RECHECK_MAX_MS = 1000;
 
 /**
  * Concurrency with its state in Redis: at most `limit` permits held at once per key. Each
@@ -128,10 +131,17 @@ export class Concurrency extends RedisLimiter {
   }
 
   protected override lease(tag: string, permits: number, id: string): RedisLease {
+    // A release in flight or done is shared; one that failed is not kept: a release by id
+    // is idempotent, so release() may be called again until Redis takes it.
     let released: Promise<void> | undefined;
     const release = (): Promise<void> => {
-      released ??= this.releaseLease(tag, permits, id);
-      return released;
+      if (released) return released;
+      const p = this.releaseLease(tag, permits, id);
+      released = p;
+      p.catch(() => {
+        if (released === p) released = undefined;
+      });
+      return p;
     };
     return {
       release,
@@ -148,14 +158,64 @@ export class Concurrency extends RedisLimiter {
    * concurrency.lua.ts), rather than held until it expires.
    */
   protected override lateGrant(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
-    // Only where the caller cannot have gone on: under 'allow' or a fallback limiter it
-    // may have, and the late grant then counts what it does.
-    if (this.whenUnavailable !== 'throw' && this.whenUnavailable !== 'deny') return undefined;
+    if (!this.holdsNothing(op)) return undefined;
     return (reply: unknown): void => {
       const granted = op === 't' ? reply === 1 : Array.isArray(reply) && reply[0] === 1;
       // An acquire()'s grant ('w') is a lease's: its id has no '~' (concurrency.lua.ts).
-      if (granted) this.releaseLease(tag, permits, op === 'w' ? id : `~${id}`).catch(reportLost);
+      // Freed as an orphan: retried until Redis takes it (calls may still fail fast).
+      if (granted) this.lostGrant(op, tag, permits, id);
     };
+  }
+
+  /**
+   * Whether a caller told "unavailable" by a grant call of `op` holds nothing by it. An
+   * acquire() ('w') never does (its lease is the fallback's, or none). A tryAcquire() or
+   * consume() under 'allow' or a fallback limiter may have gone on as granted: then the
+   * grant, if Redis made it, counts what it does, and its release(key) frees it.
+   */
+  private holdsNothing(op: 't' | 'c' | 'w'): boolean {
+    return op === 'w' || this.whenUnavailable === 'throw' || this.whenUnavailable === 'deny';
+  }
+
+  /**
+   * Grants whose calls got no answer, by lease id (as stored: '~' for tryAcquire() and
+   * consume()), freed by id as soon as Redis takes a release: the caller was told
+   * "unavailable", and without this the permits would stay held until leaseMs. Kept no
+   * longer than a lease lives (past it Redis has freed them itself).
+   */
+  private readonly orphans = new Map<string, { tag: string; permits: number; untilMs: number }>();
+  private freeing = false;
+  private freeDelayMs = 0;
+
+  protected override lostGrant(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
+    if (!this.holdsNothing(op)) return;
+    const untilMs = performance.now() + this.leaseMs;
+    this.orphans.set(op === 'w' ? id : `~${id}`, { tag, permits, untilMs });
+    this.freeOrphans();
+  }
+
+  /** Releases the orphans by id; those Redis does not take are tried again, backing off. */
+  private freeOrphans(): void {
+    if (this.freeing) return;
+    this.freeing = true;
+    const now = performance.now();
+    const tries: Promise<void>[] = [];
+    for (const [id, o] of this.orphans) {
+      if (o.untilMs <= now) {
+        this.orphans.delete(id);
+        continue;
+      }
+      tries.push(this.releaseLease(o.tag, o.permits, id).then(() => void this.orphans.delete(id)));
+    }
+    void Promise.allSettled(tries).then(() => {
+      this.freeing = false;
+      if (this.orphans.size === 0) {
+        this.freeDelayMs = 0;
+        return;
+      }
+      this.freeDelayMs = Math.min(RECHECK_MAX_MS, Math.max(RECHECK_MIN_MS, this.freeDelayMs * 2));
+      setTimeout(() => this.freeOrphans(), this.freeDelayMs).unref();
+    });
   }
 
   protected override undoGrant(tag: string, permits: number, id: string): void {
@@ -168,12 +228,17 @@ export class Concurrency extends RedisLimiter {
       clearTimeout(this.idleTimer);
       this.idleTimer = undefined;
     }
-    this.subscription ??= this.adapter.subscribe(this.channel, (tag) => {
-      for (const w of this.listening.get(tag) ?? []) {
-        w.woken = true;
-        w.wake?.();
-      }
-    });
+    this.subscription ??= this.adapter.subscribe(
+      this.channel,
+      (tag) => {
+        for (const w of this.listening.get(tag) ?? []) this.rouse(w);
+      },
+      // Messages published while the subscriber reconnected reached nobody: every waiter
+      // tries again.
+      () => {
+        for (const set of this.listening.values()) for (const w of set) this.rouse(w);
+      },
+    );
     const s = this.subscription;
     s.then(
       () => {
@@ -184,6 +249,13 @@ export class Concurrency extends RedisLimiter {
       },
     );
     return s;
+  }
+
+  /** Wakes a waiter to try again, its back-off restarted. */
+  private rouse(w: Waiter): void {
+    w.woken = true;
+    w.recheckMs = 0;
+    w.wake?.();
   }
 
   protected override async waitFor(w: Waiter): Promise<RedisLease> {
@@ -234,7 +306,12 @@ export class Concurrency extends RedisLimiter {
     });
     const waits: Promise<void>[] = [woken];
     if (r.hintUs >= 0) waits.push(sleepUs(this.clock, r.hintUs + 1, w));
-    else if (!this.subscription) waits.push(sleepUs(this.clock, this.timeoutMs * 1000, w));
+    // One message is not trusted: it is lost while the subscriber reconnects, and none
+    // comes when the key is wiped (FLUSHALL, a restart without persistence, a failover).
+    // So the head also tries again on a back-off of its own, on the real clock, from
+    // RECHECK_MIN_MS doubling to RECHECK_MAX_MS.
+    w.recheckMs = Math.min(RECHECK_MAX_MS, w.recheckMs === 0 ? RECHECK_MIN_MS : w.recheckMs * 2);
+    waits.push(sleepUs(undefined, w.recheckMs * 1000, w));
     await Promise.race(waits);
   }
 

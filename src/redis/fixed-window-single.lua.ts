@@ -12,7 +12,9 @@ import {
   WINDOW_LEASE_REPLY,
   type WindowParams,
 } from './single.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, windowGeometry } from './state.lua.js';
+
+const GEO = windowGeometry('W');
 
 /**
  * tryAcquire() ('t', replies 1 or 0), consume() ('c', replies as the shared script's 'c')
@@ -30,7 +32,7 @@ ${lease ? LEASE_ARGS : SINGLE_ARGS}
 local sw, sc, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
-  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow')}
+  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow', GEO)}
 else
   adm, rej = 0, 0
 end
@@ -54,7 +56,7 @@ end
 ${saveOrDelete(
   'count > 0',
   saveState(
-    encodeState(['sw', 'sc', 'adm', 'rej']),
+    encodeState(['sw', 'sc', 'adm', 'rej'], GEO),
     'stored == win',
     ttlTo('(win + 1) * W', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',

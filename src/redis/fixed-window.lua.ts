@@ -1,5 +1,7 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, windowGeometry } from './state.lua.js';
+
+const GEO = windowGeometry('W');
 
 /**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
@@ -14,7 +16,7 @@ local W = tonumber(ARGV[7])
 
 local function decode(v)
   local win, count, adm, rej
-  ${decodeState('v', ['win', 'count', 'adm', 'rej'], 'FixedWindow')}
+  ${decodeState('v', ['win', 'count', 'adm', 'rej'], 'FixedWindow', GEO)}
   return {win = win, count = count, adm = adm, rej = rej}
 end
 
@@ -36,7 +38,7 @@ local function fresh(st, t)
 end
 
 local function encode(st)
-  return ${encodeState(['st.win', 'st.count', 'st.adm', 'st.rej'])}
+  return ${encodeState(['st.win', 'st.count', 'st.adm', 'st.rej'], GEO)}
 end
 
 local function save(st)

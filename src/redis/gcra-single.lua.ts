@@ -11,7 +11,9 @@ import {
   ttlTo,
   verdictLua,
 } from './single.lua.js';
-import { decodeState, encodeState, stateBytes } from './state.lua.js';
+import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
+
+const GEO = bucketGeometry('K', 'SCALE');
 
 /** A GCRA limiter's parameters, as gcra.ts computes them (gcra.lua.ts ARGV[6…]). */
 export interface GcraParams {
@@ -68,9 +70,9 @@ local STEP_US = ${luaNumber(p.stepMs * 1000)}
 ${lease ? LEASE_ARGS : SINGLE_ARGS}
 local tat, adm, rej${fast ? ', E' : ''}
 local v = redis.call('GET', KEYS[1])
--- A state of the other kind (gcra.lua.ts decode()) is no state.
+-- A version-1 state of the other kind (gcra.lua.ts decode()) is no state.
 if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
-  ${decodeState('v', fields, 'TokenBucket/LeakyBucket')}
+  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO)}
 else
   adm, rej = 0, 0
 end
@@ -99,7 +101,7 @@ ${saveOrDelete(
   'tat and tat > u',
   `local ends = math.ceil(${endUs('tat')} / STEP_US)
   ${saveState(
-    encodeState(fields),
+    encodeState(fields, GEO),
     fast ? 'oldEnds and ends <= oldEnds' : 'old and ends <= math.ceil(old / SCALE / STEP_US)',
     ttlTo('ends * STEP_US', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',

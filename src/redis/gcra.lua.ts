@@ -1,5 +1,7 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
-import { decodeState, encodeState, stateBytes } from './state.lua.js';
+import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
+
+const GEO = bucketGeometry('K', 'SCALE');
 
 /**
  * Lua: a fast bucket's origin (gcra.lua.ts): origin(t), the origin of a key first written
@@ -55,15 +57,17 @@ local function units(st, t)
   return math.floor(t * SCALE)
 end
 ${GCRA_ORIGIN}
--- A state of the other kind (the bucket's rate changed across 10^6 per second: a fast
--- state has four fields, a slow one three) is no state: the key starts afresh.
+-- A state of the other kind from before states carried their settings (version 1: the
+-- bucket's rate changed across 10^6 per second; a fast state has four fields, a slow one
+-- three) is no state: the key starts afresh. One carrying them (version 2) is checked
+-- against this bucket's (state.lua.ts).
 local function decode(v)
   local tat, adm, rej, e
   if #v == (FAST and ${stateBytes(3)} or ${stateBytes(4)}) then return nil end
   if FAST then
-    ${decodeState('v', ['tat', 'adm', 'rej', 'e'], 'TokenBucket/LeakyBucket')}
+    ${decodeState('v', ['tat', 'adm', 'rej', 'e'], 'TokenBucket/LeakyBucket', GEO)}
   else
-    ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket')}
+    ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket', GEO)}
   end
   return {tat = tat, adm = adm, rej = rej, e = e}
 end
@@ -83,8 +87,8 @@ local function fresh(st, t)
 end
 
 local function encode(st)
-  if FAST then return ${encodeState(['st.tat', 'st.adm', 'st.rej', 'st.e'])} end
-  return ${encodeState(['st.tat', 'st.adm', 'st.rej'])}
+  if FAST then return ${encodeState(['st.tat', 'st.adm', 'st.rej', 'st.e'], GEO)} end
+  return ${encodeState(['st.tat', 'st.adm', 'st.rej'], GEO)}
 end
 
 local function save(st)

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { DeadlineTimer, due } from '../deadlines.js';
 import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
+import { TRANSIENT } from './health.js';
 import { singleArgs } from './single.lua.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
@@ -13,27 +14,79 @@ export class Script {
    * @param single a single-call script (single.lua.ts): its parameters are in its source,
    *   and its ARGV is the call's permits and time alone.
    */
+  readonly source: string;
   constructor(
     readonly name: string,
-    readonly source: string,
+    body: string,
     batchable = false,
     readonly single = false,
   ) {
-    this.sha = createHash('sha1').update(source).digest('hex');
+    this.source = echoing(body);
+    this.sha = createHash('sha1').update(this.source).digest('hex');
     // Named as the script itself: an error names the algorithm's script either way.
-    this.batch = batchable ? new Script(name, batchSource(source)) : undefined;
+    this.batch = batchable ? new Script(name, batchSource(body)) : undefined;
   }
 }
+
+/**
+ * Lua: `body` run so that its reply carries the call's token (the last ARGV, taken off
+ * before the body reads ARGV): `{token, reply}`, or an error reply ending in ` [token]`.
+ * A client that matches replies to the wrong commands (node-redis after a connection cut
+ * kept commands written to the dying socket in its reply queue) hands a call another
+ * command's reply — another key's grant, or an error of its own handshake — and only the
+ * token tells. A raised error is caught to carry the token too; nothing else changes
+ * (Redis keeps what the body wrote before failing either way).
+ */
+function echoing(body: string): string {
+  return `local TOKEN = ARGV[#ARGV]
+ARGV[#ARGV] = nil
+local ok, r = pcall(function()
+${body}
+end)
+if ok and type(r) == 'table' and r.err then ok, r = false, r.err end
+if ok then return {TOKEN, r} end
+if type(r) == 'table' then r = r.err end
+r = tostring(r)
+-- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
+if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+return redis.error_reply(r .. ' [' .. TOKEN .. ']')
+`;
+}
+
+/**
+ * The token a command carries (its last argument), unique among this process's commands
+ * in flight on any connection: every limiter on one client shares the connection, so one
+ * counter serves them all.
+ */
+let lastToken = 0;
+function nextToken(): string {
+  lastToken = lastToken >= Number.MAX_SAFE_INTEGER ? 1 : lastToken + 1;
+  return lastToken.toString(36);
+}
+
+/** Why a reply is not taken: it is not its command's own (see echoing()). */
+const FOREIGN = 'the client handed this call a reply that is not its own';
 
 /** Why a call got no usable answer: Redis could not be reached in time. */
 export class Unavailable extends Error {
   override readonly name = 'Unavailable';
 }
 
+/**
+ * What a call that fails fast rejects with (one object: nothing is allocated per call while
+ * Redis is down; nobody sees it but its limiter's fallback, which reads its message).
+ */
+const FAST = new Unavailable(
+  'Redis did not answer a call a moment ago; calls fail at once until a probe finds it answering',
+);
+
+/** Whether a call failed without being sent: it failed fast (health.ts). */
+export function failedFast(error: unknown): boolean {
+  return error === FAST;
+}
+
 // Error replies that mean "this node cannot serve now" (loading, failover, cluster down),
-// not "the script is wrong": they count as Redis being unavailable.
-const TRANSIENT =
-  /^(LOADING|READONLY|CLUSTERDOWN|MASTERDOWN|TRYAGAIN|BUSY|NOREPLICAS|OOM|MOVED|ASK)\b/;
+// not "the script is wrong" (TRANSIENT, health.ts): they count as Redis being unavailable.
 // An error reply starts with an upper-case code; client-side errors (closed connection,
 // refused, offline queue disabled) do not.
 const REPLY = /^[A-Z][A-Z0-9_-]* /;
@@ -65,6 +118,8 @@ interface Unit {
   /** The script sent (the batch form for a batch). */
   readonly script: Script;
   readonly verb: 'EVALSHA' | 'EVAL';
+  /** The token its reply must carry (set when it goes out). */
+  token?: string;
 }
 
 /** Calls per batch at most: a longer batch would hold Redis (a single thread) longer. */
@@ -110,6 +165,9 @@ export class Runner {
     slot: number,
     late?: (reply: unknown) => void,
   ): Promise<unknown> {
+    // Redis was found unavailable a moment ago (health.ts): the call fails at once, and its
+    // limiter applies whenUnavailable, until a probe finds Redis answering.
+    if (this.adapter.health.failsFast(slot, this.timeoutMs)) return Promise.reject(FAST);
     return new Promise((resolve, reject) => {
       this.queue.push({
         script,
@@ -227,14 +285,12 @@ export class Runner {
   private command(u: Unit): Command {
     const first = u.calls[0]!;
     const script = u.verb === 'EVALSHA' ? u.script.sha : u.script.source;
+    const token = nextToken();
+    u.token = token;
     if (u.calls.length === 1 && u.script !== first.script.batch) {
-      return {
-        verb: u.verb,
-        script,
-        keys: first.keys,
-        args: u.script.single ? singleArgs(first.head) : first.head.concat(first.params),
-        slot: first.slot,
-      };
+      const args = u.script.single ? singleArgs(first.head) : first.head.concat(first.params);
+      args.push(token);
+      return { verb: u.verb, script, keys: first.keys, args, slot: first.slot };
     }
     // Each key's names go once; a run of equal calls (same keys, op, time, permits and
     // extra: a hot key's calls) goes as one entry with its count. Every argument costs the
@@ -272,6 +328,7 @@ export class Runner {
       prev = p;
     }
     args[0] = String(runs);
+    args.push(token);
     return { verb: u.verb, script, keys, args, slot: first.slot };
   }
 
@@ -286,32 +343,53 @@ export class Runner {
   /** One call alone: its single-call script (or the shared one), one command. */
   private sendAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL'): void {
     let reply: Promise<unknown>;
+    const token = nextToken();
+    const args = script.single ? singleArgs(p.head) : p.head.concat(p.params);
+    args.push(token);
     try {
       reply = this.adapter.sendOne({
         verb,
         script: verb === 'EVALSHA' ? script.sha : script.source,
         keys: p.keys,
-        args: script.single ? singleArgs(p.head) : p.head.concat(p.params),
+        args,
         slot: p.slot,
       });
     } catch (error) {
-      this.failAlone(p, script, verb, error);
+      this.failAlone(p, script, verb, token, error);
       return;
     }
     reply.then(
-      (r) => this.settle(p, r),
-      (error) => this.failAlone(p, script, verb, error),
+      (r) => {
+        if (Array.isArray(r) && r.length === 2 && r[0] === token) this.settle(p, r[1]);
+        else this.foreign(p);
+      },
+      (error) => this.failAlone(p, script, verb, token, error),
     );
   }
 
-  private failAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL', error: unknown): void {
+  private failAlone(
+    p: Pending,
+    script: Script,
+    verb: 'EVALSHA' | 'EVAL',
+    token: string,
+    error: unknown,
+  ): void {
     const message = error instanceof Error ? error.message : String(error);
     if (verb === 'EVALSHA' && !p.done && message.startsWith('NOSCRIPT')) {
       // As failUnit(): the script did not run; EVAL runs it and caches it on that node.
       this.sendAlone(p, script, 'EVAL');
       return;
     }
-    this.fail(p, error);
+    this.fail(p, token, error);
+  }
+
+  /**
+   * A reply that is not the call's own: Redis's answer to this call went elsewhere (or
+   * nowhere), so the call is unanswered, as after a dropped connection.
+   */
+  private foreign(p: Pending): void {
+    if (p.done) return;
+    this.reject(p, new Unavailable(FOREIGN));
   }
 
   private dispatch(units: Unit[]): void {
@@ -322,6 +400,8 @@ export class Runner {
       for (const u of units) this.failUnit(u, error);
       return;
     }
+    // A reply is taken only with its unit's token (echoing()).
+
     units.forEach((u, i) => {
       replies[i]!.then(
         (reply) => this.settleUnit(u, reply),
@@ -330,7 +410,12 @@ export class Runner {
     });
   }
 
-  private settleUnit(u: Unit, reply: unknown): void {
+  private settleUnit(u: Unit, tokened: unknown): void {
+    if (!(Array.isArray(tokened) && tokened.length === 2 && tokened[0] === u.token)) {
+      for (const p of u.calls) this.foreign(p);
+      return;
+    }
+    const reply: unknown = tokened[1];
     if (u.script !== u.calls[0]!.script.batch) {
       this.settle(u.calls[0]!, reply);
       return;
@@ -344,7 +429,7 @@ export class Runner {
     }
     u.calls.forEach((p, i) => {
       const r = reply[i];
-      if (typeof r === 'string' && r.startsWith('!')) this.fail(p, new Error(r.slice(1)));
+      if (typeof r === 'string' && r.startsWith('!')) this.failed(p, new Error(r.slice(1)));
       else this.settle(p, r);
     });
   }
@@ -358,10 +443,11 @@ export class Runner {
       if (calls.length > 0) this.dispatch([{ calls, script: u.script, verb: 'EVAL' }]);
       return;
     }
-    for (const p of u.calls) this.fail(p, error);
+    for (const p of u.calls) this.fail(p, u.token, error);
   }
 
   private settle(p: Pending, reply: unknown): void {
+    this.adapter.health.answered(p.slot);
     if (p.done) {
       // The call ran after all, its caller answered already (a timeout): what it took is
       // its limiter's to undo (a Concurrency grant nobody holds).
@@ -377,22 +463,50 @@ export class Runner {
     if (p.done) return;
     p.done = true;
     this.inFlight.delete(p);
+    if (error instanceof Unavailable) this.markDown(p);
     p.reject(error);
   }
 
-  private fail(p: Pending, error: unknown): void {
+  /** A call found Redis unavailable: later calls of its part fail fast (health.ts). */
+  private markDown(p: Pending): void {
+    // Its deadline was set when it went out (or was held back): timeoutMs after.
+    this.adapter.health.markDown(p.slot, p.keys[0]!, p.deadline - this.timeoutMs);
+  }
+
+  /**
+   * A call's command failed with `error`. An error reply is the script's own failure only
+   * when it carries the command's token (echoing()); any other error reply reached this
+   * call by mistake (the client's own handshake, another command's) and says nothing of it.
+   */
+  private fail(p: Pending, token: string | undefined, error: unknown): void {
     if (p.done) return;
     const message = error instanceof Error ? error.message : String(error);
+    const mark = ` [${token}]`;
     if (REPLY.test(message) && !TRANSIENT.test(message)) {
-      this.reject(
-        p,
-        new Error(`atomic-limiter/redis: script ${p.script.name} failed: ${message}`, {
-          cause: error,
-        }),
-      );
+      if (token === undefined || !message.endsWith(mark)) {
+        this.reject(p, new Unavailable(`${FOREIGN}: ${message}`, { cause: error }));
+        return;
+      }
+      this.failed(p, new Error(message.slice(0, -mark.length), { cause: error }));
     } else {
       this.reject(p, new Unavailable(message, { cause: error }));
     }
+  }
+
+  /** A call whose script failed with `error` (its own, token checked): an error naming it. */
+  private failed(p: Pending, error: Error): void {
+    if (p.done) return;
+    const message = error.message;
+    if (TRANSIENT.test(message)) {
+      this.reject(p, new Unavailable(message, { cause: error }));
+      return;
+    }
+    this.reject(
+      p,
+      new Error(`atomic-limiter/redis: script ${p.script.name} failed: ${message}`, {
+        cause: error.cause ?? error,
+      }),
+    );
   }
 
   /** Fails every call past its deadline; returns the earliest deadline left. */
@@ -402,6 +516,7 @@ export class Runner {
       if (due(p.deadline, now)) {
         p.done = true;
         this.inFlight.delete(p);
+        this.markDown(p);
         p.reject(new Unavailable(`no answer from Redis within ${this.timeoutMs} ms`));
       } else if (p.deadline < next) {
         next = p.deadline;

@@ -11,6 +11,7 @@ import {
   verdictLua,
   WINDOW_LEASE_REPLY,
 } from './single.lua.js';
+import { checkSegmentsTag, segmentsTag } from './state.lua.js';
 
 /** A segmented SlidingWindow's parameters (its script's ARGV[6…]) and its TTL slack in ms. */
 export interface SegmentsParams {
@@ -41,6 +42,7 @@ export function slidingWindowSegmentsSingleScript(op: 't' | 'c' | 'b', p: Segmen
   const limit = luaNumber(p.limit);
   const n = luaNumber(p.segments);
   const lease = op === 'b';
+  const tag = segmentsTag(p.segmentUs, p.segments);
   const head = `-- atomic-limiter:sliding-window-segments-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local S = ${luaNumber(p.segmentUs)}
 ${lease ? LEASE_ARGS : SINGLE_ARGS}
@@ -51,7 +53,8 @@ local cs = {}
 local i = 1
 local v = redis.call('GET', KEYS[1])
 if v then
-  i = -2
+  -- The writer's settings first (state.lua.ts), then seg, adm, rej at cs[-2], cs[-1], cs[0].
+  i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`)}
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
     i = i + 1
@@ -100,7 +103,7 @@ end
 ${saveOrDelete(
   'fresh > 0',
   saveState(
-    `string.format('%d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, ${n})`,
+    `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, ${n})`,
     '(not ok or full)',
     ttlTo('NOW + fresh', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',

@@ -1,4 +1,5 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
+import { checkSegmentsTag } from './state.lua.js';
 
 /**
  * SlidingWindow with `segments` (src/algorithms/segmented-window.ts): the window split into
@@ -15,12 +16,17 @@ export const SLIDING_WINDOW_SEGMENTS_SCRIPT = `${PRELUDE}
 local LIMIT = tonumber(ARGV[6])
 local S = tonumber(ARGV[7])
 local N = tonumber(ARGV[8])
+-- The writer's settings, the state's first word (state.lua.ts segmentsTag()).
+local TAG = string.format('g%d/%d', S, N)
 
 local function load()
   local v = redis.call('GET', KEYS[1])
   if not v then return {adm = 0, rej = 0} end
+  local w = {}
+  for x in string.gmatch(v, '%S+') do w[#w + 1] = x end
+  local o = ${checkSegmentsTag('w[1]', 'TAG')}
   local f = {}
-  for x in string.gmatch(v, '%S+') do f[#f + 1] = tonumber(x) end
+  for i = 1 + o, #w do f[i - o] = tonumber(w[i]) end
   local cs = {}
   for i = 1, N do cs[i] = f[3 + i] or 0 end
   return {seg = f[1], adm = f[2], rej = f[3], cs = cs}
@@ -61,7 +67,7 @@ local function save(st)
   if f <= 0 then
     redis.call('DEL', KEYS[1])
   else
-    local parts = {string.format('%d %d %d', st.seg, st.adm, st.rej)}
+    local parts = {string.format('%s %d %d %d', TAG, st.seg, st.adm, st.rej)}
     for i = 1, N do parts[i + 1] = string.format('%d', st.cs[i]) end
     redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', ttlMs(f))
   end

@@ -14,7 +14,7 @@ import {
   type WindowParams,
 } from './single.lua.js';
 import { fitsLua, storedPrevLua } from './sliding-window.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 /**
  * tryAcquire() ('t', replies 1 or 0), consume() ('c', replies as the shared script's 'c')
@@ -36,6 +36,7 @@ export function slidingWindowSingleScript(
   // The window test (fitsLua()), with its exactness known here.
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) => fitsLua(wp, used, limit, 'W', exact);
+  const geo = windowGeometry('W', q);
   const lease = op === 'b';
   const head = `-- atomic-limiter:sliding-window-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local W = ${luaNumber(p.windowUs)}
@@ -43,7 +44,7 @@ ${lease ? LEASE_ARGS : SINGLE_ARGS}
 local sw, sp, sc, adm, rej
 local v = redis.call('GET', KEYS[1])
 if v then
-  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow')}
+  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo)}
 else
   adm, rej = 0, 0
 end
@@ -84,7 +85,7 @@ end
 ${saveOrDelete(
   'fresh > 0',
   saveState(
-    encodeState(['sw', 'sp', 'sc', 'adm', 'rej']),
+    encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo),
     'ends and (not ok or win + 2 <= ends)',
     ttlTo('NOW + fresh', p.slackMs),
     lease ? 'ARGV[3]' : 'ARGV[2]',

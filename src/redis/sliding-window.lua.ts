@@ -1,5 +1,7 @@
 import { DRIVER, PRELUDE } from './driver.lua.js';
-import { decodeState, encodeState } from './state.lua.js';
+import { decodeState, encodeState, windowGeometry } from './state.lua.js';
+
+const GEO = windowGeometry('W', 'Q');
 
 /**
  * Lua: whether a previous window weighing `wp` (its count times the part of the window
@@ -60,7 +62,7 @@ end
 
 local function decode(v)
   local win, prev, curr, adm, rej
-  ${decodeState('v', ['win', 'prev', 'curr', 'adm', 'rej'], 'SlidingWindow')}
+  ${decodeState('v', ['win', 'prev', 'curr', 'adm', 'rej'], 'SlidingWindow', GEO)}
   return {win = win, prev = prev, curr = curr, adm = adm, rej = rej}
 end
 
@@ -91,7 +93,7 @@ local function fresh(st, t)
 end
 
 local function encode(st)
-  return ${encodeState(['st.win', 'st.prev', 'st.curr', 'st.adm', 'st.rej'])}
+  return ${encodeState(['st.win', 'st.prev', 'st.curr', 'st.adm', 'st.rej'], GEO)}
 end
 
 local function save(st)

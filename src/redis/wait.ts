@@ -10,6 +10,8 @@ export class Waiter {
   /** Set by a release message for this waiter's key (Concurrency). */
   woken = false;
   wake: (() => void) | undefined;
+  /** Concurrency: the head's current re-check back-off in ms (0: none yet). */
+  recheckMs = 0;
 
   constructor(
     readonly tag: string,

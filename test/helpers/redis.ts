@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -183,4 +183,138 @@ export class RedisCluster {
   async close(): Promise<void> {
     for (const n of this.nodes) await n.close();
   }
+}
+
+/**
+ * A TCP proxy in front of a Redis port that can cut the network: refuse and drop every
+ * connection (partition), let commands through but lose their replies with the connection
+ * (cutReplyOf), swallow everything without answering (hang), or drop the connections of
+ * the moment and let the client reconnect (cut).
+ */
+export class RedisProxy {
+  private down = false;
+  private hung = false;
+  private cutAfter: string | undefined;
+  private replace: { text: string; reply: Buffer } | undefined;
+  private readonly sockets = new Set<Socket>();
+  private readonly clients = new Set<Socket>();
+  /** Client connections accepted so far. */
+  connections = 0;
+
+  private constructor(
+    readonly port: number,
+    private readonly server: Server,
+  ) {}
+
+  static async start(target: number): Promise<RedisProxy> {
+    const port = await freePort();
+    let self: RedisProxy | undefined;
+    const server = createServer((client) => self!.accept(client, target));
+    await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+    self = new RedisProxy(port, server);
+    return self;
+  }
+
+  private accept(client: Socket, target: number): void {
+    this.connections++;
+    this.sockets.add(client);
+    client.on('error', () => {});
+    client.on('close', () => this.sockets.delete(client));
+    if (this.down) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect(target, '127.0.0.1');
+    this.sockets.add(upstream);
+    upstream.on('error', () => {});
+    upstream.on('close', () => this.sockets.delete(upstream));
+    let cutting = false;
+    let replacing: Buffer | undefined;
+    this.clients.add(client);
+    client.on('close', () => this.clients.delete(client));
+    if (this.hung) client.pause();
+    client.on('data', (d) => {
+      // The command goes to Redis; its reply never comes back: the connection drops.
+      if (this.cutAfter !== undefined && d.toString('latin1').includes(this.cutAfter)) {
+        this.cutAfter = undefined;
+        cutting = true;
+      }
+      if (this.replace && d.toString('latin1').includes(this.replace.text)) {
+        replacing = this.replace.reply;
+        this.replace = undefined;
+      }
+      upstream.write(d);
+    });
+    upstream.on('data', (d) => {
+      if (cutting) {
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      if (replacing) {
+        client.write(replacing);
+        replacing = undefined;
+        return;
+      }
+      client.write(d);
+    });
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  }
+
+  /** Drops every connection and refuses new ones until heal(). */
+  partition(): void {
+    this.down = true;
+    this.cut();
+  }
+
+  /** Connections stay up, but what clients send waits (unread) until heal(). */
+  hang(): void {
+    this.hung = true;
+    for (const c of this.clients) c.pause();
+  }
+
+  heal(): void {
+    this.down = false;
+    this.hung = false;
+    for (const c of this.clients) c.resume();
+  }
+
+  /** Drops the connections of the moment; new ones are accepted. */
+  cut(): void {
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+  }
+
+  /** The next command whose bytes hold `text` runs, and its reply is lost with its connection. */
+  cutReplyOf(text: string): void {
+    this.cutAfter = text;
+  }
+
+  /**
+   * The next command whose bytes hold `text` runs, and the client gets `reply` (RESP) in
+   * place of its reply: a reply that is not its own. For one command in flight alone (its
+   * reply then comes in one read).
+   */
+  replaceReplyOf(text: string, reply: string): void {
+    this.replace = { text, reply: Buffer.from(reply, 'latin1') };
+  }
+
+  close(): void {
+    this.cut();
+    this.server.close();
+  }
+}
+
+/**
+ * Holds back Node's printing of process warnings (its own 'warning' listener, and any other
+ * but `keep`) until the returned function is called: for a test that expects a warning and
+ * checks it through `keep`, so that a passing run prints nothing that looks like a failure.
+ */
+export function holdWarnings(keep: (w: Error) => void): () => void {
+  const others = process.listeners('warning').filter((l) => l !== keep);
+  for (const l of others) process.off('warning', l);
+  return () => {
+    for (const l of others) process.on('warning', l);
+  };
 }
