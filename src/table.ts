@@ -106,6 +106,8 @@ export class SlotTable {
    * slot's generation: decisions then miss it and refresh() reads the generation again.
    */
   defaultSlot: number;
+  /** The options' version (H_CONFIG) when defaultSlot's generation was read; -1: never. */
+  private defaultConfig = -1;
 
   constructor(
     /** Replaced by remap() when the buffer grew (see Limiter.i32). */
@@ -231,7 +233,17 @@ export class SlotTable {
 
   /** The slot of `key` if present, without inserting it. */
   find(key: Key | undefined): number {
-    if (key === undefined) return this.defaultRef();
+    if (key === undefined) {
+      // Only a reconfigure() moves the default slot's generation (see defaultRef()).
+      return Atomics.load(this.i32, H_CONFIG) === this.defaultConfig
+        ? this.defaultSlot
+        : this.defaultRef();
+    }
+    return this.findKeyed(key);
+  }
+
+  /** find() of a key given. */
+  private findKeyed(key: Key): number {
     // The same epoch rule as slotOf(): without it, a slot reused 16 times would match a
     // stale cache entry's generation and this thread would act on another key's state.
     // Plain reads, as enter() reads the control word: every caller checks the slot's
@@ -248,13 +260,18 @@ export class SlotTable {
 
   /** The default key's reference, with the generation its slot has now (see defaultSlot). */
   private defaultRef(): number {
+    // Only a reconfigure() moves the default slot's generation: none since the last look
+    // (the options' version the same), the reference then still stands.
     const w = this.defaultSlot >>> 4;
     for (;;) {
+      const config = Atomics.load(this.i32, H_CONFIG);
       const gen = Atomics.load(this.i32, w + S_STATE) >>> GEN_SHIFT;
       this.sync();
       // A reconfigure() that ran meanwhile bumped it: read it again under the new options.
       if (Atomics.load(this.i32, w + S_STATE) >>> GEN_SHIFT !== gen) continue;
       this.defaultSlot = w * 16 + gen;
+      // Odd while a reconfigure() was under way: never equal to a later version.
+      this.defaultConfig = config;
       return this.defaultSlot;
     }
   }

@@ -58,7 +58,13 @@ export class Concurrency extends Limiter {
   /** @internal */
   protected override configure(): void {
     (this as { limit: number }).limit = this.param(0);
+    // A key may hold up to the largest limit the limiter had (param 1 after a
+    // reconfigure() lowered it): release() takes that many.
+    this.mostHeld = Math.max(this.param(0), this.param(1));
   }
+
+  /** @internal The most permits one release() may give back (see configure()). */
+  private mostHeld = 0;
 
   /**
    * Takes `limit`. Permits held stay held: a lower limit admits nothing more until
@@ -136,11 +142,8 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    // Bounded by the largest limit the limiter had (param 1 after a reconfigure()): a key
-    // may hold more than a limit reconfigure() lowered.
-    const most = Math.max(this.limit, this.param(1));
-    if (!(permits >= 1 && permits <= most) || (permits | 0) !== permits) {
-      throw permitsError('Concurrency.release', permits, most);
+    if (!(permits >= 1 && permits <= this.mostHeld) || (permits | 0) !== permits) {
+      throw permitsError('Concurrency.release', permits, this.mostHeld);
     }
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
