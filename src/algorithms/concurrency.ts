@@ -147,7 +147,30 @@ export class Concurrency extends Limiter {
     }
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
-    let ref = this.table.find(key);
+    const ref = this.table.find(key);
+    if (!this.core.shared && !this.core.wide && ref !== NO_SLOT) {
+      // No other thread: no records to keep (see holders.ts), and nothing else writes the
+      // word between this read and the store.
+      const w = ref >>> 4;
+      const s = this.i32[w + S_STATE]!;
+      const held = this.held(s);
+      if (
+        s >>> GEN_SHIFT === (ref & 15) &&
+        (s & PAYLOAD_MASK) !== RESERVED &&
+        held >= permits &&
+        (key === undefined || this.i32[H_CONTROL]! - this.table.epoch < GEN_SAFE_SPAN)
+      ) {
+        this.i32[w + S_STATE] = (s & GEN_MASK) | (held - permits);
+        this.wakeWaiters(w);
+        return;
+      }
+    }
+    this.releaseFrom(key, permits, ref);
+  }
+
+  /** release() from the slot `ref` find() gave: the records, the CAS, and every retry. */
+  private releaseFrom(key: Key | undefined, permits: number, found: number): void {
+    let ref = found;
     const rest = ref === NO_SLOT ? permits : permits - this.holders.ghosts(ref, permits);
     if (rest === 0) return;
     const i32 = this.i32;
