@@ -127,13 +127,15 @@ await app.register(fastifyRateLimit, {
 describe('the types of atomic-limiter', () => {
   it("show each limiter's API, with no engine internals, and every entry type-checks alone", async () => {
     const dir = project(
-      ['@types/node'],
+      ['@types/node', '@opentelemetry/api'],
       `import {
   Concurrency, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket, WarmingBucket,
   ManualClock, attach, chain, type Decision,
 } from 'atomic-limiter';
 import { connectCluster, serveCluster } from 'atomic-limiter/cluster';
 import { hostMemory, removeHostMemory } from 'atomic-limiter/host';
+import { observeLimiters } from 'atomic-limiter/metrics';
+import * as redis from 'atomic-limiter/redis';
 
 type Limiters =
   | Concurrency | FixedWindow | LeakyBucket | SlidingLog | SlidingWindow | TokenBucket | WarmingBucket;
@@ -143,12 +145,16 @@ const api: UserApi extends keyof Limiters ? true : false = true;
 // … and the engine's hooks are not.
 type Engine = 'isIdle' | 'initSlot' | 'rebuilding' | 'refundTaken' | 'giveLeaseBack' | 'tableFull';
 const none: [Extract<Engine, keyof Limiters>] extends [never] ? true : false = true;
+type RedisLimiters = redis.TokenBucket | redis.FixedWindow | redis.Concurrency | redis.WarmingBucket;
+const redisApi: UserApi extends keyof RedisLimiters ? true : false = true;
+type RedisEngine = 'runner' | 'adapter' | 'parse' | 'call' | 'fallback' | 'giveBack';
+const redisNone: [Extract<RedisEngine, keyof RedisLimiters>] extends [never] ? true : false = true;
 
 const clock = new ManualClock();
 const bucket = new TokenBucket({ capacity: 2, refillPerSecond: 1, clock });
 const d: Decision = chain(bucket, new Concurrency({ limit: 1 })).consume('k');
 attach<TokenBucket>(bucket.handle).tryAcquire('k');
-export { api, none, d, connectCluster, serveCluster, hostMemory, removeHostMemory };
+export { api, none, redisApi, redisNone, d, connectCluster, serveCluster, hostMemory, removeHostMemory, observeLimiters };
 `,
     );
     expect(await tsc(dir)).toBe('');

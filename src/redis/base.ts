@@ -251,26 +251,34 @@ export abstract class RedisLimiter {
   readonly queueLimit: number;
   /** The ManualClock given, or undefined: time comes from Redis TIME. */
   readonly clock: ManualClock | undefined;
-  /** The slack added to every TTL this limiter's scripts set: its clock's. */
+  /** @internal The slack added to every TTL this limiter's scripts set: its clock's. */
   protected get ttlSlackMs(): number {
     return this.clock ? MANUAL_SLACK_MS : REDIS_TIME_SLACK_MS;
   }
+  /** @internal */
   protected readonly adapter: Adapter;
+  /** @internal */
   protected readonly runner: Runner;
   protected closed = false;
-  /** Waiters of this process per key, in arrival order; the head is the one asking Redis. */
+  /** @internal Waiters of this process per key, in arrival order; the head is the one asking Redis. */
   private readonly lines = new Map<string, Waiter[]>();
+  /** @internal */
   private readonly waiters = new Set<Waiter>();
+  /** @internal */
   private readonly keyPrefix: string;
+  /** @internal */
   private readonly common: RedisCommon;
   /** Fleet mode: permits per block (0: off), and this thread's side of the shared blocks. */
   readonly block: number;
   readonly blockTtlMs: number;
+  /** @internal */
   private fleet: Fleet | undefined;
-  /** True for the limiter that made the blocks (its close() gives them back). */
+  /** @internal True for the limiter that made the blocks (its close() gives them back). */
   private ownsBlocks = false;
+  /** @internal */
   private sweep: ReturnType<typeof setInterval> | undefined;
 
+  /** @internal */
   protected constructor(
     protected readonly owner: string,
     common: RedisCommon,
@@ -293,6 +301,7 @@ export abstract class RedisLimiter {
    * Opens fleet mode's blocks; subclasses call it once `limit` is known. `leasesGrow`: a hot
    * key's leases may grow past one block, up to `maxBlock` (LeakyBucket: no, a lease is a
    * burst there).
+   * @internal
    */
   protected startFleet(leasesGrow = true): void {
     const c = this.common;
@@ -369,11 +378,12 @@ export abstract class RedisLimiter {
     };
   }
 
-  /** Local time in ms for block ages and cached refusals (the ManualClock's when given). */
+  /** @internal Local time in ms for block ages and cached refusals (the ManualClock's when given). */
   private localMs(): number {
     return this.clock ? this.clock.nowUs() / 1000 : performance.timeOrigin + performance.now();
   }
 
+  /** @internal */
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const id = this.grantId();
     return this.grantCall('c', tag, permits, id).then(
@@ -385,10 +395,11 @@ export abstract class RedisLimiter {
   /**
    * The script's parameters (ARGV[6…]): the limiter's own, the same array for every call
    * and key (calls are batched by it).
+   * @internal
    */
   protected abstract params(): readonly string[];
 
-  /** Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
+  /** @internal Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
   protected keysOf(tag: string): readonly string[] {
     return [`${this.keyPrefix}{${tag}}`];
   }
@@ -401,24 +412,26 @@ export abstract class RedisLimiter {
   /**
    * Single-call scripts (single.lua.ts) for tryAcquire() ('t') and consume() ('c'), where
    * the algorithm has them: what such a call runs when it goes alone (not in a batch).
+   * @internal
    */
   protected tryScript: Script | undefined;
+  /** @internal */
   protected consumeScript: Script | undefined;
-  /** A fleet lease's ('b') single-call script, where the algorithm has one. */
+  /** @internal A fleet lease's ('b') single-call script, where the algorithm has one. */
   protected leaseScript: Script | undefined;
 
-  /** Sets the single-call scripts from the algorithm's builder (`name`: the script's name). */
+  /** @internal Sets the single-call scripts from the algorithm's builder (`name`: the script's name). */
   protected useSingleScripts(name: string, build: (op: 't' | 'c') => string): void {
     this.tryScript = new Script(`atomic-limiter:${name}-try`, build('t'), false, true);
     this.consumeScript = new Script(`atomic-limiter:${name}-consume`, build('c'), false, true);
   }
 
-  /** Sets the single-call script of a fleet lease (`source`: the algorithm's, for 'b'). */
+  /** @internal Sets the single-call script of a fleet lease (`source`: the algorithm's, for 'b'). */
   protected useLeaseScript(name: string, source: string): void {
     this.leaseScript = new Script(`atomic-limiter:${name}-lease`, source, false, true);
   }
 
-  /** Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
+  /** @internal Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
   protected call(
     op: string,
     tag: string,
@@ -458,6 +471,7 @@ export abstract class RedisLimiter {
   /**
    * Runs a call that may grant ('t', 'c', 'w'). Where a grant has an id (Concurrency), a
    * call that got no answer may still have granted: lostGrant() is told.
+   * @internal
    */
   private grantCall(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
     const pending = this.call(op, tag, permits, id, false, this.lateGrant(op, tag, permits, id));
@@ -474,17 +488,20 @@ export abstract class RedisLimiter {
   /**
    * A call that may have granted (`id`: its grant's) got no answer from Redis: its reply
    * was lost, came from elsewhere or not in time. Concurrency frees such a grant by its id.
+   * @internal
    */
   protected lostGrant(_op: 't' | 'c' | 'w', _tag: string, _permits: number, _id: string): void {}
 
   /**
    * What to do with the reply of a grant ('t', 'c') that came after its call failed by
    * timeoutMs (undefined: nothing). Concurrency gives back a grant nobody holds.
+   * @internal
    */
   protected lateGrant(_op: 't' | 'c' | 'w', _tag: string, _permits: number, _id: string) {
     return undefined as ((reply: unknown) => void) | undefined;
   }
 
+  /** @internal */
   protected checkPermits(method: string, permits: unknown): void {
     if (this.closed) throw new LimiterClosedError();
     if (
@@ -496,7 +513,7 @@ export abstract class RedisLimiter {
     }
   }
 
-  /** An error naming the script for a reply that is not what it returns. */
+  /** @internal An error naming the script for a reply that is not what it returns. */
   protected badReply(reply: unknown): Error {
     let text: string;
     try {
@@ -509,7 +526,7 @@ export abstract class RedisLimiter {
     );
   }
 
-  /** The number at `reply[i]` (scripts send numbers as strings or integers). */
+  /** @internal The number at `reply[i]` (scripts send numbers as strings or integers). */
   protected num(reply: unknown, i: number): number {
     if (!Array.isArray(reply) || reply.length <= i) throw this.badReply(reply);
     const v = reply[i];
@@ -522,6 +539,7 @@ export abstract class RedisLimiter {
     throw this.badReply(reply);
   }
 
+  /** @internal */
   protected parse(reply: unknown): Reply {
     if (!Array.isArray(reply) || reply.length < 5) throw this.badReply(reply);
     const flag = this.num(reply, 0);
@@ -537,6 +555,7 @@ export abstract class RedisLimiter {
     };
   }
 
+  /** @internal */
   protected decision(r: Reply): Decision {
     // The same object, field for field, as the in-memory consume().
     const d: Decision = {
@@ -549,6 +568,7 @@ export abstract class RedisLimiter {
     return r.allowed ? d : { ...d, reason: 'limited' };
   }
 
+  /** @internal */
   protected unavailableError(error: unknown): unknown {
     if (!(error instanceof Unavailable)) return error;
     return new BackendUnavailableError(`${this.owner}: Redis is unavailable: ${error.message}`, {
@@ -556,7 +576,7 @@ export abstract class RedisLimiter {
     });
   }
 
-  /** The failure policy, for a call whose answer Redis could not give. */
+  /** @internal The failure policy, for a call whose answer Redis could not give. */
   protected fallback(
     error: unknown,
     key: Key | undefined,
@@ -605,7 +625,7 @@ export abstract class RedisLimiter {
     );
   }
 
-  /** A tryAcquire() reply as its answer (made once: no closure per call). */
+  /** @internal A tryAcquire() reply as its answer (made once: no closure per call). */
   private readonly tryReply = (reply: unknown): boolean => {
     if (reply === 1) return true;
     if (reply === 0) return false;
@@ -625,7 +645,7 @@ export abstract class RedisLimiter {
     return this.directConsume(tag, key, permits);
   }
 
-  /** Lease id of a grant (Concurrency); '' for rate limiters. */
+  /** @internal Lease id of a grant (Concurrency); '' for rate limiters. */
   protected grantId(): string {
     return '';
   }
@@ -654,7 +674,7 @@ export abstract class RedisLimiter {
     });
   }
 
-  /** Runs a refund; `takenUs` ('' for now) is when the permits were taken. */
+  /** @internal Runs a refund; `takenUs` ('' for now) is when the permits were taken. */
   protected giveBack(tag: string, permits: number, takenUs: string): Promise<void> {
     return this.call('r', tag, permits, takenUs, true).then(
       (reply) => {
@@ -735,6 +755,7 @@ export abstract class RedisLimiter {
     return Promise.all([back, this.onClose()]).then(() => {});
   }
 
+  /** @internal */
   protected onClose(): Promise<void> {
     return Promise.resolve();
   }
@@ -777,6 +798,7 @@ export abstract class RedisLimiter {
     );
   }
 
+  /** @internal */
   private acquireUnavailable(
     error: Unavailable,
     key: Key | undefined,
@@ -803,16 +825,17 @@ export abstract class RedisLimiter {
     throw this.unavailableError(error);
   }
 
-  /** How this algorithm waits; the default waits in line and retries after retryAfterMs. */
+  /** @internal How this algorithm waits; the default waits in line and retries after retryAfterMs. */
   protected waitFor(w: Waiter): Promise<RedisLease> {
     return this.waitInLine(w);
   }
 
+  /** @internal */
   protected lease(_tag: string, _permits: number, _id: string): RedisLease {
     return NO_OP_LEASE;
   }
 
-  /** Permits this process has waiting for `tag`. */
+  /** @internal Permits this process has waiting for `tag`. */
   protected queuedPermits(tag: string): number {
     let n = 0;
     for (const w of this.lines.get(tag) ?? []) n += w.permits;
@@ -823,6 +846,7 @@ export abstract class RedisLimiter {
    * Windows, log and Concurrency: this process's waiters for a key form a FIFO line; only
    * its head asks Redis, after each refusal's retryAfterMs (Concurrency: when a release is
    * published or the earliest lease expires). Across processes heads race: see README.
+   * @internal
    */
   private async waitInLine(w: Waiter): Promise<RedisLease> {
     const line = this.lines.get(w.tag);
@@ -860,7 +884,7 @@ export abstract class RedisLimiter {
     }
   }
 
-  /** One waiter's try; a grant that lands after the waiter was cancelled is given back. */
+  /** @internal One waiter's try; a grant that lands after the waiter was cancelled is given back. */
   private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
     if (this.closed) throw new LimiterClosedError();
     const id = this.grantId();
@@ -877,12 +901,12 @@ export abstract class RedisLimiter {
     return r.allowed ? { lease: this.lease(w.tag, w.permits, id) } : { reply: r };
   }
 
-  /** Gives back what a cancelled waiter was granted. */
+  /** @internal Gives back what a cancelled waiter was granted. */
   protected undoGrant(tag: string, permits: number, _id: string, nowUs: number): void {
     this.giveBack(tag, permits, String(nowUs)).catch(reportLost);
   }
 
-  /** How the head waits after a refusal: the refusal's retryAfterMs. */
+  /** @internal How the head waits after a refusal: the refusal's retryAfterMs. */
   protected pause(w: Waiter, r: Reply): Promise<void> {
     return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000, w);
   }

@@ -42,14 +42,21 @@ export class Concurrency extends RedisLimiter {
   readonly algorithm = 'Concurrency';
   readonly limit: number;
   readonly leaseMs: number;
+  /** @internal */
   private readonly channel: string;
+  /** @internal */
   private readonly base: readonly string[];
+  /** @internal */
   private readonly idPrefix = randomBytes(6).toString('base64url');
+  /** @internal */
   private nextId = 0;
+  /** @internal */
   private subscription: Promise<Subscription> | undefined;
-  /** Whether `subscription` is made (Redis confirmed it), not only asked for. */
+  /** @internal Whether `subscription` is made (Redis confirmed it), not only asked for. */
   private subscribed = false;
+  /** @internal */
   private readonly listening = new Map<string, Set<Waiter>>();
+  /** @internal */
   private idleTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(options: ConcurrencyOptions) {
@@ -71,15 +78,18 @@ export class Concurrency extends RedisLimiter {
     this.base = [String(limit), String(leaseMs * 1000), this.channel];
   }
 
+  /** @internal */
   protected override keysOf(tag: string): readonly string[] {
     const base = `${this.prefix}:Concurrency:{${tag}}`;
     return [base, `${base}:z`];
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.base;
   }
 
+  /** @internal */
   protected override grantId(): string {
     return `${this.idPrefix}.${(this.nextId++).toString(36)}`;
   }
@@ -114,7 +124,7 @@ export class Concurrency extends RedisLimiter {
     );
   }
 
-  /** Releases one lease by its id; a lease that already expired releases nothing. */
+  /** @internal Releases one lease by its id; a lease that already expired releases nothing. */
   private releaseLease(tag: string, permits: number, id: string): Promise<void> {
     if (!(permits >= 1))
       return Promise.reject(permitsError('Concurrency.release', permits, this.limit));
@@ -130,6 +140,7 @@ export class Concurrency extends RedisLimiter {
     );
   }
 
+  /** @internal */
   protected override lease(tag: string, permits: number, id: string): RedisLease {
     // A release in flight or done is shared; one that failed is not kept: a release by id
     // is idempotent, so release() may be called again until Redis takes it.
@@ -156,6 +167,7 @@ export class Concurrency extends RedisLimiter {
    * A tryAcquire() or consume() whose call timed out and ran after all (Redis paused, a
    * slow network) holds a grant its caller never got: released at once, by its id ('~':
    * concurrency.lua.ts), rather than held until it expires.
+   * @internal
    */
   protected override lateGrant(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
     if (!this.holdsNothing(op)) return undefined;
@@ -172,6 +184,7 @@ export class Concurrency extends RedisLimiter {
    * acquire() ('w') never does (its lease is the fallback's, or none). A tryAcquire() or
    * consume() under 'allow' or a fallback limiter may have gone on as granted: then the
    * grant, if Redis made it, counts what it does, and its release(key) frees it.
+   * @internal
    */
   private holdsNothing(op: 't' | 'c' | 'w'): boolean {
     return op === 'w' || this.whenUnavailable === 'throw' || this.whenUnavailable === 'deny';
@@ -182,11 +195,15 @@ export class Concurrency extends RedisLimiter {
    * consume()), freed by id as soon as Redis takes a release: the caller was told
    * "unavailable", and without this the permits would stay held until leaseMs. Kept no
    * longer than a lease lives (past it Redis has freed them itself).
+   * @internal
    */
   private readonly orphans = new Map<string, { tag: string; permits: number; untilMs: number }>();
+  /** @internal */
   private freeing = false;
+  /** @internal */
   private freeDelayMs = 0;
 
+  /** @internal */
   protected override lostGrant(op: 't' | 'c' | 'w', tag: string, permits: number, id: string) {
     if (!this.holdsNothing(op)) return;
     const untilMs = performance.now() + this.leaseMs;
@@ -194,7 +211,7 @@ export class Concurrency extends RedisLimiter {
     this.freeOrphans();
   }
 
-  /** Releases the orphans by id; those Redis does not take are tried again, backing off. */
+  /** @internal Releases the orphans by id; those Redis does not take are tried again, backing off. */
   private freeOrphans(): void {
     if (this.freeing) return;
     this.freeing = true;
@@ -218,11 +235,12 @@ export class Concurrency extends RedisLimiter {
     });
   }
 
+  /** @internal */
   protected override undoGrant(tag: string, permits: number, id: string): void {
     this.releaseLease(tag, permits, id).catch(reportLost);
   }
 
-  /** Subscribes once (lazily) to the release channel; messages wake that key's head. */
+  /** @internal Subscribes once (lazily) to the release channel; messages wake that key's head. */
   private subscribe(): Promise<Subscription> {
     if (this.idleTimer) {
       clearTimeout(this.idleTimer);
@@ -251,13 +269,14 @@ export class Concurrency extends RedisLimiter {
     return s;
   }
 
-  /** Wakes a waiter to try again, its back-off restarted. */
+  /** @internal Wakes a waiter to try again, its back-off restarted. */
   private rouse(w: Waiter): void {
     w.woken = true;
     w.recheckMs = 0;
     w.wake?.();
   }
 
+  /** @internal */
   protected override async waitFor(w: Waiter): Promise<RedisLease> {
     let set = this.listening.get(w.tag);
     if (!set) this.listening.set(w.tag, (set = new Set()));
@@ -275,6 +294,7 @@ export class Concurrency extends RedisLimiter {
     }
   }
 
+  /** @internal */
   private unsubscribe(): Promise<void> {
     this.idleTimer = undefined;
     const s = this.subscription;
@@ -287,6 +307,7 @@ export class Concurrency extends RedisLimiter {
    * After a refusal: wait for a release of this key, or the earliest lease's expiry. The
    * subscription is made before the next try, and `woken` is cleared before each try, so a
    * release between the try and the wait is not missed.
+   * @internal
    */
   protected override async pause(w: Waiter, r: { hintUs: number }): Promise<void> {
     // Not only when none was asked for: while another waiter's subscription is being made,
@@ -315,6 +336,7 @@ export class Concurrency extends RedisLimiter {
     await Promise.race(waits);
   }
 
+  /** @internal */
   protected override onClose(): Promise<void> {
     if (this.idleTimer) clearTimeout(this.idleTimer);
     return this.unsubscribe();

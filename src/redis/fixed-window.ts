@@ -18,6 +18,7 @@ export class FixedWindow extends RedisLimiter {
   readonly algorithm = 'FixedWindow';
   readonly limit: number;
   readonly windowMs: number;
+  /** @internal */
   private readonly args: readonly string[];
 
   constructor(options: FixedWindowOptions) {
@@ -37,6 +38,7 @@ export class FixedWindow extends RedisLimiter {
     this.startFleet();
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.args;
   }

@@ -21,8 +21,10 @@ const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
  */
 export abstract class RedisGcra extends RedisLimiter {
   readonly limit: number;
+  /** @internal */
   private readonly args: readonly string[];
 
+  /** @internal */
   protected constructor(
     owner: string,
     common: RedisCommon,
@@ -62,10 +64,12 @@ export abstract class RedisGcra extends RedisLimiter {
     this.startFleet(!leaky);
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.args;
   }
 
+  /** @internal */
   protected override async waitFor(w: Waiter): Promise<RedisLease> {
     const pending = this.call('q', w.tag, w.permits);
     // A reservation that lands after the waiter left is given back.

@@ -21,6 +21,7 @@ export class SlidingLog extends RedisLimiter {
   readonly algorithm = 'SlidingLog';
   readonly limit: number;
   readonly windowMs: number;
+  /** @internal */
   private readonly args: readonly string[];
 
   constructor(options: SlidingLogOptions) {
@@ -36,11 +37,13 @@ export class SlidingLog extends RedisLimiter {
     this.startFleet();
   }
 
+  /** @internal */
   protected override keysOf(tag: string): readonly string[] {
     const base = `${this.prefix}:SlidingLog:{${tag}}`;
     return [base, `${base}:n`];
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.args;
   }

@@ -36,6 +36,7 @@ export class SlidingWindow extends RedisLimiter {
   readonly windowMs: number;
   /** Segments per window; undefined for the two-window estimate. */
   readonly segments: number | undefined;
+  /** @internal */
   private readonly args: readonly string[];
 
   constructor(options: SlidingWindowOptions) {
@@ -84,6 +85,7 @@ export class SlidingWindow extends RedisLimiter {
     this.startFleet();
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.args;
   }

@@ -24,6 +24,7 @@ export class WarmingBucket extends RedisLimiter {
   readonly ratePerSecond: number;
   readonly warmupMs: number;
   readonly coldFactor: number;
+  /** @internal */
   private readonly args: readonly string[];
 
   constructor(options: WarmingBucketOptions) {
@@ -54,6 +55,7 @@ export class WarmingBucket extends RedisLimiter {
     this.startFleet();
   }
 
+  /** @internal */
   protected params(): readonly string[] {
     return this.args;
   }
