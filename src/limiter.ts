@@ -73,6 +73,16 @@ const SLOT_GONE = -(2 ** 32);
 
 export type { Key } from './table.js';
 
+/** @internal What Limiter.totals() reads for atomic-limiter/metrics (see there). */
+export interface LimiterTotals {
+  admitted: number;
+  rejected: number;
+  queued: number;
+  held: number;
+  active: number;
+  slots: number;
+}
+
 /**
  * Published (only when someone subscribes) each time a new key finds no slot:
  * `{ limiter, key, whenFull }`. Subscribe with `diagnostics_channel.subscribe(name, f)`.
@@ -1166,14 +1176,7 @@ export abstract class Limiter {
    * idle (could not be reclaimed now), `slots` the table's slots now.
    * @internal
    */
-  totals(): {
-    admitted: number;
-    rejected: number;
-    queued: number;
-    held: number;
-    active: number;
-    slots: number;
-  } {
+  totals(): LimiterTotals {
     const nowUs = this.clock.nowUs();
     const i32 = this.i32;
     let admitted = Atomics.load(i32, H_RETIRED_ADMITTED) >>> 0;

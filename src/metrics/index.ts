@@ -5,6 +5,7 @@
  * `@opentelemetry/api` (1.9 or later) is an optional peer dependency: this module uses its
  * types alone, the Meter is the caller's.
  */
+
 import type {
   Attributes,
   BatchObservableResult,
@@ -12,6 +13,7 @@ import type {
   Meter,
   Observable,
 } from '@opentelemetry/api';
+import type { LimiterTotals } from '../limiter.js';
 import { show, typeError } from '../validate.js';
 
 /** The instruments' names, as exported. */
@@ -24,14 +26,7 @@ export const INSTRUMENTS = {
 
 /** What observeLimiters() reads of a limiter (the in-memory classes and their attached copies). */
 interface Observed {
-  totals(): {
-    admitted: number;
-    rejected: number;
-    queued: number;
-    held: number;
-    active: number;
-    slots: number;
-  };
+  totals(): LimiterTotals;
   waitObservers: Set<(waitedMs: number, granted: boolean) => void> | undefined;
 }
 
