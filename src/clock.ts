@@ -14,6 +14,7 @@ export interface Clock {
   readonly handle: ClockHandle;
 }
 
+/** A clock as it travels in a limiter's handle to other threads. */
 export type ClockHandle =
   | { readonly kind: 'monotonic' }
   | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer }

@@ -126,7 +126,9 @@ export abstract class Limiter {
   readonly maxKeys: number;
   /** What a new key gets when the table has no slot for it. */
   readonly whenFull: WhenFull;
+  /** Permits that may wait per key in `acquire()`; 0: it never waits. */
   readonly queueLimit: number;
+  /** Who `acquire()` serves first (see QueueOrder). */
   readonly queueOrder: QueueOrder;
   /**
    * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
@@ -167,6 +169,7 @@ export abstract class Limiter {
   private readonly publish: () => void;
   /** @internal Waiting across processes (host memory); Atomics.waitAsync otherwise. */
   private readonly waits: Waits | undefined;
+  /** @internal */
   protected constructor(
     protected readonly owner: string,
     algo: number,

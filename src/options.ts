@@ -46,7 +46,9 @@ export interface Decision {
 
 /** Per-key counters and the permits available now. */
 export interface Stats {
+  /** Permits a call could take now (for Concurrency: the limit less those held). */
   readonly available: number;
+  /** Permits waiting in `acquire()` for this key, on every thread. */
   readonly queued: number;
   /** Permits granted since the key entered the table (wraps at 2^32). */
   readonly admitted: number;
@@ -54,6 +56,7 @@ export interface Stats {
   readonly rejected: number;
 }
 
+/** Who `acquire()` serves first: the oldest waiter, or the newest (which evicts the oldest when full). */
 export type QueueOrder = 'oldest-first' | 'newest-first';
 
 /** The six algorithms, by class name. */
@@ -193,14 +196,19 @@ export interface Liveness {
 
 /** What travels to another thread: `new Worker(file, { workerData: limiter.handle })`. */
 export interface LimiterHandle {
+  /** Marks a limiter's handle. */
   readonly kind: 'atomic-limiter';
+  /** The shared buffer's layout version, checked by `attach()`. */
   readonly version: number;
+  /** The limiter's shared state. */
   readonly buffer: SharedArrayBuffer;
+  /** The clock every thread of the limiter reads. */
   readonly clock: ClockHandle;
   /** SlidingLog only: the pool of its log rings (a second buffer that grows with use). */
   readonly logs?: SharedArrayBuffer;
 }
 
+/** What a new key gets when the table has no slot for it: a refusal, or a pass. */
 export type WhenFull = 'deny' | 'allow';
 
 export const COMMON_OPTIONS = [

@@ -22,6 +22,7 @@ export const MAX_CONCURRENCY = 2 ** 27;
 /** The wide table's limit (a 64-bit state): a larger `limit` than MAX_CONCURRENCY chooses it. */
 export const MAX_WIDE_CONCURRENCY = 2 ** 31 - 1;
 
+/** The options of `new Concurrency()`: its own, then those every limiter takes. */
 export interface ConcurrencyOptions extends CommonOptions {
   /** Permits that may be held at once per key. Integer, 1 to 2^31 − 1 (past 2^27: a wide table). */
   limit: number;
@@ -37,11 +38,13 @@ export interface ConcurrencyOptions extends CommonOptions {
  */
 export class Concurrency extends Limiter {
   readonly algorithm = 'Concurrency';
+  /** Permits held at once per key, at most. */
   readonly limit!: number;
 
   /** @internal */
   private readonly holders: Holders;
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: ConcurrencyOptions) {
     super('Concurrency', ALGO_CONCURRENCY, Concurrency.prepare(options));
     this.configure();

@@ -11,6 +11,7 @@ import {
   windowBits,
 } from './window-bits.js';
 
+/** The options of `new FixedWindow()`: its own, then those every limiter takes. */
 export interface FixedWindowOptions extends CommonOptions {
   /**
    * Permits per window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more (past what
@@ -28,6 +29,7 @@ export interface FixedWindowOptions extends CommonOptions {
  */
 export class FixedWindow extends Limiter {
   readonly algorithm = 'FixedWindow';
+  /** Permits per window, at most. */
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
@@ -47,6 +49,7 @@ export class FixedWindow extends Limiter {
   /** @internal The largest count the count field holds (see configure()). */
   private ceiling!: number;
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: FixedWindowOptions) {
     super('FixedWindow', ALGO_FIXED_WINDOW, FixedWindow.prepare(options));
     this.configure();

@@ -140,6 +140,7 @@ export function leakyQueueLimit(opts: Record<string, unknown>, capacity: number)
  * TAT ≤ now) instead of TokenBucket's (TAT − now + cost ≤ burst).
  */
 export abstract class Gcra extends Limiter {
+  /** Permits a call may take at once: the bucket's capacity. */
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
   /** @internal Units per emission interval. */

@@ -5,6 +5,7 @@ import { NO_SLOT } from '../table.js';
 import { Gcra, leakyQueueLimit, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
+/** The options of `new LeakyBucket()`: its own, then those every limiter takes. */
 export interface LeakyBucketOptions extends CommonOptions {
   /**
    * Permits that may wait in the bucket in `acquire()` (the default `queueLimit`); also
@@ -29,6 +30,7 @@ export interface LeakyBucketOptions extends CommonOptions {
 export class LeakyBucket extends Gcra {
   readonly algorithm = 'LeakyBucket';
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: LeakyBucketOptions) {
     super('LeakyBucket', ALGO_LEAKY_BUCKET, LeakyBucket.prepare(options), true);
   }

@@ -35,6 +35,7 @@ export function readLogOptions(
   return { limit, windowMs };
 }
 
+/** The options of `new SlidingLog()`: its own, then those every limiter takes. */
 export interface SlidingLogOptions extends CommonOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */
   limit: number;
@@ -58,6 +59,7 @@ export interface SlidingLogOptions extends CommonOptions {
  */
 export class SlidingLog extends Limiter {
   readonly algorithm = 'SlidingLog';
+  /** Permits in any trailing `windowMs`, at most. */
   readonly limit!: number;
   /** @internal */
   private windowUs!: number;
@@ -70,6 +72,7 @@ export class SlidingLog extends Limiter {
   /** @internal Entries this thread's last give-back attempt marked unwritten (see giveBack()). */
   private marked = { slot: -1, generation: 0, head: 0, count: 0 };
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: SlidingLogOptions) {
     super('SlidingLog', ALGO_SLIDING_LOG, SlidingLog.prepare(options));
     this.configure();

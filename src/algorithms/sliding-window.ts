@@ -9,6 +9,7 @@ import { readSlidingWindowOptions, segmentBits } from './segment-bits.js';
 import { SegmentRing } from './segmented-window.js';
 import { reconfiguredWindow, wideSlidingBits, windowBits } from './window-bits.js';
 
+/** The options of `new SlidingWindow()`: its own, then those every limiter takes. */
 export interface SlidingWindowOptions extends CommonOptions {
   /**
    * Permits per sliding window. Integer ≥ 1: up to 2^31 − 1 for windows of 1 ms or more
@@ -40,6 +41,7 @@ export interface SlidingWindowOptions extends CommonOptions {
  */
 export class SlidingWindow extends Limiter {
   readonly algorithm = 'SlidingWindow';
+  /** Permits per window, at most (estimated across the boundary). */
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
@@ -83,6 +85,7 @@ export class SlidingWindow extends Limiter {
   /** @internal */
   private curr = 0;
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: SlidingWindowOptions) {
     super('SlidingWindow', ALGO_SLIDING_WINDOW, SlidingWindow.prepare(options));
     this.configure();

@@ -5,6 +5,7 @@ import { NO_SLOT } from '../table.js';
 import { Gcra, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 
+/** The options of `new TokenBucket()`: its own, then those every limiter takes. */
 export interface TokenBucketOptions extends CommonOptions {
   /** Burst size: tokens a full bucket holds. Integer, 1 to 2^31 − 1 (past 2^24: a wide table). */
   capacity: number;
@@ -25,6 +26,7 @@ export interface TokenBucketOptions extends CommonOptions {
 export class TokenBucket extends Gcra {
   readonly algorithm = 'TokenBucket';
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: TokenBucketOptions) {
     super('TokenBucket', ALGO_TOKEN_BUCKET, TokenBucket.prepare(options), false);
   }

@@ -7,6 +7,7 @@ import { positiveNumberOption, rangeError, show, typeError } from '../validate.j
 import { MAX_WIDE_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
 import { ALGO_WARMING_BUCKET } from './ids.js';
 
+/** The options of `new WarmingBucket()`: its own, then those every limiter takes. */
 export interface WarmingBucketOptions extends CommonOptions {
   /** The stable rate, reached once warm: permits per second, from 1e-6 to 1e9. */
   ratePerSecond: number;
@@ -179,6 +180,7 @@ export function storedWaitUs(m: WarmingModel, stored: number, take: number): num
  */
 export class WarmingBucket extends Limiter {
   readonly algorithm = 'WarmingBucket';
+  /** Permits a call may take at once: the most stored permits (at least 1). */
   readonly limit!: number;
   // Derived from the options (configure()): reconfigure() changes them.
   /** @internal */
@@ -186,6 +188,7 @@ export class WarmingBucket extends Limiter {
   /** @internal Time units per µs (1 / unitUs, exact: a power of two). */
   private perUs!: number;
 
+  /** Makes a limiter and its shared state; a TypeError or RangeError names a bad option. */
   constructor(options: WarmingBucketOptions) {
     super('WarmingBucket', ALGO_WARMING_BUCKET, WarmingBucket.prepare(options));
     this.configure();
