@@ -11,12 +11,19 @@ import { acquireOptions, permitsError, show, typeError } from './validate.js';
  * first answer): the chain then leaves checking permits against it to that member.
  */
 export interface ChainMember {
+  /** The member's limit: a request for more permits than this is refused for good. */
   readonly limit: number | undefined;
+  /** The member's algorithm ('TokenBucket', …): chooses the member's header policy. */
   readonly algorithm?: string;
+  /** Decides for `permits` on `key`; the chain asks every member in order. */
   consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
+  /** Gives back permits a decision took: the chain refunds earlier members after a refusal. */
   refund(key?: Key, permits?: number): void | PromiseLike<void>;
+  /** Decides without the Decision object, where the member has a cheaper path. */
   tryAcquire?(key?: Key, permits?: number): boolean | PromiseLike<boolean>;
+  /** Waits for permits (the chain's `acquire()` needs it on every member). */
   acquire?(key?: Key, permits?: number, options?: AcquireOptions): Lease | PromiseLike<Lease>;
+  /** Concurrency members: gives held permits back when the work is done. */
   release?(key?: Key, permits?: number): void | PromiseLike<void>;
 }
 
@@ -31,6 +38,7 @@ export interface ChainDecision extends Decision {
   readonly decisions: readonly Decision[];
 }
 
+/** A value, or a promise of it when any member answers asynchronously. */
 type Maybe<T> = T | Promise<T>;
 
 /** Synchronous answers when every member is an in-memory limiter (or such a chain). */
@@ -77,7 +85,9 @@ function noteNested(times: Float64Array, i: number, answer: object): void {
  * as one returned one.
  */
 export class Chain<M extends ChainMember = ChainMember> {
+  /** Always 'chain': HTTP headers then describe the member that decided. */
   readonly algorithm = 'chain';
+  /** The members, in the order they are asked. */
   readonly limiters: readonly M[];
   /** Largest permits one call may ask for: the smallest limit the chain knows of yet. */
   get limit(): number {

@@ -16,8 +16,11 @@ export interface Clock {
 
 /** A clock as it travels in a limiter's handle to other threads. */
 export type ClockHandle =
+  /** The process's monotonic clock (`CLOCK_MONOTONIC`, shared by every thread and process). */
   | { readonly kind: 'monotonic' }
+  /** A ManualClock: its time lives in `buffer`, so every thread reads the same time. */
   | { readonly kind: 'manual'; readonly buffer: SharedArrayBuffer }
+  /** A CoarseClock: its ticker publishes the time into `buffer`. */
   | { readonly kind: 'coarse'; readonly buffer: SharedArrayBuffer };
 
 // performance.now() is cheap (no BigInt, no allocation) but its origin is this process's

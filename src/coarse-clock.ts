@@ -143,6 +143,7 @@ function hrtimeUs(): number {
  * clock.close();
  */
 export class CoarseClock implements Clock {
+  /** What another thread's limiter needs to read this clock (travels in a limiter's handle). */
   readonly handle: CoarseClockHandle;
   /** How often the ticker publishes the time, in milliseconds. */
   readonly resolutionMs: number;
@@ -261,6 +262,7 @@ export class CoarseClock implements Clock {
     }
   }
 
+  /** `close()`, for `using clock = new CoarseClock()`. */
   [Symbol.dispose](): void {
     this.close();
   }

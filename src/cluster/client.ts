@@ -60,6 +60,7 @@ export interface ConnectSettings extends BlockSettings {
 
 /** The primary's limiter, seen from a worker process: the same methods, each a promise. */
 export interface ClusterLimiter {
+  /** The name the primary serves the limiter under (`serveCluster(limiter, { name })`). */
   readonly name: string;
   /** The served limiter's algorithm ('TokenBucket', …); undefined until the primary told it. */
   readonly algorithm: AlgorithmName | undefined;
@@ -80,8 +81,11 @@ export interface ClusterLimiter {
    * ClusterTimeoutError when no primary answers within `timeoutMs`.
    */
   ready(): Promise<DescribedClusterLimiter>;
+  /** Resolves true when the primary's limiter granted `permits` on `key`. */
   tryAcquire(key?: Key, permits?: number): Promise<boolean>;
+  /** Resolves with the primary's Decision (allowed, remaining, retryAfterMs, …). */
   consume(key?: Key, permits?: number): Promise<Decision>;
+  /** Waits in the primary's queue until `permits` are granted; rejects on abort or timeout. */
   acquire(
     key?: Key,
     permits?: number,
@@ -89,8 +93,11 @@ export interface ClusterLimiter {
   ): Promise<Lease>;
   /** Concurrency: gives held permits back. */
   release(key?: Key, permits?: number): Promise<void>;
+  /** Gives back permits a decision took (a request that should not count). */
   refund(key?: Key, permits?: number): Promise<void>;
+  /** The key's counters and the permits available now, at the primary. */
   stats(key?: Key): Promise<Stats>;
+  /** Puts `key` back in its initial state at the primary and zeroes its counters. */
   reset(key?: Key): Promise<void>;
   /**
    * Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls.
@@ -103,7 +110,9 @@ export interface ClusterLimiter {
 
 /** A cluster client whose limiter the primary has described (after `ready()`). */
 export interface DescribedClusterLimiter extends ClusterLimiter {
+  /** The served limiter's algorithm. */
   readonly algorithm: AlgorithmName;
+  /** The served limiter's limit: the most permits one call may ask for. */
   readonly limit: number;
 }
 

@@ -59,9 +59,11 @@ export interface HostMemoryOptions {
 
 /** A memory provider for host mode, as `hostMemory()` returns it. */
 export interface HostMemory extends MemoryProvider {
+  /** Always 'host'. */
   readonly kind: 'host';
   /** The region's name, as given. */
   readonly name: string;
+  /** The most bytes the region may grow to (its table's growth stops there). */
   readonly maxBytes: number;
   /** The region's file mode. */
   readonly mode: number;

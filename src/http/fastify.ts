@@ -13,15 +13,25 @@ import { type Config, OPTION_NAMES, type RateLimitOptions, readOptions } from '.
  * own request: annotate a function's parameter as `FastifyRequest` to see all of it.
  */
 export interface FastifyRequestLike {
+  /** Fastify's request id. */
   readonly id: unknown;
+  /** Node's request underneath. */
   readonly raw: IncomingMessage;
+  /** The client address (Fastify's `trustProxy` applied). */
   readonly ip: string;
+  /** The request headers. */
   readonly headers: IncomingHttpHeaders;
+  /** The request URL, query string included. */
   readonly url: string;
+  /** The HTTP method. */
   readonly method: string;
+  /** The Host, as Fastify reads it. */
   readonly hostname: string;
+  /** The route parameters. */
   readonly params: unknown;
+  /** The parsed query string. */
   readonly query: unknown;
+  /** The parsed body (undefined in `onRequest`). */
   readonly body: unknown;
   /** True for the not-found handler's requests. */
   readonly is404: boolean;
@@ -29,9 +39,13 @@ export interface FastifyRequestLike {
 
 /** A Fastify reply as the options' functions see it (see FastifyRequestLike). */
 export interface FastifyReplyLike {
+  /** Node's response underneath. */
   readonly raw: ServerResponse;
+  /** The status code set so far. */
   readonly statusCode: number;
+  /** True once the reply was sent. */
   readonly sent: boolean;
+  /** A response header set so far. */
   getHeader(name: string): unknown;
 }
 

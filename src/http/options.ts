@@ -17,17 +17,23 @@ import { makePlan, type Plan, type PlanNeeds } from './plan.js';
  * (return promises). `acquire` is needed for `wait`; `release` for Concurrency.
  */
 export interface HttpLimiter {
+  /** Decides for a request (every limiter has it). */
   consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
+  /** Waits for permits: needed for the `wait` option. */
   acquire?(
     key?: Key,
     permits?: number,
     options?: { signal?: AbortSignal; timeoutMs?: number },
   ): PromiseLike<Lease>;
+  /** Concurrency: called when the response ends. */
   release?(key?: Key, permits?: number): unknown;
   /** Needed for `refundWhen`. */
   refund?(key?: Key, permits?: number): unknown;
+  /** The policy's limit, for the headers. */
   readonly limit?: number;
+  /** Chooses how the headers describe the policy (window, bucket, concurrency). */
   readonly algorithm?: string;
+  /** Checked against `wait`: a limiter whose queueLimit is 0 cannot wait. */
   readonly queueLimit?: number;
 }
 

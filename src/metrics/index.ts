@@ -30,6 +30,7 @@ interface Observed {
   waitObservers: Set<(waitedMs: number, granted: boolean) => void> | undefined;
 }
 
+/** Options of `observe()`. */
 export interface ObserveOptions {
   /**
    * Whether to report the shared counters (decisions, queued, keys): true by default. They
