@@ -6,6 +6,7 @@ export default defineConfig({
     cluster: 'src/cluster/index.ts',
     redis: 'src/redis/index.ts',
     http: 'src/http/index.ts',
+    'fastify-config': 'src/http/fastify-config.ts',
     host: 'src/host/index.ts',
     metrics: 'src/metrics/index.ts',
   },

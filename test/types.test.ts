@@ -122,6 +122,31 @@ await app.register(fastifyRateLimit, {
     );
     expect(await tsc(dir)).toBe('');
   }, 60_000);
+  it("types a route's config.rateLimit once the app opts in, and refuses an option of the wrong type", async () => {
+    const app = (route: string) => `import Fastify from 'fastify';
+import type {} from 'atomic-limiter/http/fastify-config';
+import { FixedWindow } from 'atomic-limiter';
+import { fastifyRateLimit } from 'atomic-limiter/http';
+const app = Fastify();
+await app.register(fastifyRateLimit, { limiter: new FixedWindow({ limit: 5, windowMs: 1000 }) });
+app.get('/health', { config: { rateLimit: false } }, async () => 'ok');
+${route}
+`;
+    const good = project(
+      ['@types/node', 'fastify'],
+      app(
+        `app.post('/upload', { config: { rateLimit: { statusCode: 503, skip: (r) => r.is404 } } }, async () => 'ok');`,
+      ),
+    );
+    expect(await tsc(good)).toBe('');
+    const mistyped = project(
+      ['@types/node', 'fastify'],
+      app(
+        `app.post('/upload', { config: { rateLimit: { statusCode: '503' } } }, async () => 'ok');`,
+      ),
+    );
+    expect(await tsc(mistyped)).toMatch(/app\.ts\(\d+,\d+\): error TS2\d+/);
+  }, 60_000);
 });
 
 describe('the types of atomic-limiter', () => {
