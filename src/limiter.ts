@@ -1,7 +1,7 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
-import { fixedView, openBuffer } from './buffer.js';
 import { type Clock, ManualClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
+import { fixedView, openBuffer } from './engine/buffer.js';
 import {
   type AttemptMode,
   Core,
@@ -12,8 +12,7 @@ import {
   run,
   runWide,
   unwrapStamp,
-} from './decision.js';
-import { LimiterClosedError, QueueFullError } from './errors.js';
+} from './engine/decision.js';
 import {
   F64_EPOCH_US,
   F64_PARAMS,
@@ -48,8 +47,12 @@ import {
   W_FREE,
   W_FRESH,
   W_WAITING,
-} from './layout.js';
-import { LogPool } from './log-pool.js';
+} from './engine/layout.js';
+import { LogPool } from './engine/log-pool.js';
+import { HEARTBEAT_MS, MOVED, WaitQueues } from './engine/queue.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './engine/table.js';
+import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './engine/wide.js';
+import { LimiterClosedError, QueueFullError } from './errors.js';
 import type {
   AcquireOptions,
   AlgorithmName,
@@ -63,15 +66,12 @@ import type {
   Waits,
   WhenFull,
 } from './options.js';
-import { HEARTBEAT_MS, MOVED, WaitQueues } from './queue.js';
-import { GEN_SAFE_SPAN, type Key, NO_SLOT, SlotTable } from './table.js';
 import { acquireOptions, checkOptionsObject, permitsError } from './validate.js';
-import { cas64, fixedView64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
 /** updateSlot(): the slot is not the key's (no int32 state or wide payload equals it). */
 const SLOT_GONE = -(2 ** 32);
 
-export type { Key } from './table.js';
+export type { Key } from './engine/table.js';
 
 /** @internal What Limiter.totals() reads for atomic-limiter/metrics (see there). */
 export interface LimiterTotals {

@@ -6,7 +6,7 @@ import {
   monotonicClock,
 } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
-import { DEFAULT_MAX_BYTES, MAX_BUFFER_BYTES } from './layout.js';
+import { DEFAULT_MAX_BYTES, MAX_BUFFER_BYTES } from './engine/layout.js';
 import {
   checkOptionsObject,
   enumOption,

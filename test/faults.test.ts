@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it, vi } from 'vitest';
-import { enter, run, TRY } from '../src/decision.js';
+import { enter, run, TRY } from '../src/engine/decision.js';
+import { S_STATE } from '../src/engine/layout.js';
 import {
   type AnyLimiter,
   attach,
@@ -14,7 +15,6 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
-import { S_STATE } from '../src/layout.js';
 import { startWorkers } from './helpers/threads.js';
 
 // Regression tests for engine faults at the edges; each failed on the code before its fix.

@@ -1,5 +1,5 @@
-import { decide, decideWide } from '../decision.js';
-import { Holders } from '../holders.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { Holders } from '../engine/holders.js';
 import {
   FRESH,
   GEN_MASK,
@@ -10,12 +10,12 @@ import {
   RESERVED,
   S_STATE,
   W_FRESH,
-} from '../layout.js';
+} from '../engine/layout.js';
+import { GEN_SAFE_SPAN, NO_SLOT } from '../engine/table.js';
+import { widePayload } from '../engine/wide.js';
 import { granted, type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
 import { integerOption, permitsError, rangeError } from '../validate.js';
-import { widePayload } from '../wide.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;

@@ -1,8 +1,8 @@
-import { decide, decideWide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH } from '../layout.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH } from '../engine/layout.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
 import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
 import {
   readWindowOptions,

@@ -7,7 +7,7 @@ import {
   STAMP_US,
   W_FRESH,
   WIDE_SPAN,
-} from '../layout.js';
+} from '../engine/layout.js';
 import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';

@@ -1,4 +1,4 @@
-import type { Core } from '../decision.js';
+import type { Core } from '../engine/decision.js';
 import {
   FRESH,
   GEN_MASK,
@@ -9,8 +9,8 @@ import {
   S_STATE,
   STAMP_US,
   slotOfHotWord,
-} from '../layout.js';
-import type { LogPool } from '../log-pool.js';
+} from '../engine/layout.js';
+import type { LogPool } from '../engine/log-pool.js';
 import { segmentBits } from './segment-bits.js';
 
 /**

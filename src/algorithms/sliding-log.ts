@@ -1,9 +1,9 @@
-import { decide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
+import { decide } from '../engine/decision.js';
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../engine/layout.js';
+import type { LogPool } from '../engine/log-pool.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
 import { granted, Limiter } from '../limiter.js';
-import type { LogPool } from '../log-pool.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';

@@ -1,8 +1,16 @@
-import { decide, decideWide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } from '../layout.js';
+import { decide, decideWide } from '../engine/decision.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  REJECT,
+  STAMP_US,
+  W_FRESH,
+  WIDE_SPAN,
+} from '../engine/layout.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
 import { granted, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions, segmentBits } from './segment-bits.js';

@@ -1,7 +1,7 @@
-import { decide, decideWide } from '../decision.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { NO_SLOT } from '../engine/table.js';
 import { granted, type Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { NO_SLOT } from '../table.js';
 import { Gcra, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 

@@ -1,8 +1,8 @@
-import { decideWide } from '../decision.js';
-import { REJECT, STAMP_US, W_FRESH } from '../layout.js';
+import { decideWide } from '../engine/decision.js';
+import { REJECT, STAMP_US, W_FRESH } from '../engine/layout.js';
+import { NO_SLOT } from '../engine/table.js';
 import { granted, type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { NO_SLOT } from '../table.js';
 import { positiveNumberOption, rangeError, show, typeError } from '../validate.js';
 import { MAX_WIDE_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
 import { ALGO_WARMING_BUCKET } from './ids.js';

@@ -1,5 +1,6 @@
-import { diff31, monotonicClock } from './clock.js';
-import { QueueFullError } from './errors.js';
+import { diff31, monotonicClock } from '../clock.js';
+import { QueueFullError } from '../errors.js';
+import type { Liveness, Waits } from '../options.js';
 import {
   GEN_SHIFT,
   H_CONTROL,
@@ -33,7 +34,6 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
-import type { Liveness, Waits } from './options.js';
 import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */

@@ -1,4 +1,5 @@
-import { diff31, monotonicClock } from './clock.js';
+import { diff31, monotonicClock } from '../clock.js';
+import { isKey, keyError } from '../validate.js';
 import { hashKey } from './hash.js';
 import {
   coldWord,
@@ -33,7 +34,6 @@ import {
   segmentOfSlot,
   slotOfHotWord,
 } from './layout.js';
-import { isKey, keyError } from './validate.js';
 import { cas64 } from './wide.js';
 
 export type Key = string | number;

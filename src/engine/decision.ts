@@ -1,5 +1,6 @@
-import type { Clock } from './clock.js';
-import { LimiterClosedError } from './errors.js';
+import type { Clock } from '../clock.js';
+import { LimiterClosedError } from '../errors.js';
+import { permitsError } from '../validate.js';
 import {
   GEN_MASK,
   GEN_SHIFT,
@@ -19,7 +20,6 @@ import {
 } from './layout.js';
 import type { WaitQueues } from './queue.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
-import { permitsError } from './validate.js';
 import { cas64, storeWide, widePayload } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
