@@ -21,12 +21,12 @@ import {
   PAYLOAD_MASK,
   S_ADMITTED,
   S_STAMP,
-  slotOfHotWord,
   W_FRESH,
 } from './engine/layout.js';
 import { LogPool } from './engine/log-pool.js';
 import { WaitQueues } from './engine/queue.js';
 import { type Key, NO_SLOT, SlotTable } from './engine/table.js';
+import { forEachHotWord, rebuildSlot } from './engine/table-walk.js';
 import { WaitingRoom } from './engine/waiting.js';
 import { fixedView64, widePayload } from './engine/wide.js';
 import { LimiterClosedError } from './errors.js';
@@ -140,7 +140,7 @@ export abstract class Limiter extends Algorithm {
       () => this.remap(),
       () => this.syncConfig(),
     );
-    this.queues = new WaitQueues(this.i32, this.layout, this.table, liveness, waits);
+    this.queues = new WaitQueues(this.i32, this.layout, liveness, waits);
     this.core = new Core(
       this.i32,
       b64,
@@ -247,7 +247,7 @@ export abstract class Limiter extends Algorithm {
     const use = (params: number[]) => this.useParams(params);
     if (!reconfigureShared(this.core, this, this.options, name, opts, use)) return;
     // Waiters decide again under the new options.
-    this.table.forEachHotWord((w) => wakeWaiters(this.core, w));
+    forEachHotWord(this.table, (w) => wakeWaiters(this.core, w));
     if (this.clock instanceof ManualClock) this.clock.tick();
   }
 
@@ -404,7 +404,7 @@ export abstract class Limiter extends Algorithm {
     if (ref === NO_SLOT) return;
     // Under the slot's lock, with the key's fingerprint checked (and the rings, SlidingLog's
     // and SlidingWindow's segments, cleared by initSlot()).
-    if (!this.table.rebuild(ref, this, key)) return;
+    if (!rebuildSlot(this.table, ref, this, key)) return;
     this.table.retireCounters(ref >>> 4);
     wakeWaiters(this.core, ref >>> 4);
   }
@@ -442,10 +442,5 @@ export abstract class Limiter extends Algorithm {
       tableFullChannel.publish({ limiter: this, key, whenFull: this.whenFull });
     }
     return this.whenFull === 'allow';
-  }
-
-  /** @internal Slot number of a packed reference (for algorithms with per-slot memory). */
-  protected slotOfRef(ref: number): number {
-    return slotOfHotWord(this.layout, ref >>> 4);
   }
 }

@@ -14,10 +14,11 @@ import {
   W_FRESH,
 } from '../engine/layout.js';
 import { GEN_SAFE_SPAN, NO_SLOT } from '../engine/table.js';
+import { forEachHotWord } from '../engine/table-walk.js';
 import { widePayload } from '../engine/wide.js';
 import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { integerOption, permitsError, rangeError } from '../validate.js';
+import { checkPermits, integerOption, rangeError } from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
@@ -104,7 +105,7 @@ export class Concurrency extends Limiter {
   override becameShared(): void {
     if (!this.holders.share()) return;
     // Until now this thread was the only one: every permit a slot holds is its own.
-    this.table.forEachHotWord((w) => {
+    forEachHotWord(this.table, (w) => {
       const s = this.i32[w + S_STATE]!;
       if ((s & PAYLOAD_MASK) === RESERVED) return;
       const held = this.held(this.core.wide ? widePayload(s, this.i32[w - 1]!) : s);
@@ -142,9 +143,7 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    if (!(permits >= 1 && permits <= this.mostHeld) || (permits | 0) !== permits) {
-      throw permitsError('Concurrency.release', permits, this.mostHeld);
-    }
+    checkPermits('Concurrency.release', permits, this.mostHeld);
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
     const ref = this.table.find(key);

@@ -1,6 +1,13 @@
 import { decide } from '../engine/decision.js';
 import { explain, granted } from '../engine/explain.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../engine/layout.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  REJECT,
+  STAMP_US,
+  slotOfHotWord,
+} from '../engine/layout.js';
 import type { LogPool } from '../engine/log-pool.js';
 import { type Key, NO_SLOT } from '../engine/table.js';
 import { Limiter } from '../limiter.js';
@@ -141,7 +148,7 @@ export class SlidingLog extends Limiter {
 
   /** @internal */
   private slot(): number {
-    return this.slotOfRef(this.core.last.word * 16);
+    return slotOfHotWord(this.layout, this.core.last.word);
   }
 
   /** @internal Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
@@ -244,7 +251,7 @@ export class SlidingLog extends Limiter {
 
   /** @internal */
   override admitted(w: number, before: number, nowUs: number, permits: number): void {
-    const s = this.slotOfRef(w * 16);
+    const s = slotOfHotWord(this.layout, w);
     const h = this.head(before);
     const relNow = nowUs - this.epochUs;
     // Not shared (see Core.shared): plain reads and writes, nobody else reads the ring.

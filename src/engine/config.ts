@@ -16,6 +16,7 @@ import {
   STAMP_PER_US,
 } from './layout.js';
 import { GEN_SAFE_SPAN } from './table.js';
+import { forEachLockedStripe } from './table-walk.js';
 import { wideExt, widePayload, wideState } from './wide.js';
 
 /**
@@ -178,7 +179,7 @@ function convertAll(
 ): void {
   const wide = core.wide;
   const last = core.last;
-  core.table.forEachLockedStripe((words) => {
+  forEachLockedStripe(core.table, (words) => {
     const i32 = core.i32;
     const nowUs = core.clock.nowUs();
     const stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);

@@ -13,6 +13,7 @@ import {
   S_ADMITTED,
   S_STATE,
 } from './layout.js';
+import { forEachHotWord, slotCount } from './table-walk.js';
 
 /** @internal What Limiter.totals() reads for atomic-limiter/metrics (see there). */
 export interface LimiterTotals {
@@ -37,7 +38,7 @@ export interface TableStats {
 export function tableStatsOf(core: Core): TableStats {
   const i32 = core.i32;
   return {
-    slots: core.table.slotCount(),
+    slots: slotCount(core.table),
     segments: Atomics.load(i32, H_SEGMENTS),
     inserts: Atomics.load(i32, H_INSERTS) >>> 0,
     reclaims: Atomics.load(i32, H_RECLAIMS) >>> 0,
@@ -61,7 +62,7 @@ export function totalsOf(core: Core, algo: Algorithm): LimiterTotals {
   let queued = 0;
   let active = 0;
   const word = core.last.word;
-  table.forEachHotWord((w) => {
+  forEachHotWord(table, (w) => {
     admitted += Atomics.load(i32, w + S_ADMITTED) >>> 0;
     rejected += Atomics.load(i32, table.rejectedWord(w)) >>> 0;
     queued += core.queues.waitingPermits(w);
@@ -77,6 +78,6 @@ export function totalsOf(core: Core, algo: Algorithm): LimiterTotals {
     queued,
     held: (Atomics.load(i32, H_INSERTS) >>> 0) + ((d & PAYLOAD_MASK) === FRESH ? 0 : 1),
     active,
-    slots: table.slotCount(),
+    slots: slotCount(table),
   };
 }
