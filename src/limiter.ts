@@ -77,7 +77,7 @@ export abstract class Limiter extends Algorithm {
   readonly queueOrder: QueueOrder;
   /**
    * A fixed-length view of the buffer as far as this thread has mapped it: Atomics on a
-   * length-tracking view of a growable buffer cost twice as much, so a thread maps the
+   * length-tracking view of a growable buffer cost more, so a thread maps the
    * buffer again (remap) when its table finds a segment beyond its view.
    * @internal
    */

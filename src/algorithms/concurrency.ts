@@ -342,7 +342,7 @@ export class Concurrency extends Limiter {
     return (state & GEN_MASK) | (held + permits);
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;

@@ -147,7 +147,7 @@ export class FixedWindow extends Limiter {
     return (window & this.wMask) * this.countSpan + count;
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;

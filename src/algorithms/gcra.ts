@@ -243,7 +243,7 @@ export abstract class Gcra extends Limiter {
     return ((state >>> 28) << 28) | (next >= RESERVED ? 0 : next);
   }
 
-  // The head waiter decides with step() itself (Limiter's stepQueued()), at the time it
+  // The head waiter decides with step() itself (Algorithm's stepQueued()), at the time it
   // wakes: a waiter woken late is granted then, not at its due time. Granting at the due
   // time made up the lateness, but a late timer then granted the overdue waiters — and a
   // new caller — at one instant: a burst a leaky bucket must never show, and past the
@@ -251,7 +251,7 @@ export abstract class Gcra extends Limiter {
 
   /**
    * Whether a head waiter for `permits` must wake at its due time to the microsecond (see
-   * Limiter.punctual): always for a leaky bucket; for a token bucket only when the request
+   * Algorithm.punctual): always for a leaky bucket; for a token bucket only when the request
    * takes the whole burst — else a wake-up later than the due time by less than the rest of
    * the burst finds the tokens it missed still in the bucket, and nothing is lost.
    * @internal

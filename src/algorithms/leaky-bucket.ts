@@ -86,7 +86,7 @@ export class LeakyBucket extends Gcra {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;

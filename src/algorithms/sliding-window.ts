@@ -75,8 +75,8 @@ export class SlidingWindow extends Limiter {
   /** @internal */
   private prevSpan!: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
-  // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
-  // three of them stood one after another on the decision's path.
+  // (exact, all powers of two), as a division takes several times a multiplication's
+  // latency and three of them would stand one after another on the decision's path.
   /** @internal */
   private perCount!: number;
   /** @internal */
@@ -364,7 +364,7 @@ export class SlidingWindow extends Limiter {
     return this.encode(state);
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;

@@ -84,7 +84,7 @@ export class TokenBucket extends Gcra {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
   protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;

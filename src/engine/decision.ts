@@ -80,7 +80,7 @@ export function enter(
  *
  * That only holds while it all fits: V8 (Node 20) inlines a function of at most 460 bytes
  * of bytecode, and at most ~920 bytes in all into one optimised function, counting the
- * clock read (~90 bytes for CoarseClock, ~180 for performance.now()) and the step. So the
+ * clock read and the step. So the
  * common case (the slot is the key's, nobody queued ahead, the CAS won) is one straight
  * run, written for few bytes of bytecode; anything else — no slot, a slot moved, waiters
  * queued, a grant that must first raise the slot's stamp, a lost CAS, a reference to look
