@@ -60,8 +60,8 @@ export class WaitingRoom {
       return false;
     }
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
-    if (core.last.word !== NO_SLOT)
-      this.algo.admitted(core.last.word, core.last.prior, nowUs, permits);
+    const last = core.last;
+    if (last.word !== NO_SLOT) algo.admitted(last.word, last.prior, nowUs, permits);
     return true;
   }
 
