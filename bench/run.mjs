@@ -141,7 +141,10 @@ if (opts.parts.has('http')) {
 if (opts.parts.has('redis')) {
   if (haveRedisServer()) {
     progress(`[${elapsed()}] redis: ours and rate-limiter-flexible on one redis-server`);
-    result.redis = await runRedis({ quick: opts.quick });
+    result.redis = await runRedis({
+      quick: opts.quick,
+      progress: (m) => progress(`[${elapsed()}] ${m}`),
+    });
   } else {
     progress('redis: skipped — no redis-server on the PATH');
     result.redis = { skipped: 'no redis-server on the PATH' };
