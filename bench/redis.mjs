@@ -59,17 +59,17 @@ function sizes(quick) {
   return quick
     ? {
         warm: 500,
-        rounds: 8,
-        oneAtATime: 400,
-        inFlightRounds: 4,
+        rounds: 10,
+        oneAtATime: 500,
+        inFlightRounds: 5,
         inFlightCalls: IN_FLIGHT * 100,
         downMs: 2000,
       }
     : {
         warm: 2000,
-        rounds: 20,
+        rounds: 30,
         oneAtATime: 1000,
-        inFlightRounds: 8,
+        inFlightRounds: 12,
         inFlightCalls: IN_FLIGHT * 300,
         downMs: 3000,
       };
