@@ -251,7 +251,14 @@ async function sentCommands(redisPort, Redis, marker, run) {
     sent.add(name);
   });
   await run();
-  await end;
+  let timer;
+  await Promise.race([
+    end,
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error('MONITOR did not see the end marker')), 10_000);
+    }),
+  ]);
+  clearTimeout(timer);
   monitor.disconnect();
   client.disconnect();
   return [...sent].sort();
