@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { diff31 } from '../src/clock.js';
+import { heartbeatStale } from '../src/engine/queue.js';
 import {
   attach,
   Concurrency,
@@ -9,7 +10,6 @@ import {
   MonotonicClock,
   TokenBucket,
 } from '../src/index.js';
-import { heartbeatStale } from '../src/queue.js';
 import { admitted } from './helpers/limiters.js';
 
 describe('Concurrency', () => {

@@ -1,6 +1,8 @@
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it, vi } from 'vitest';
-import { enter, run, TRY } from '../src/decision.js';
+import { stampOf } from '../src/engine/core.js';
+import { enter, run, TRY } from '../src/engine/decision.js';
+import { S_STATE } from '../src/engine/layout.js';
 import {
   type AnyLimiter,
   attach,
@@ -14,7 +16,6 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../src/index.js';
-import { S_STATE } from '../src/layout.js';
 import { startWorkers } from './helpers/threads.js';
 
 // Regression tests for engine faults at the edges; each failed on the code before its fix.
@@ -69,15 +70,15 @@ describe('SlidingLog entries a dead thread left unwritten', () => {
     const core = internals(log).core;
     const ref = enter(core, log, key, 1, nowUs);
     expect(run(core, log, internals(log).step, ref, 1, key, TRY)).toBe(true);
-    return { before: core.priorState, after: core.lastState };
+    return { before: core.last.prior, after: core.last.state };
   };
   /** A give-back's first attempt (it marks its entries), without the CAS that follows. */
   const giveBackWithoutCas = (log: SlidingLog, key: string, permits: number, nowUs: number) => {
     const w = internals(log).table.find(key) >>> 4;
     const i32: Int32Array = internals(log).i32;
-    internals(log).core.lastWord = w;
+    internals(log).core.last.word = w;
     const state = Atomics.load(i32, w + S_STATE);
-    const stamp = internals(log).stampOf(w, nowUs);
+    const stamp = stampOf(internals(log).core, w, nowUs);
     expect(internals(log).giveBack(state, stamp, nowUs, permits, nowUs)).not.toBe(state);
     return { w, state: () => Atomics.load(i32, w + S_STATE), before: state };
   };
@@ -323,11 +324,11 @@ describe('a waiter never queues on a slot that went to another key', () => {
   // runs another "thread"'s work exactly there (the hook acquire() calls in between).
   class Interleaved extends Concurrency {
     between: (() => void) | undefined;
-    protected override effectiveQueueLimit(): number {
+    override effectiveQueueLimit(): number {
       const f = this.between;
       this.between = undefined;
       f?.();
-      return super.effectiveQueueLimit();
+      return this.queueLimit;
     }
   }
 

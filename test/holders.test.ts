@@ -1,8 +1,8 @@
 import { Worker } from 'node:worker_threads';
 import { describe, it } from 'vitest';
 import { monotonicClock } from '../src/clock.js';
+import { computeLayout, H_HOLDERS_LOST, THREAD_ENTRIES } from '../src/engine/layout.js';
 import { Concurrency, QueueFullError } from '../src/index.js';
-import { computeLayout, H_HOLDERS_LOST, THREAD_ENTRIES } from '../src/layout.js';
 
 // Concurrency's holder records (who holds what, so that a dead thread's permits come back)
 // at the edges: many threads, a grown table, permits handed from one thread to another.
