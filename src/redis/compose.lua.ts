@@ -45,17 +45,41 @@ export interface Rule {
   readonly retry: string;
   /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
   readonly counted: string;
-  /** Lua: P permits given back, taken at TAKEN (µs); then saved. */
-  readonly give: string;
+  /** Lua: P permits given back, taken at TAKEN (µs); then saved (`ret`: a reply, returned). */
+  give(ret: Ret): string;
   readonly drop: string;
   /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
   readonly hint?: string;
   /** Lua: release() of a lease (replies itself). */
-  readonly release?: string;
+  release?(ret: Ret): string;
   /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
-  readonly reserve?: string;
+  reserve?(ret: Ret): string;
+  /**
+   * Whether a command on the keys other than the first GET may fail (a key of another type
+   * for a list or a sorted set): such a script runs inside pcall, whose error carries the
+   * call's token. The others read their key with redis.pcall and need none.
+   */
+  readonly guarded?: boolean;
   /** Lua: after a grant or refusal is saved (Concurrency publishes here). */
   readonly after?: string;
+}
+
+/** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */
+export type Ret = (x: string) => string;
+
+/**
+ * Lua: the error text of a failed call ends with its token (the runner takes an error
+ * reply as the call's own only then); none inside a batch, whose reply carries it.
+ */
+export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
+
+/**
+ * Lua: `local v`, GET of `key`; a key of another type is an error carrying the token (read
+ * by redis.pcall: a raised error of redis.call could not carry it).
+ */
+export function getKey(key: string): string {
+  return `local v = redis.pcall('GET', ${key})
+if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
 }
 
 /** The forms of one limiter's script. */
@@ -180,7 +204,7 @@ ${body}`;
 }
 
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
-function decide(rule: Rule, ops: readonly Op[]): string {
+function decide(rule: Rule, ops: readonly Op[], ret: Ret, tryRet: Ret): string {
   const has = (o: Op) => ops.includes(o);
   const only = ops.length === 1;
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
@@ -201,7 +225,7 @@ ${
     ? `if OP == 'q' and not ok then
   ${rule.retry}
   ${RETRY_SEARCH}
-  ${rule.reserve ?? 'return {0}'}
+  ${rule.reserve ? rule.reserve(ret) : `return ${ret('{0}')}`}
 end
 `
     : ''
@@ -209,7 +233,7 @@ end
 ${rule.fresh}
 ${rule.save}
 ${rule.after ?? ''}
-${has('t') ? (only ? 'if ok then return 1 end\nreturn 0' : "if OP == 't' then\n  if ok then return 1 end\n  return 0\nend") : ''}
+${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
   only && has('t')
     ? ''
@@ -221,49 +245,67 @@ ${toReply('now')}
 if ok then
   ${
     !has('b')
-      ? `return ${grantedReply(false)}`
+      ? `return ${ret(grantedReply(false))}`
       : `local counted = ${rule.counted}
   ${toReply('counted')}
-  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`
+  ${only ? `return ${ret(grantedReply(true))}` : `if OP == 'b' then return ${ret(grantedReply(true))} end\n  return ${ret(grantedReply(false))}`}`
   }
 end
 ${rule.retry}
 ${RETRY_SEARCH}
 ${toReply('retry')}
-return ${refusedReply}`
+return ${ret(refusedReply)}`
 }`;
 }
 
 /** Lua: the driver's body for every op. */
-function driverBody(rule: Rule): string {
+function driverBody(rule: Rule, ret: Ret): string {
   return `${rule.load}
 if OP == 'x' then
   ${rule.drop}
-  return {1}
+  return ${ret('{1}')}
 elseif OP == 's' then
   local avail
   ${rule.avail}
   ${toReply('avail')}
   ${toReply('adm')}
   ${toReply('rej')}
-  return {avail, adm, rej}
+  return ${ret('{avail, adm, rej}')}
 elseif OP == 'r' then
   local TAKEN = NOW
   if EXTRA ~= '' then TAKEN = tonumber(EXTRA) end
   local ok = false
-  ${rule.give}
+  ${rule.give(ret)}
   local fresh = 0
   ${rule.fresh}
   ${rule.save}
-  return {1}
+  return ${ret('{1}')}
 elseif OP == 'l' then
-  ${rule.release ?? 'return {0}'}
+  ${rule.release ? rule.release(ret) : `return ${ret('{0}')}`}
 elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
-  return redis.error_reply('atomic-limiter: unknown op ' .. tostring(OP))
+  error(redis.error_reply('ERR atomic-limiter: unknown op ' .. tostring(OP) .. ${MARK}))
 end
 local LEAST
 if OP == 'b' then LEAST = tonumber(EXTRA) end
-${decide(rule, ['t', 'c', 'w', 'q', 'b'])}`;
+${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret)}`;
+}
+
+/**
+ * Lua: `body` run inside pcall, so that a raised error (a command on a key of another type)
+ * carries the token too: `{TOKEN, reply}`, or an error reply ending in ` [TOKEN]`.
+ */
+function guard(body: string): string {
+  return `local ok, r = pcall(function()
+local TOKEN
+${body}
+end)
+if ok and type(r) == 'table' and r.err then ok, r = false, r.err end
+if ok then return {TOKEN, r} end
+if type(r) == 'table' then r = r.err end
+r = tostring(r)
+-- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
+if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+return redis.error_reply(r .. ' [' .. TOKEN .. ']')`;
 }
 
 /** Lua: `local NOW, SERVER` from the time argument `arg` ('' or absent: Redis TIME). */
@@ -294,20 +336,26 @@ end`;
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
 ${rule.consts}`;
+  const bare: Ret = (x) => x;
+  const tokened: Ret = (x) => `{TOKEN, ${x}}`;
+  // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
+  const ret = rule.guarded ? bare : tokened;
+  const top = (body: string) => (rule.guarded ? guard(body) : body);
   const driver = `-- atomic-limiter:${rule.name}
 local K1, K2 = KEYS[1], KEYS[2]
+local TOKEN = ARGV[#ARGV]
 ${consts}
 local OP = ARGV[1]
 ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
-${driverBody(rule)}`;
+${top(driverBody(rule, ret))}`;
   const batch = `-- atomic-limiter:${rule.name}-batch
-local K1, K2
+local K1, K2, TOKEN
 ${consts}
 local OP, NOW, SERVER, P, EXTRA
 local function one()
-${driverBody(rule)}
+${driverBody(rule, bare)}
 end
 local runs = tonumber(ARGV[1])
 local nk = tonumber(ARGV[2])
@@ -351,24 +399,26 @@ for i = 0, runs - 1 do
     replies[done] = r
   end
 end
-return replies`;
+return {ARGV[#ARGV], replies}`;
   const single = (op: 't' | 'c' | 'b') => {
     const args =
       op === 'b'
-        ? `local LEAST = tonumber(ARGV[1])
-local P = tonumber(ARGV[2])
-${nowFrom('ARGV[3]', 'not ARGV[3]')}`
+        ? `local LEAST = tonumber(ARGV[2])
+local P = tonumber(ARGV[3])
+${nowFrom('ARGV[4]', 'not ARGV[4]')}`
         : `local P = 1
-if ARGV[1] then P = tonumber(ARGV[1]) end
-${nowFrom('ARGV[2]', 'not ARGV[2]')}`;
+if ARGV[2] then P = tonumber(ARGV[2]) end
+${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
+    // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict: no table.
+    const tryRet: Ret = rule.guarded ? bare : (x) => `tonumber(TOKEN) * 2 + ${x}`;
     return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K1, K2 = KEYS[1], KEYS[2]
+local TOKEN = ARGV[1]
 ${consts}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${rule.load}
-${decide(rule, [op])}`;
+${top(`${rule.load}\n${decide(rule, [op], ret, tryRet)}`)}`;
   };
   return { driver, batch, single };
 }

@@ -1,4 +1,4 @@
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
 import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
 
 const GEO = bucketGeometry('K', 'SCALE');
@@ -68,7 +68,7 @@ local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
     // is no state: the key starts afresh.
     load: `local tat, adm, rej${fast ? ', E' : ''}
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
   ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO)}
 else
@@ -114,14 +114,16 @@ end
 local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
     // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
     counted: 'math.huge',
-    give: `if not (tat and tat > u) then return {1} end
+    give: (ret) => `if not (tat and tat > u) then return ${ret('{1}')} end
 tat = math.max(u, tat - P * K)`,
     drop: "redis.call('DEL', K1)",
     // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
     // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
     // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
     // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
-    reserve: `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
+    reserve: (
+      ret,
+    ) => `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge
 if full then
   rej = rej + P
@@ -134,7 +136,7 @@ end
 local fresh = 0
 ${fresh}
 ${save}
-if full then return {2, string.format('%.17g', retry)} end
-return {3, string.format('%.17g', retry), string.format('%.17g', NOW)}`,
+if full then return ${ret('{2, string.format("%.17g", retry)}')} end
+return ${ret('{3, string.format("%.17g", retry), string.format("%.17g", NOW)}')}`,
   };
 }

@@ -1,5 +1,5 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
 import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
@@ -38,7 +38,7 @@ local Q = ${luaNumber(p.prevQuantum)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
     load: `local sw, sp, sc, adm, rej
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v then
   ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo)}
 else
@@ -102,13 +102,13 @@ end`,
     // the previous window's, less and less.
     counted: '(win + 1) * W - NOW',
     // Credit the window the permits were taken in (the current or the previous one).
-    give: `local tw = math.floor(TAKEN / W)
+    give: (ret) => `local tw = math.floor(TAKEN / W)
 if tw == win and curr > 0 then
   curr = math.max(0, curr - P)
 elseif tw == win - 1 and prev > 0 then
   prev = math.max(0, prev - P)
 else
-  return {1}
+  return ${ret('{1}')}
 end
 sw, sp, sc = win, prev, curr`,
     drop: "redis.call('DEL', K1)",
