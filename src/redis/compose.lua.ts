@@ -1,8 +1,8 @@
+import type { Composed, Op, Ret, Rule } from './rule.js';
+
 /**
- * The one composer of every Redis script. An algorithm states its rule once, as named Lua
- * fragments on plain locals (Rule); composeScript() builds from them each form a limiter
- * runs:
- *
+ * The one composer of every Redis script: composeScript() builds from an algorithm's rule
+ * (rule.ts) each form a limiter runs:
  * - `single(op)`: one tryAcquire() ('t'), consume() ('c') or fleet lease ('b') call, the
  *   hot path: no function built on the grant path, the fewest `redis.call`s and arguments.
  * - `driver`: every op, chosen by ARGV[1].
@@ -10,62 +10,9 @@
  *   run would decide it (Redis runs a script atomically: nothing comes between them).
  *
  * Every form carries the limiter's parameters as constants in its source (one script, one
- * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The locals every fragment may read: NOW (µs), P (permits), EXTRA (a refund's taking time
- * or a lease id; '' when none), OP, SERVER (true when NOW is Redis TIME: only then may a
- * write keep the key's TTL, since every writer sets a TTL from Redis's clock), LEAST (a
- * lease's least), K1 and K2 (the call's keys), SLACK_MS (the TTL slack), adm and rej (the
- * key's counts, declared by `load`), ok and got (the verdict), fresh (µs until the state
- * saved is fresh again), avail (permits a call could take now).
+ * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The
+ * fragments' locals: rule.ts.
  */
-
-/** The driver's ops (composeScript()). */
-export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
-
-/** One algorithm's rule, as Lua fragments on the locals named above. */
-export interface Rule {
-  /** Names the script (and its forms) in errors. */
-  readonly name: string;
-  readonly consts: string;
-  /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
-  readonly load: string;
-  /** Lua condition: `x` permits may be granted at NOW. */
-  fits(x: string): string;
-  /** Lua: counts `x` permits granted at NOW into the state. */
-  take(x: string): string;
-  /** Lua: sets `fresh`, the µs until the state (as it would be saved) is fresh. */
-  readonly fresh: string;
-  /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
-  readonly save: string;
-  /** Lua: sets `avail` (after save: of the state saved). */
-  readonly avail: string;
-  /**
-   * Lua: defines `grants(r)` (P permits would be granted at NOW + r, the state as loaded)
-   * and `guess` (µs from NOW: where the retry search starts).
-   */
-  readonly retry: string;
-  /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
-  readonly counted: string;
-  /** Lua: P permits given back, taken at TAKEN (µs); then saved (`ret`: a reply, returned). */
-  give(ret: Ret): string;
-  readonly drop: string;
-  /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
-  readonly hint?: string;
-  /** Lua: release() of a lease (replies itself). */
-  release?(ret: Ret): string;
-  /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
-  reserve?(ret: Ret): string;
-  /**
-   * Whether a command on the keys other than the first GET may fail (a key of another type
-   * for a list or a sorted set): such a script runs inside pcall, whose error carries the
-   * call's token. The others read their key with redis.pcall and need none.
-   */
-  readonly guarded?: boolean;
-  /** Lua: after a grant or refusal is saved (Concurrency publishes here). */
-  readonly after?: string;
-}
-
-/** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */
-export type Ret = (x: string) => string;
 
 /**
  * Lua: the error text of a failed call ends with its token (the runner takes an error
@@ -80,13 +27,6 @@ export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 export function getKey(key: string): string {
   return `local v = redis.pcall('GET', ${key})
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
-}
-
-/** The forms of one limiter's script. */
-export interface Composed {
-  readonly driver: string;
-  readonly batch: string;
-  single(op: 't' | 'c' | 'b'): string;
 }
 
 /** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
@@ -290,6 +230,12 @@ if OP == 'b' then LEAST = tonumber(EXTRA) end
 ${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret)}`;
 }
 
+/** Lua: `r`, a failure (an error reply or a raised error), as an error's text. */
+const ERROR_TEXT = `if type(r) == 'table' then r = r.err end
+r = tostring(r)
+-- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
+if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end`;
+
 /**
  * Lua: `body` run inside pcall, so that a raised error (a command on a key of another type)
  * carries the token too: `{TOKEN, reply}`, or an error reply ending in ` [TOKEN]`.
@@ -299,12 +245,9 @@ function guard(body: string): string {
 local TOKEN
 ${body}
 end)
-if ok and type(r) == 'table' and r.err then ok, r = false, r.err end
+if ok and type(r) == 'table' and r.err then ok = false end
 if ok then return {TOKEN, r} end
-if type(r) == 'table' then r = r.err end
-r = tostring(r)
--- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
-if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+${ERROR_TEXT}
 return redis.error_reply(r .. ' [' .. TOKEN .. ']')`;
 }
 
@@ -383,16 +326,10 @@ for i = 0, runs - 1 do
   for c = 1, tonumber(ARGV[a]) do
     P = permits
     local ok, r = pcall(one)
-    if ok and type(r) == 'table' and r.err then
-      ok, r = false, r.err
-    elseif not ok and type(r) == 'table' then
-      r = r.err
-    end
     if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
+    if ok and type(r) == 'table' and r.err then ok = false end
     if not ok then
-      r = tostring(r)
-      -- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
-      if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+      ${ERROR_TEXT}
       r = '!' .. r
     end
     done = done + 1

@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 
 /** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
 function luaString(s: string): string {

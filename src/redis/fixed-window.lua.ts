@@ -1,4 +1,5 @@
-import { getKey, luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 const GEO = windowGeometry('W');

@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
 function entry(i: string): string {

@@ -1,4 +1,5 @@
-import { getKey, luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { checkSegmentsTag, segmentsTag } from './state.lua.js';
 
 /** A segmented SlidingWindow's parameters. */

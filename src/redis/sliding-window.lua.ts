@@ -1,5 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { getKey, luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */

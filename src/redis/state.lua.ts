@@ -55,19 +55,19 @@ export function decodeState(
   const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
   const stored = geo.values.map((_, i) => `g${i + 1}`);
   const differs = geo.values.map((x, i) => `${stored[i]} ~= ${x}`).join(' or ');
-  const skip = Array(n + 1)
-    .fill('_')
-    .join(', ');
-  // The length first: unpack() of a shorter string fails with a message of its own.
-  return `if string.byte(${v}, 1) == 2 and #${v} >= ${stateBytes(0, n)} then
+  const mismatch = `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))`;
+  // One unpack of a state of the length written now; the settings alone of another length
+  // (unpack() of a shorter string fails with a message of its own), for the error.
+  return `local version = string.byte(${v}, 1)
+  if version == 2 and #${v} == ${stateBytes(names.length, n)} then
+    local _, ${stored.join(', ')}
+    _, ${stored.join(', ')}, ${names.join(', ')} = struct.unpack('${format(n + names.length)}', ${v})
+    if ${differs} then ${mismatch} end
+  elseif version == 2 and #${v} >= ${stateBytes(0, n)} then
     local _, ${stored.join(', ')} = struct.unpack('${format(n)}', ${v})
-    if ${differs} then
-      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))
-    end
-    if #${v} ~= ${stateBytes(names.length, n)} then error(redis.error_reply(${error} .. ${MARK})) end
-    local _
-    ${skip}, ${names.join(', ')} = struct.unpack('${format(n + names.length)}', ${v})
-  elseif string.byte(${v}, 1) == 1 and #${v} == ${stateBytes(names.length)} then
+    if ${differs} then ${mismatch} end
+    error(redis.error_reply(${error} .. ${MARK}))
+  elseif version == 1 and #${v} == ${stateBytes(names.length)} then
     local _
     _, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
   else

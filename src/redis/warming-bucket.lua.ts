@@ -1,4 +1,5 @@
-import { getKey, luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** warmingModel()'s figures (src/algorithms/warming-bucket.ts). */
