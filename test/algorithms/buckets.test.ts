@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { LeakyBucket, ManualClock, TokenBucket } from '../src/index.js';
-import { admitted } from './helpers/limiters.js';
+import { LeakyBucket, ManualClock, TokenBucket } from '../../src/index.js';
+import { admitted } from '../helpers/limiters.js';
 
 describe('TokenBucket', () => {
   it('refills continuously: one token per 1/refillPerSecond', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { diff31 } from '../src/clock.js';
+import { diff31 } from '../../src/clock.js';
 import {
   attach,
   Concurrency,
@@ -8,9 +8,9 @@ import {
   ManualClock,
   MonotonicClock,
   TokenBucket,
-} from '../src/index.js';
-import { heartbeatStale } from '../src/queue.js';
-import { admitted } from './helpers/limiters.js';
+} from '../../src/index.js';
+import { heartbeatStale } from '../../src/queue.js';
+import { admitted } from '../helpers/limiters.js';
 
 describe('Concurrency', () => {
   it('holds at most `limit` permits until they are released', () => {

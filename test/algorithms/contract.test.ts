@@ -1,7 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { attach, LimiterClosedError, ManualClock } from '../src/index.js';
-import { admitted, cases, LIMIT } from './helpers/limiters.js';
+import { attach, LimiterClosedError, ManualClock } from '../../src/index.js';
+import { admitted, cases, LIMIT } from '../helpers/limiters.js';
 
 // The behaviours every limiter must show. Each algorithm's own file tests its formula.
 describe.each(cases)('$name (contract)', ({ make, burst }) => {
@@ -140,7 +140,7 @@ describe.each(cases)('$name (contract)', ({ make, burst }) => {
         eval: true,
         workerData: {
           handle: limiter.handle,
-          dist: new URL('../dist/index.js', import.meta.url).href,
+          dist: new URL('../../dist/index.js', import.meta.url).href,
         },
       },
     );

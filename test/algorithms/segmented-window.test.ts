@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { mod } from '../src/algorithms/segmented-window.js';
-import { attach, ManualClock, SlidingWindow } from '../src/index.js';
-import { admitted } from './helpers/limiters.js';
-import { runWorkers, workerScript } from './helpers/threads.js';
+import { mod } from '../../src/algorithms/segmented-window.js';
+import { attach, ManualClock, SlidingWindow } from '../../src/index.js';
+import { admitted } from '../helpers/limiters.js';
+import { runWorkers, workerScript } from '../helpers/threads.js';
 
 // SlidingWindow with `segments` (.NET's SegmentsPerWindow): the window split into equal
 // segments; a request passes when the permits of the last `segments` segments (the current

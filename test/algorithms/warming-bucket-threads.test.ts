@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest';
-import { ManualClock, WarmingBucket } from '../src/index.js';
-import { GuavaWarmingUp } from './helpers/guava.js';
-import { startWorkers, waitForCount, workerScript } from './helpers/threads.js';
+import { ManualClock, WarmingBucket } from '../../src/index.js';
+import { GuavaWarmingUp } from '../helpers/guava.js';
+import { startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
 const THREADS = 4;

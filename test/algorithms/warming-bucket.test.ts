@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { attach, ManualClock, WarmingBucket } from '../src/index.js';
-import { GuavaWarmingUp } from './helpers/guava.js';
+import { attach, ManualClock, WarmingBucket } from '../../src/index.js';
+import { GuavaWarmingUp } from '../helpers/guava.js';
 
 function prng(seed: number): () => number {
   let s = seed >>> 0;

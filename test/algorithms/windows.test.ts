@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { FixedWindow, ManualClock, SlidingLog, SlidingWindow } from '../src/index.js';
-import { admitted } from './helpers/limiters.js';
+import { FixedWindow, ManualClock, SlidingLog, SlidingWindow } from '../../src/index.js';
+import { admitted } from '../helpers/limiters.js';
 
 describe('FixedWindow', () => {
   it('counts per aligned window and allows the documented 2× burst across a boundary', () => {

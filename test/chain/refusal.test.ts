@@ -7,7 +7,7 @@ import {
   ManualClock,
   SlidingLog,
   TokenBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 const DAY = 86_400_000;
 

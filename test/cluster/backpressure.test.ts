@@ -1,9 +1,9 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runScenario } from './helpers/child.js';
+import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes (the scenario uses the built package: `npm test` builds first).
-const SCENARIO = fileURLToPath(new URL('./cluster/backpressure.mjs', import.meta.url));
+const SCENARIO = fileURLToPath(new URL('../fixtures/cluster/backpressure.mjs', import.meta.url));
 
 describe('atomic-limiter/cluster back-pressure', () => {
   it('a worker that never reads its answers gets its batches refused; the primary queues a bounded amount for it and serves the others', async () => {

@@ -1,10 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runScenario } from './helpers/child.js';
+import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks a worker (the same script,
 // which uses the built package: `npm test` builds first) and prints its outcome as JSON.
-const BATCHES = fileURLToPath(new URL('./cluster/batches.mjs', import.meta.url));
+const BATCHES = fileURLToPath(new URL('../fixtures/cluster/batches.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(BATCHES, scenario);
 

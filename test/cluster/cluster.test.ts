@@ -1,10 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runScenario } from './helpers/child.js';
+import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks workers (the same script)
 // and prints its outcome as JSON.
-const SCENARIO = fileURLToPath(new URL('./cluster/scenario.mjs', import.meta.url));
+const SCENARIO = fileURLToPath(new URL('../fixtures/cluster/scenario.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(SCENARIO, scenario);
 
@@ -108,7 +108,7 @@ describe('atomic-limiter/cluster', () => {
 });
 
 describe('atomic-limiter/cluster under PM2', () => {
-  const PM2_ENV = fileURLToPath(new URL('./cluster/pm2-env.mjs', import.meta.url));
+  const PM2_ENV = fileURLToPath(new URL('../fixtures/cluster/pm2-env.mjs', import.meta.url));
 
   it('connectCluster in a PM2 cluster-mode instance throws at once, pointing to host mode', async () => {
     const r = await runScenario(PM2_ENV, 'cluster_mode');
@@ -123,7 +123,7 @@ describe('atomic-limiter/cluster under PM2', () => {
 });
 
 describe('atomic-limiter/cluster permit blocks: the options of Redis fleet mode', () => {
-  const BLOCKS = fileURLToPath(new URL('./cluster/blocks.mjs', import.meta.url));
+  const BLOCKS = fileURLToPath(new URL('../fixtures/cluster/blocks.mjs', import.meta.url));
 
   it('leases a block only when the last is spent by default, a quarter ahead with leaseAhead, and grows leases up to maxBlock for a key spent faster than a round trip', async () => {
     const r = await runScenario(BLOCKS, 'blocks');

@@ -1,13 +1,13 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, expectTypeOf, it } from 'vitest';
-import { type ClusterLimiter, connectCluster, serveCluster } from '../src/cluster/index.js';
-import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../src/index.js';
-import { runScenario } from './helpers/child.js';
+import { type ClusterLimiter, connectCluster, serveCluster } from '../../src/cluster/index.js';
+import { ClusterUnavailableError, Concurrency, chain, TokenBucket } from '../../src/index.js';
+import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks workers (the
 // same script, which uses the built package: `npm test` builds first) and prints its
 // outcome as JSON.
-const FAULTS = fileURLToPath(new URL('./cluster/faults.mjs', import.meta.url));
+const FAULTS = fileURLToPath(new URL('../fixtures/cluster/faults.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(FAULTS, scenario, 50_000);
 

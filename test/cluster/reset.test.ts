@@ -1,10 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runScenario } from './helpers/child.js';
+import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes: each scenario is a primary that forks workers (the same script,
 // which uses the built package: `npm test` builds first) and prints its outcome as JSON.
-const RESET = fileURLToPath(new URL('./cluster/reset.mjs', import.meta.url));
+const RESET = fileURLToPath(new URL('../fixtures/cluster/reset.mjs', import.meta.url));
 
 const run = (scenario: string) => runScenario(RESET, scenario);
 

@@ -1,10 +1,10 @@
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { afterEach, describe, expect, it } from 'vitest';
-import { publishTime } from '../src/coarse-clock.js';
-import { CoarseClock, FixedWindow, MonotonicClock, TokenBucket } from '../src/index.js';
-import { DIST, runChild } from './helpers/child.js';
-import { runWorkers, startWorkers, workerScript } from './helpers/threads.js';
+import { publishTime } from '../../src/coarse-clock.js';
+import { CoarseClock, FixedWindow, MonotonicClock, TokenBucket } from '../../src/index.js';
+import { DIST, runChild } from '../helpers/child.js';
+import { runWorkers, startWorkers, workerScript } from '../helpers/threads.js';
 
 // Real ticker threads, real worker threads, real child processes. Nothing here asserts a
 // duration: only orders (never ahead, never back), that time moved, and exact counts.

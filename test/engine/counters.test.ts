@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { Concurrency, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../src/index.js';
-import { startWorkers, workerScript } from './helpers/threads.js';
+import { Concurrency, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../../src/index.js';
+import { startWorkers, workerScript } from '../helpers/threads.js';
 
 // The per-key counters of stats() are written with plain adds while the limiter's buffer is
 // reachable from its own thread only, and with Atomics.add from the moment its handle is

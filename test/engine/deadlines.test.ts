@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { DeadlineTimer, due } from '../src/deadlines.js';
+import { DeadlineTimer, due } from '../../src/deadlines.js';
 
 // The one timer both transports (cluster channel, Redis runner) arm for their calls.
 

@@ -7,7 +7,7 @@ import {
   SlidingLog,
   TABLE_FULL_CHANNEL,
   TokenBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 // Issue #12: honest refusals when the key table is full, and memory a user can predict.
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { attach, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../src/index.js';
-import { startWorkers } from './helpers/threads.js';
+import { attach, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../../src/index.js';
+import { startWorkers } from '../helpers/threads.js';
 
 // Issue #12: a table that grows in place, up to maxKeys, under load.
 
@@ -82,7 +82,7 @@ describe('a growing key table', () => {
     });
     const hotKeys = 16;
     const group = startWorkers<{ refused: number; hot: number[] }>(
-      new URL('./workers/flood.mjs', import.meta.url),
+      new URL('../fixtures/workers/flood.mjs', import.meta.url),
       4,
       { limiter: bucket.handle, floodKeys: 2500, hotKeys, hotTries: 2 },
     );

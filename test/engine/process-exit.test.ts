@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { DIST, runChild as runChildFor } from './helpers/child.js';
+import { DIST, runChild as runChildFor } from '../helpers/child.js';
 
 // A limiter with nothing pending must not keep a process alive: a process that is done
 // with its work exits by itself. Each case runs a child `node` on the built package.
-const WORKER = new URL('./workers/liveness-worker.mjs', import.meta.url).href;
+const WORKER = new URL('../fixtures/workers/liveness-worker.mjs', import.meta.url).href;
 // Far above the ~0.1 s such a child needs; a child still alive by then is held open.
 const KILL_AFTER_MS = 20_000;
 

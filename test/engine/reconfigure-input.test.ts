@@ -10,7 +10,7 @@ import {
   SlidingWindow,
   TokenBucket,
   WarmingBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 describe('reconfigure() refuses what the constructor would, and what the table cannot hold', () => {
   const clock = new ManualClock();

@@ -8,9 +8,9 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
-import { H_CONFIG } from '../src/layout.js';
-import { startWorkers, waitForCount, workerScript } from './helpers/threads.js';
+} from '../../src/index.js';
+import { H_CONFIG } from '../../src/layout.js';
+import { startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
 const THREADS = 3;

@@ -11,7 +11,7 @@ import {
   SlidingWindow,
   TokenBucket,
   WarmingBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 /**
  * One step at `ms` on the ManualClock: `permits` asked (alternately by an attach()ed copy

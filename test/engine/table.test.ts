@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { attach, ManualClock, TokenBucket } from '../src/index.js';
+import { attach, ManualClock, TokenBucket } from '../../src/index.js';
 
 describe('the shared key table', () => {
   it('refuses a new key with reason "table-full" when every candidate slot is busy', () => {

@@ -8,8 +8,8 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
-import { runWorkers, startWorkers, waitForCount, workerScript } from './helpers/threads.js';
+} from '../../src/index.js';
+import { runWorkers, startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
 
 // Real worker threads on one shared limiter. Time is a frozen ManualClock unless a test
 // moves it, so every count below is exact. 4 threads on this 2-core machine: more threads

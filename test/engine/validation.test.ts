@@ -10,8 +10,8 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
-import { LAYOUT_VERSION } from '../src/layout.js';
+} from '../../src/index.js';
+import { LAYOUT_VERSION } from '../../src/layout.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: these tests pass deliberately wrong types
 type Loose = any;

@@ -8,7 +8,7 @@ import {
   ManualClock,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 import {
   coldWord,
   hotWord,
@@ -17,8 +17,8 @@ import {
   queueWord,
   rejectedWord,
   slotOfHotWord,
-} from '../src/layout.js';
-import { runWorkers, workerScript } from './helpers/threads.js';
+} from '../../src/layout.js';
+import { runWorkers, workerScript } from '../helpers/threads.js';
 
 // Wide limits: options past what the 32-bit state word holds choose a wide
 // table, whose state is a 64-bit word changed by one 64-bit CAS. Time is a ManualClock,

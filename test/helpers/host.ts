@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 
 /** The fixture that decides in a child process on a limiter in host memory. */
-const DECIDE = new URL('../host/decide.mjs', import.meta.url).pathname;
+const DECIDE = new URL('../fixtures/host/decide.mjs', import.meta.url).pathname;
 
 /** What a decide.mjs process is told (see test/host/decide.mjs). */
 export interface DecideSpec {

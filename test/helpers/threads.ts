@@ -106,5 +106,5 @@ export async function waitForCount(words: Int32Array, index: number, target: num
 
 /** URL of a script in test/workers/. */
 export function workerScript(name: string): URL {
-  return new URL(`../workers/${name}`, import.meta.url);
+  return new URL(`../fixtures/workers/${name}`, import.meta.url);
 }

@@ -1,14 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { hostMemory, removeHostMemory } from '../src/host/index.js';
-import { Concurrency, ManualClock, TokenBucket } from '../src/index.js';
-import { regionName } from './helpers/host.js';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { Concurrency, ManualClock, TokenBucket } from '../../src/index.js';
+import { regionName } from '../helpers/host.js';
 
 // acquire() on host memory: waiters of several processes in one FIFO queue, woken by a
 // release, a refund or time moving in another process (test/host/wait.mjs).
 
-const WAIT = new URL('./host/wait.mjs', import.meta.url).pathname;
+const WAIT = new URL('../fixtures/host/wait.mjs', import.meta.url).pathname;
 const regions: string[] = [];
 const children = new Set<ChildProcess>();
 function region(what: string): string {

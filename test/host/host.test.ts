@@ -1,5 +1,5 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { hostMemory, removeHostMemory } from '../src/host/index.js';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
 import {
   type AnyLimiter,
   Concurrency,
@@ -11,8 +11,8 @@ import {
   SlidingWindow,
   TokenBucket,
   WarmingBucket,
-} from '../src/index.js';
-import { killDeciders, regionName, startDecider } from './helpers/host.js';
+} from '../../src/index.js';
+import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
 // Limiters of every class in host memory, decided on by several real processes at once
 // (test/host/decide.mjs, from the built package: npm run build first). Time is a
@@ -157,7 +157,7 @@ describe('the host-mode example', () => {
     const { spawn } = await import('node:child_process');
     const out = await new Promise<string>((resolve, reject) => {
       const child = spawn(process.execPath, ['examples/host-processes.mjs'], {
-        cwd: new URL('..', import.meta.url).pathname,
+        cwd: new URL('../..', import.meta.url).pathname,
         stdio: ['ignore', 'pipe', 'inherit'],
       });
       let stdout = '';

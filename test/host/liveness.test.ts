@@ -1,8 +1,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { hostMemory, removeHostMemory } from '../src/host/index.js';
-import { Concurrency } from '../src/index.js';
-import { HOLDER_DEAD_MS } from '../src/queue.js';
-import { killDeciders, regionName, startDecider } from './helpers/host.js';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { Concurrency } from '../../src/index.js';
+import { HOLDER_DEAD_MS } from '../../src/queue.js';
+import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
 // Concurrency permits held by a process that dies come back by the process's liveness,
 // well before its heartbeat would go silent (HOLDER_DEAD_MS); a live process keeps them.

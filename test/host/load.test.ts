@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 // importing atomic-limiter/host throws at once, naming the platform and the alternatives;
 // the core package never loads the addon.
 
-const ROOT = new URL('..', import.meta.url).pathname;
+const ROOT = new URL('../..', import.meta.url).pathname;
 const dir = mkdtempSync(join(tmpdir(), 'atomic-limiter-noaddon-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

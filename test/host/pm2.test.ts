@@ -12,16 +12,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { removeHostMemory } from '../src/host/index.js';
-import { regionName } from './helpers/host.js';
+import { removeHostMemory } from '../../src/host/index.js';
+import { regionName } from '../helpers/host.js';
 
 // PM2 cluster mode, for real: `pm2 start app -i 2` with a PM2_HOME of its own. PM2's daemon
 // is the cluster primary, so the cluster bridge has no primary of ours to talk to; host
 // memory needs none. The app is test/host/pm2-app.cjs (the built package).
 
 const run = promisify(execFile);
-const PM2 = new URL('../node_modules/pm2/bin/pm2', import.meta.url).pathname;
-const APP = new URL('./host/pm2-app.cjs', import.meta.url).pathname;
+const PM2 = new URL('../../node_modules/pm2/bin/pm2', import.meta.url).pathname;
+const APP = new URL('../fixtures/host/pm2-app.cjs', import.meta.url).pathname;
 const home = mkdtempSync(join(tmpdir(), 'atomic-limiter-pm2-'));
 const out = join(home, 'out');
 const region = regionName('pm2');

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, expect, it } from 'vitest';
-import { hostMemory, removeHostMemory } from '../src/host/index.js';
-import { FixedWindow, ManualClock } from '../src/index.js';
-import { killDeciders, regionName, startDecider } from './helpers/host.js';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { FixedWindow, ManualClock } from '../../src/index.js';
+import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
 // Processes sharing a limiter in host memory (test/host/decide.mjs, from the built
 // package: npm run build first). The clock is a ManualClock nobody advances.

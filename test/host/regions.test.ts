@@ -1,17 +1,17 @@
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { hostMemory, removeHostMemory } from '../src/host/index.js';
-import { FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
-import { LAYOUT_VERSION } from '../src/layout.js';
-import { DIST } from './helpers/child.js';
-import { killDeciders, regionName, startDecider } from './helpers/host.js';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import { LAYOUT_VERSION } from '../../src/layout.js';
+import { DIST } from '../helpers/child.js';
+import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
 // What host mode refuses, and how it stays safe: names, sizes, regions of another class,
 // options or version, corrupted headers, the file mode, and many processes creating one
 // region at once.
 
-const HOST_DIST = new URL('../dist/host.js', import.meta.url).href;
+const HOST_DIST = new URL('../../dist/host.js', import.meta.url).href;
 const regions: string[] = [];
 function region(what: string): string {
   const name = regionName(what);

@@ -2,9 +2,9 @@ import http from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import Fastify from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { clientKey, fastifyRateLimit, type HttpLimiter, rateLimit } from '../src/http/index.js';
-import { FixedWindow, ManualClock } from '../src/index.js';
-import { listen, rateFields, request, sequence, watchWarnings } from './http/helpers.js';
+import { clientKey, fastifyRateLimit, type HttpLimiter, rateLimit } from '../../src/http/index.js';
+import { FixedWindow, ManualClock } from '../../src/index.js';
+import { listen, rateFields, request, sequence, watchWarnings } from '../helpers/http.js';
 
 const warnings = watchWarnings();
 

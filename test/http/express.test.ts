@@ -1,7 +1,7 @@
 import http from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
-import { rateLimit } from '../src/http/index.js';
+import { rateLimit } from '../../src/http/index.js';
 import {
   Concurrency,
   chain,
@@ -9,8 +9,8 @@ import {
   ManualClock,
   SlidingLog,
   TokenBucket,
-} from '../src/index.js';
-import { listen, rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+} from '../../src/index.js';
+import { listen, rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
 
 const warnings = watchWarnings();
 

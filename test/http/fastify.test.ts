@@ -1,8 +1,8 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type FastifyRateLimitOptions, fastifyRateLimit } from '../src/http/index.js';
-import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
-import { rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+import { type FastifyRateLimitOptions, fastifyRateLimit } from '../../src/http/index.js';
+import { Concurrency, chain, FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import { rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
 
 const warnings = watchWarnings();
 

@@ -2,12 +2,12 @@ import http, { IncomingMessage, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
 import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
-import { HeaderWriter, type LimiterFace } from '../src/http/headers.js';
-import { rateLimit } from '../src/http/index.js';
-import { headerTable, PRIVATE_FAST_PATH, tableSink } from '../src/http/out-headers.js';
-import { FixedWindow, ManualClock, TokenBucket } from '../src/index.js';
-import type { Decision } from '../src/options.js';
-import { listen, rateFields, request, sequence, watchWarnings } from './http/helpers.js';
+import { HeaderWriter, type LimiterFace } from '../../src/http/headers.js';
+import { rateLimit } from '../../src/http/index.js';
+import { headerTable, PRIVATE_FAST_PATH, tableSink } from '../../src/http/out-headers.js';
+import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import type { Decision } from '../../src/options.js';
+import { listen, rateFields, request, sequence, watchWarnings } from '../helpers/http.js';
 
 watchWarnings();
 

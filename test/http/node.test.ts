@@ -1,6 +1,6 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type RateLimitOptions, rateLimit } from '../src/http/index.js';
+import { type RateLimitOptions, rateLimit } from '../../src/http/index.js';
 import {
   Concurrency,
   FixedWindow,
@@ -8,7 +8,7 @@ import {
   ManualClock,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 import {
   listen,
   type Reply,
@@ -17,7 +17,7 @@ import {
   sequence,
   until,
   watchWarnings,
-} from './http/helpers.js';
+} from '../helpers/http.js';
 
 const warnings = watchWarnings();
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { rateLimit } from '../src/http/index.js';
-import { Concurrency, chain, FixedWindow, TokenBucket } from '../src/index.js';
-import { watchWarnings } from './http/helpers.js';
+import { rateLimit } from '../../src/http/index.js';
+import { Concurrency, chain, FixedWindow, TokenBucket } from '../../src/index.js';
+import { watchWarnings } from '../helpers/http.js';
 
 watchWarnings();
 

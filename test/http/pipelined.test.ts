@@ -3,9 +3,9 @@ import net from 'node:net';
 import express from 'express';
 import Fastify from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fastifyRateLimit, type RateLimitOptions, rateLimit } from '../src/http/index.js';
-import { Concurrency, ManualClock, TokenBucket } from '../src/index.js';
-import { listen, request, until, watchWarnings } from './http/helpers.js';
+import { fastifyRateLimit, type RateLimitOptions, rateLimit } from '../../src/http/index.js';
+import { Concurrency, ManualClock, TokenBucket } from '../../src/index.js';
+import { listen, request, until, watchWarnings } from '../helpers/http.js';
 
 watchWarnings();
 

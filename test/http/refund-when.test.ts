@@ -2,7 +2,7 @@ import http from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import Fastify from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fastifyRateLimit, rateLimit } from '../src/http/index.js';
+import { fastifyRateLimit, rateLimit } from '../../src/http/index.js';
 import {
   Concurrency,
   chain,
@@ -10,9 +10,9 @@ import {
   ManualClock,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
-import { runScenario } from './helpers/child.js';
-import { listen, request, sequence, until, watchWarnings } from './http/helpers.js';
+} from '../../src/index.js';
+import { runScenario } from '../helpers/child.js';
+import { listen, request, sequence, until, watchWarnings } from '../helpers/http.js';
 
 const warnings = watchWarnings();
 
@@ -207,7 +207,7 @@ describe('refundWhen with Fastify', () => {
 
 describe('refundWhen over a cluster client', () => {
   it('a worker process gives its successes back to the primary; failures count', async () => {
-    const script = new URL('./http/cluster-refund.mjs', import.meta.url).pathname;
+    const script = new URL('../fixtures/http/cluster-refund.mjs', import.meta.url).pathname;
     const r = await runScenario(script, '');
     expect(r.ok).toEqual([200, 200, 200, 200]);
     expect(r.failed).toEqual([401, 401, 429]);

@@ -2,12 +2,12 @@ import { once } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 // dist/, as the worker threads load it: one package, one handle format.
-import { ManualClock, SlidingLog } from '../dist/index.js';
-import { request, watchWarnings } from './http/helpers.js';
+import { ManualClock, SlidingLog } from '../../dist/index.js';
+import { request, watchWarnings } from '../helpers/http.js';
 
 watchWarnings();
 
-const SCRIPT = new URL('./http/server-worker.mjs', import.meta.url);
+const SCRIPT = new URL('../fixtures/http/server-worker.mjs', import.meta.url);
 
 describe('rateLimit across worker threads', () => {
   it('two threads, each serving HTTP on its own port, admit the shared limit once in total', async () => {

@@ -6,7 +6,7 @@ import { expect, it } from 'vitest';
 // its own name, i.e. dist/: npm run build first); its last line is JSON.
 it('metrics-prometheus: one scrape shows the decisions and waits the example made', () => {
   const r = spawnSync(process.execPath, ['examples/metrics-prometheus.mjs'], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    cwd: fileURLToPath(new URL('../..', import.meta.url)),
     encoding: 'utf8',
     timeout: 30_000,
   });

@@ -13,8 +13,8 @@ import {
   SlidingLog,
   TokenBucket,
   WarmingBucket,
-} from '../src/index.js';
-import { observeLimiters } from '../src/metrics/index.js';
+} from '../../src/index.js';
+import { observeLimiters } from '../../src/metrics/index.js';
 
 /** A reader that collects when asked: what a Prometheus scrape or a periodic export does. */
 class TestReader extends MetricReader {
@@ -70,7 +70,7 @@ describe('atomic-limiter/metrics', () => {
         eval: true,
         workerData: {
           handle: limiter.handle,
-          dist: new URL('../dist/index.js', import.meta.url).href,
+          dist: new URL('../../dist/index.js', import.meta.url).href,
         },
       },
     );

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 // Each example runs as its users would run it (`node examples/<name>.mjs`, importing
 // 'atomic-limiter' by the package's own name, i.e. dist/) and prints its summary as a last
 // JSON line, which these tests check.
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 function runExample(name: string, timeoutMs = 30_000): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {

@@ -17,7 +17,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 // a project of their own, without skipLibCheck: what an application sees.
 
 const run = promisify(execFile);
-const ROOT = resolve(import.meta.dirname, '..');
+const ROOT = resolve(import.meta.dirname, '../..');
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const made: string[] = [];
 afterAll(() => {

@@ -9,7 +9,7 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 /** Lets waitAsync callbacks and promise reactions run (no timers involved). */
 async function settleMicrotasks(): Promise<void> {

@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { expect, it } from 'vitest';
-import { Concurrency, TokenBucket } from '../src/index.js';
+import { Concurrency, TokenBucket } from '../../src/index.js';
 
 it('frees a key whose only waiters belonged to a terminated thread (tryAcquire is not blocked forever)', async () => {
   const c = new Concurrency({ limit: 1, queueLimit: 5 });
@@ -15,7 +15,7 @@ it('frees a key whose only waiters belonged to a terminated thread (tryAcquire i
      });`,
     {
       eval: true,
-      workerData: { handle: c.handle, dist: new URL('../dist/index.js', import.meta.url).href },
+      workerData: { handle: c.handle, dist: new URL('../../dist/index.js', import.meta.url).href },
     },
   );
   await new Promise((resolve) => worker.once('message', resolve));
@@ -55,7 +55,7 @@ it('a terminated thread’s waiter evicted by a newer one (newest-first) does no
      });`,
     {
       eval: true,
-      workerData: { handle: tb.handle, dist: new URL('../dist/index.js', import.meta.url).href },
+      workerData: { handle: tb.handle, dist: new URL('../../dist/index.js', import.meta.url).href },
     },
   );
   await new Promise((resolve) => worker.once('message', resolve));

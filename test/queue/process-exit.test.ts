@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { DIST, runChild as runChildFor } from './helpers/child.js';
+import { DIST, runChild as runChildFor } from '../helpers/child.js';
 
 // A pending acquire() must keep its process alive until it settles (a pending
 // Atomics.waitAsync alone does not), and a limiter whose waiters have all settled must not
 // keep it alive any longer. Each case runs a child `node` on the built package.
-const WORKER = new URL('./workers/queue-liveness.mjs', import.meta.url).href;
+const WORKER = new URL('../fixtures/workers/queue-liveness.mjs', import.meta.url).href;
 // Far above the ~0.3 s such a child needs; a child still alive by then is held open.
 const KILL_AFTER_MS = 10_000;
 

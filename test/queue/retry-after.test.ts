@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { LeakyBucket, LimiterClosedError, ManualClock, TokenBucket } from '../src/index.js';
+import { LeakyBucket, LimiterClosedError, ManualClock, TokenBucket } from '../../src/index.js';
 
 // retryAfterMs behind acquire() waiters: the waiters queued ahead are served first, so a
 // refused caller's retry is due once their permits and then its own have come. Cases ported

@@ -10,8 +10,8 @@ import {
   SlidingLog,
   SlidingWindow,
   TokenBucket,
-} from '../src/index.js';
-import { startWorkers, type WorkerGroup, workerScript } from './helpers/threads.js';
+} from '../../src/index.js';
+import { startWorkers, type WorkerGroup, workerScript } from '../helpers/threads.js';
 
 // The FIFO wait queue across real worker threads. Waiters live in workers (mostly the
 // agents of test/workers/queue-agent.mjs, told what to do by message); the main thread

@@ -1,17 +1,17 @@
 import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import * as memory from '../src/index.js';
+import * as memory from '../../src/index.js';
 import {
   BackendUnavailableError,
   chain,
   LimiterClosedError,
   ManualClock,
   QueueFullError,
-} from '../src/index.js';
-import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
-import { holdWarnings, RedisServer, withRedisServer } from './helpers/redis.js';
-import { until } from './http/helpers.js';
+} from '../../src/index.js';
+import { Concurrency, FixedWindow, LeakyBucket, TokenBucket } from '../../src/redis/index.js';
+import { until } from '../helpers/http.js';
+import { holdWarnings, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // acquire() on Redis, driven by a ManualClock (its time goes to the scripts, and waits
 // follow it): bucket reservations in FIFO order, the queue limit, abort giving a

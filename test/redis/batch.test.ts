@@ -2,17 +2,17 @@ import { createHash } from 'node:crypto';
 import { Cluster as IoCluster, Redis as IoRedis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as mem from '../src/index.js';
-import { BackendUnavailableError, ManualClock } from '../src/index.js';
-import { FIXED_WINDOW_SCRIPT } from '../src/redis/fixed-window.lua.js';
-import { GCRA_SCRIPT } from '../src/redis/gcra.lua.js';
-import * as red from '../src/redis/index.js';
-import { slotOf, tagOf } from '../src/redis/keys.js';
-import { MAX_BATCH } from '../src/redis/runner.js';
-import { SLIDING_LOG_SCRIPT } from '../src/redis/sliding-log.lua.js';
-import { SLIDING_WINDOW_SCRIPT } from '../src/redis/sliding-window.lua.js';
-import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from '../src/redis/sliding-window-segments.lua.js';
-import { cli, RedisCluster, RedisServer, withRedisServer } from './helpers/redis.js';
+import * as mem from '../../src/index.js';
+import { BackendUnavailableError, ManualClock } from '../../src/index.js';
+import { FIXED_WINDOW_SCRIPT } from '../../src/redis/fixed-window.lua.js';
+import { GCRA_SCRIPT } from '../../src/redis/gcra.lua.js';
+import * as red from '../../src/redis/index.js';
+import { slotOf, tagOf } from '../../src/redis/keys.js';
+import { MAX_BATCH } from '../../src/redis/runner.js';
+import { SLIDING_LOG_SCRIPT } from '../../src/redis/sliding-log.lua.js';
+import { SLIDING_WINDOW_SCRIPT } from '../../src/redis/sliding-window.lua.js';
+import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from '../../src/redis/sliding-window-segments.lua.js';
+import { cli, RedisCluster, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
 // slot on a Cluster). These tests prove that a batch decides exactly as the calls one by

@@ -3,9 +3,9 @@ import IoRedis6 from 'ioredis-v6';
 import * as nodeRedis5 from 'redis';
 import * as nodeRedis6 from 'redis-v6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REDIS_TIME_SLACK_MS } from '../src/redis/base.js';
-import { Concurrency, SlidingLog, TokenBucket } from '../src/redis/index.js';
-import { cli, holdWarnings, RedisCluster, RedisServer } from './helpers/redis.js';
+import { REDIS_TIME_SLACK_MS } from '../../src/redis/base.js';
+import { Concurrency, SlidingLog, TokenBucket } from '../../src/redis/index.js';
+import { cli, holdWarnings, RedisCluster, RedisServer } from '../helpers/redis.js';
 
 // Every supported client, standalone and cluster, against real servers: the same limits,
 // keys with `{`, `}`, `:` and non-ASCII on the cluster (never CROSSSLOT), a TTL on every

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Concurrency } from '../src/redis/index.js';
-import { RedisProxy, RedisServer } from './helpers/redis.js';
+import { Concurrency } from '../../src/redis/index.js';
+import { RedisProxy, RedisServer } from '../helpers/redis.js';
 
 // A Redis Concurrency whose calls meet faults gives back what nobody holds, and its waiters
 // never sleep on a message that will not come.

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runExample } from './helpers/example.js';
-import { RedisServer } from './helpers/redis.js';
+import { runExample } from '../helpers/example.js';
+import { RedisServer } from '../helpers/redis.js';
 
 // examples/redis-two-machines.mjs run as its users run it (`node examples/…`, importing
 // 'atomic-limiter/redis' from dist/: npm run build first), against a redis-server started

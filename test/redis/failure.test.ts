@@ -1,9 +1,9 @@
 import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BackendUnavailableError, TokenBucket as MemoryBucket } from '../src/index.js';
-import { Concurrency, TokenBucket } from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { BackendUnavailableError, TokenBucket as MemoryBucket } from '../../src/index.js';
+import { Concurrency, TokenBucket } from '../../src/redis/index.js';
+import { RedisServer } from '../helpers/redis.js';
 
 // Redis killed in the middle of a run: each whenUnavailable policy does what it says, a
 // refund or release that cannot reach Redis rejects, nothing hangs, and once Redis is back

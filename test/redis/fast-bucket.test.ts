@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import * as mem from '../src/index.js';
-import { ManualClock } from '../src/index.js';
-import * as red from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import * as mem from '../../src/index.js';
+import { ManualClock } from '../../src/index.js';
+import * as red from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 // Buckets past 10^6 per second count time in units under 1 µs (1 ns at 10^9 per second).
 // Unix time in such units is past what a double holds exactly, so a Redis key of such a

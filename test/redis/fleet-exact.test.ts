@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../src/index.js';
-import { Blocks } from '../src/redis/blocks.js';
-import { FixedWindow, SlidingLog, SlidingWindow } from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import { ManualClock } from '../../src/index.js';
+import { Blocks } from '../../src/redis/blocks.js';
+import { FixedWindow, SlidingLog, SlidingWindow } from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 // Fleet mode never admits past a window's limit: blocks age out with the window their
 // permits were counted in, a SlidingLog give-back drops the block's own entries, and a

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runExample } from './helpers/example.js';
-import { RedisServer } from './helpers/redis.js';
+import { runExample } from '../helpers/example.js';
+import { RedisServer } from '../helpers/redis.js';
 
 // examples/redis-fleet.mjs run as its users run it (importing 'atomic-limiter/redis' from
 // dist/: npm run build first), against a redis-server started here; its last line is JSON.

@@ -2,9 +2,9 @@ import { once } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
-import { ManualClock } from '../src/index.js';
-import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../src/redis/index.js';
-import { RedisServer, withRedisServer } from './helpers/redis.js';
+import { ManualClock } from '../../src/index.js';
+import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../../src/redis/index.js';
+import { RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // Fleet mode when things go wrong: Redis gone or hung, a refund after a cached refusal,
 // options given without the blocks they are for.
@@ -263,7 +263,7 @@ describe('fleet mode faults: options', () => {
 });
 
 describe('fleet mode faults: a thread that stops after claiming a fetch', () => {
-  const CLAIMER = new URL('./redis/fleet-claimer.mjs', import.meta.url);
+  const CLAIMER = new URL('../fixtures/redis/fleet-claimer.mjs', import.meta.url);
 
   for (const mode of ['computes', 'exits'] as const) {
     it(`a thread that claims a key's fetch and then ${mode} does not make the others' calls unavailable`, async () => {

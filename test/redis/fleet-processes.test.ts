@@ -1,15 +1,15 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock } from '../src/index.js';
-import { TokenBucket } from '../src/redis/index.js';
-import { cli, RedisServer } from './helpers/redis.js';
+import { ManualClock } from '../../src/index.js';
+import { TokenBucket } from '../../src/redis/index.js';
+import { cli, RedisServer } from '../helpers/redis.js';
 
 // Real processes × real worker threads in fleet mode (they use dist: npm run build first).
 // Each process: a TokenBucket of 100 with block 8 on a ManualClock at the same time, opened
 // in two worker threads by attach().
 
-const CHILD = new URL('./redis/fleet-child.mjs', import.meta.url).pathname;
+const CHILD = new URL('../fixtures/redis/fleet-child.mjs', import.meta.url).pathname;
 
 let server: RedisServer;
 let redis: Redis;

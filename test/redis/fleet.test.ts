@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
-import { ManualClock } from '../src/index.js';
+import { ManualClock } from '../../src/index.js';
 import {
   attach,
   Concurrency,
@@ -9,8 +9,8 @@ import {
   LeakyBucket,
   SlidingLog,
   TokenBucket,
-} from '../src/redis/index.js';
-import { cli, RedisServer, withRedisServer } from './helpers/redis.js';
+} from '../../src/redis/index.js';
+import { cli, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // Fleet mode in one process: blocks leased from a real redis-server, spent locally.
 

@@ -3,11 +3,11 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { fastifyRateLimit, rateLimit } from '../src/http/index.js';
-import { chain, FixedWindow, ManualClock } from '../src/index.js';
-import * as redisLimiters from '../src/redis/index.js';
-import { RedisServer, withRedisServer } from './helpers/redis.js';
-import { listen, rateFields, request, sequence, until, watchWarnings } from './http/helpers.js';
+import { fastifyRateLimit, rateLimit } from '../../src/http/index.js';
+import { chain, FixedWindow, ManualClock } from '../../src/index.js';
+import * as redisLimiters from '../../src/redis/index.js';
+import { listen, rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
+import { RedisServer, withRedisServer } from '../helpers/redis.js';
 
 const warnings = watchWarnings();
 

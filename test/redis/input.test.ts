@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import * as mem from '../src/index.js';
-import * as red from '../src/redis/index.js';
+import * as mem from '../../src/index.js';
+import * as red from '../../src/redis/index.js';
 
 // Bad input is refused before Redis is touched, with the errors memory gives. The client
 // here is lazy and has never connected: any command would make it connect (status moves

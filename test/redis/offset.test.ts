@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { OffsetBounds } from '../src/redis/offset.js';
+import { OffsetBounds } from '../../src/redis/offset.js';
 
 // Fleet mode's bounds on the offset of Redis's clock (src/redis/offset.ts), by which a
 // refusal read late is brought back to when Redis decided it. Times in ms; Redis's clock

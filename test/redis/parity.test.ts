@@ -1,9 +1,9 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import * as mem from '../src/index.js';
-import { ManualClock } from '../src/index.js';
-import * as red from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import * as mem from '../../src/index.js';
+import { ManualClock } from '../../src/index.js';
+import * as red from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 // One seeded random sequence of calls (keys, permits, time steps, refunds) goes through the
 // Redis class and the in-memory class on one ManualClock; every Decision must be equal,

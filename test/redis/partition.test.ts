@@ -1,8 +1,8 @@
 import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Concurrency, TokenBucket } from '../src/redis/index.js';
-import { holdWarnings, RedisProxy, RedisServer } from './helpers/redis.js';
+import { Concurrency, TokenBucket } from '../../src/redis/index.js';
+import { holdWarnings, RedisProxy, RedisServer } from '../helpers/redis.js';
 
 // A call answered "unavailable" must not run on Redis later: a client that is connecting or
 // reconnecting would keep it in its offline queue and send it when Redis is back, after its

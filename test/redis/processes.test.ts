@@ -1,14 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Concurrency } from '../src/redis/index.js';
-import { RedisServer } from './helpers/redis.js';
+import { Concurrency } from '../../src/redis/index.js';
+import { RedisServer } from '../helpers/redis.js';
 
 // Several processes — separate "machines" as far as the limit knows — on one Redis. They
 // use the built package (npm run build first; npm test does).
 
-const REDIS_DIST = new URL('../dist/redis.js', import.meta.url).href;
-const IOREDIS = new URL('../node_modules/ioredis/built/index.js', import.meta.url).href;
+const REDIS_DIST = new URL('../../dist/redis.js', import.meta.url).href;
+const IOREDIS = new URL('../../node_modules/ioredis/built/index.js', import.meta.url).href;
 
 // A child clock an hour ahead in every source of time it has: the decisions come from
 // Redis TIME, so nothing may change.

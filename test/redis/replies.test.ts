@@ -1,9 +1,9 @@
 import { Redis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BackendUnavailableError } from '../src/index.js';
-import { TokenBucket } from '../src/redis/index.js';
-import { RedisProxy, RedisServer } from './helpers/redis.js';
+import { BackendUnavailableError } from '../../src/index.js';
+import { TokenBucket } from '../../src/redis/index.js';
+import { RedisProxy, RedisServer } from '../helpers/redis.js';
 
 // A call takes only its own reply as its decision. node-redis 5, its connection cut every
 // 40 ms, matches replies to the wrong commands (commands written to a dying socket stay in

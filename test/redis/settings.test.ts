@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../src/index.js';
-import { FixedWindow, SlidingWindow, TokenBucket } from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import { ManualClock } from '../../src/index.js';
+import { FixedWindow, SlidingWindow, TokenBucket } from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 // Two limiters of one algorithm on one prefix with different settings (a rolling deploy
 // that changed windowMs or segments): a key's state says what wrote it, and a limiter never

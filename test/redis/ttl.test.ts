@@ -1,8 +1,8 @@
 import type { Redis as IoRedis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { REDIS_TIME_SLACK_MS } from '../src/redis/base.js';
-import * as red from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import { REDIS_TIME_SLACK_MS } from '../../src/redis/base.js';
+import * as red from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 // On Redis time, a call alone keeps its key's TTL (`SET … KEEPTTL`) when the state it writes
 // ends no later than the state stored before it, since the TTL there already reaches that

@@ -3,10 +3,10 @@ import IoRedis6 from 'ioredis-v6';
 import * as nodeRedis5 from 'redis';
 import * as nodeRedis6 from 'redis-v6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AcquireOptions, Decision } from '../src/index.js';
-import { TokenBucket as MemoryBucket } from '../src/index.js';
-import { Concurrency, TokenBucket } from '../src/redis/index.js';
-import { cli, RedisCluster, RedisProxy, RedisServer } from './helpers/redis.js';
+import type { AcquireOptions, Decision } from '../../src/index.js';
+import { TokenBucket as MemoryBucket } from '../../src/index.js';
+import { Concurrency, TokenBucket } from '../../src/redis/index.js';
+import { cli, RedisCluster, RedisProxy, RedisServer } from '../helpers/redis.js';
 
 /** EVALSHA and EVAL calls a server has run since its last CONFIG RESETSTAT. */
 async function scriptCalls(port: number): Promise<number> {

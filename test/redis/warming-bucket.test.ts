@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { ManualClock, WarmingBucket } from '../src/index.js';
-import * as red from '../src/redis/index.js';
-import { withRedisServer } from './helpers/redis.js';
+import { ManualClock, WarmingBucket } from '../../src/index.js';
+import * as red from '../../src/redis/index.js';
+import { withRedisServer } from '../helpers/redis.js';
 
 function prng(seed: number): () => number {
   let s = seed >>> 0;
