@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { mod } from '../../src/algorithms/segmented-window.js';
 import { attach, ManualClock, SlidingWindow } from '../../src/index.js';
 import { admitted } from '../helpers/limiters.js';
-import { runWorkers, workerScript } from '../helpers/threads.js';
+import { runWorkers } from '../helpers/threads.js';
 
 // SlidingWindow with `segments` (.NET's SegmentsPerWindow): the window split into equal
 // segments; a request passes when the permits of the last `segments` segments (the current
@@ -293,7 +293,7 @@ describe('SlidingWindow with segments shared by 4 threads', () => {
   it('admits exactly the limit on one key out of 8000 attempts while time stands still', async () => {
     const sw = make(new ManualClock(0));
     const results = await runWorkers<{ admitted: number; rejected: number }>(
-      workerScript('hot-key.mjs'),
+      'threads:hot-key',
       THREADS,
       { limiter: sw.handle, key: 'hot', attempts: 2000 },
     );
@@ -317,7 +317,7 @@ describe('SlidingWindow with segments shared by 4 threads', () => {
       clock: new ManualClock(0),
     });
     const results = await runWorkers<{ admitted: Int32Array; tableFull: number }>(
-      workerScript('many-keys.mjs'),
+      'threads:many-keys',
       THREADS,
       { limiter: sw.handle, keys, rounds: 5 },
     );
@@ -348,7 +348,7 @@ describe('SlidingWindow with segments shared by 4 threads', () => {
       const stepMs = 90;
       const perStep = 1;
       const results = await runWorkers<{ admitted: Int32Array; attempts: number }>(
-        workerScript('segments-rolling.mjs'),
+        'threads:segments-rolling',
         THREADS,
         { limiter: sw.handle, keys, steps, perStep, stepMs, phases: new SharedArrayBuffer(4) },
       );
@@ -379,7 +379,7 @@ describe('SlidingWindow with segments shared by 4 threads', () => {
   it('counts every permit while 4 threads take and refund on one key, and ends with all permits back', async () => {
     const sw = make(new ManualClock(0));
     const results = await runWorkers<{ admitted: number; rejected: number }>(
-      workerScript('counters.mjs'),
+      'threads:counters',
       THREADS,
       { limiter: sw.handle, key: 'k', attempts: 50_000 },
     );
@@ -397,7 +397,7 @@ describe('SlidingWindow with segments shared by 4 threads', () => {
     const sw = make(clock);
     admitted(sw, 'k', 4); // segment 0
     clock.set(500);
-    const results = await runWorkers<{ admitted: number }>(workerScript('hot-key.mjs'), 1, {
+    const results = await runWorkers<{ admitted: number }>('threads:hot-key', 1, {
       limiter: sw.handle,
       key: 'k',
       attempts: 20,

@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest';
 import { ManualClock, WarmingBucket } from '../../src/index.js';
 import { GuavaWarmingUp } from '../helpers/guava.js';
-import { startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
+import { startWorkers, waitForCount } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
 const THREADS = 4;
@@ -13,7 +13,7 @@ it('threads sharing a WarmingBucket never admit more than Guava would for one ca
   const steps = 1500;
   const calls = 3;
   const ctl = new Int32Array(new SharedArrayBuffer(8));
-  const group = startWorkers<number>(workerScript('warming-steps.mjs'), THREADS, {
+  const group = startWorkers<number>('threads:warming-steps', THREADS, {
     limiter: limiter.handle,
     ctl: ctl.buffer,
     steps,

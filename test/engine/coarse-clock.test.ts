@@ -1,10 +1,9 @@
 import { existsSync } from 'node:fs';
-import { Worker } from 'node:worker_threads';
 import { afterEach, describe, expect, it } from 'vitest';
 import { publishTime } from '../../src/coarse-clock.js';
 import { CoarseClock, FixedWindow, MonotonicClock, TokenBucket } from '../../src/index.js';
 import { DIST, runChild } from '../helpers/child.js';
-import { runWorkers, startWorkers, workerScript } from '../helpers/threads.js';
+import { runWorkers, scenarioWorker, startWorkers } from '../helpers/threads.js';
 
 // Real ticker threads, real worker threads, real child processes. Nothing here asserts a
 // duration: only orders (never ahead, never back), that time moved, and exact counts.
@@ -68,7 +67,7 @@ describe('CoarseClock', () => {
     const clock = coarse(0.1);
     await untilTicking(clock);
     const results = await runWorkers<{ ahead: number; back: number; distinct: number }>(
-      workerScript('coarse-reader.mjs'),
+      'clock:coarse-reader',
       3,
       { clock: clock.handle, reads: 1_000_000 },
     );
@@ -99,7 +98,7 @@ describe('CoarseClock', () => {
     // Refilling 1e-6 per second: no permit comes back during the test, whatever the time.
     const limiter = new TokenBucket({ capacity: 1000, refillPerSecond: 1e-6, clock });
     const hammers = await runWorkers<{ admitted: number; coarse: boolean }>(
-      workerScript('coarse-limiter.mjs'),
+      'clock:coarse-limiter',
       2,
       { limiter: limiter.handle, role: 'hammer', attempts: 5000 },
     );
@@ -114,7 +113,7 @@ describe('CoarseClock', () => {
     const sync = new Int32Array(new SharedArrayBuffer(4));
     const times = new Float64Array(new SharedArrayBuffer(rounds * 8));
     const group = startWorkers<{ ticking: boolean; resolutionMs: number }>(
-      workerScript('coarse-limiter.mjs'),
+      'clock:coarse-limiter',
       1,
       { limiter: limiter.handle, role: 'pingpong', rounds, sync: sync.buffer, times: times.buffer },
     );
@@ -243,7 +242,7 @@ describe('CoarseClock', () => {
   });
 
   it('when the creating worker thread ends, other threads switch to the precise clock', async () => {
-    const worker = new Worker(workerScript('coarse-creator.mjs'), { workerData: { end: 'exit' } });
+    const worker = scenarioWorker('clock:coarse-creator', { workerData: { end: 'exit' } });
     const handle = await new Promise((resolve) => worker.once('message', resolve));
     await new Promise((resolve) => worker.once('exit', resolve));
     const reader = new CoarseClock(handle as CoarseClock['handle']);
@@ -255,7 +254,7 @@ describe('CoarseClock', () => {
   });
 
   it('when the creating worker thread is terminated, readers never freeze for good', async () => {
-    const worker = new Worker(workerScript('coarse-creator.mjs'), { workerData: { end: 'stay' } });
+    const worker = scenarioWorker('clock:coarse-creator', { workerData: { end: 'stay' } });
     try {
       const handle = await new Promise((resolve) => worker.once('message', resolve));
       const reader = new CoarseClock(handle as CoarseClock['handle']);

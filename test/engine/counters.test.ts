@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Concurrency, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../../src/index.js';
-import { startWorkers, workerScript } from '../helpers/threads.js';
+import { startWorkers } from '../helpers/threads.js';
 
 // The per-key counters of stats() are written with plain adds while the limiter's buffer is
 // reachable from its own thread only, and with Atomics.add from the moment its handle is
@@ -43,7 +43,7 @@ describe.each(algorithms)('$name counters', ({ make }) => {
     expect(limiter.stats('k')).toMatchObject({ admitted, rejected });
 
     const group = startWorkers<{ admitted: number; rejected: number }>(
-      workerScript('counters.mjs'),
+      'threads:counters',
       THREADS,
       { limiter: limiter.handle, key: 'k', attempts: 20_000 },
     );
@@ -68,7 +68,7 @@ describe('Concurrency counters', () => {
     expect(limiter.tryAcquire('k')).toBe(false);
     limiter.release('k');
     expect(limiter.stats('k')).toMatchObject({ admitted: 1, rejected: 1 });
-    const group = startWorkers<{ granted: number }>(workerScript('concurrency.mjs'), THREADS, {
+    const group = startWorkers<{ granted: number }>('threads:concurrency', THREADS, {
       limiter: limiter.handle,
       key: 'k',
       iterations: 20_000,
@@ -94,7 +94,7 @@ describe('Concurrency counters', () => {
       limiter.release('k', 1);
       expect(limiter.tryAcquire('k', 1)).toBe(true);
       const inUse = new SharedArrayBuffer(8);
-      const group = startWorkers<{ granted: number }>(workerScript('concurrency.mjs'), THREADS, {
+      const group = startWorkers<{ granted: number }>('threads:concurrency', THREADS, {
         limiter: limiter.handle,
         key: 'k',
         iterations: 20_000,

@@ -81,11 +81,12 @@ describe('a growing key table', () => {
       clock,
     });
     const hotKeys = 16;
-    const group = startWorkers<{ refused: number; hot: number[] }>(
-      new URL('../fixtures/workers/flood.mjs', import.meta.url),
-      4,
-      { limiter: bucket.handle, floodKeys: 2500, hotKeys, hotTries: 2 },
-    );
+    const group = startWorkers<{ refused: number; hot: number[] }>('threads:flood', 4, {
+      limiter: bucket.handle,
+      floodKeys: 2500,
+      hotKeys,
+      hotTries: 2,
+    });
     const results = await group.results;
     expect(results.map((r) => r.refused)).toEqual([0, 0, 0, 0]);
     for (let h = 0; h < hotKeys; h++) {

@@ -1,8 +1,9 @@
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { describe, it } from 'vitest';
 import { monotonicClock } from '../../src/clock.js';
 import { Concurrency, QueueFullError } from '../../src/index.js';
 import { computeLayout, H_HOLDERS_LOST, THREAD_ENTRIES } from '../../src/layout.js';
+import { scenarioWorker } from '../helpers/threads.js';
 
 // Concurrency's holder records (who holds what, so that a dead thread's permits come back)
 // at the edges: many threads, a grown table, permits handed from one thread to another.
@@ -18,7 +19,7 @@ function first(worker: Worker): Promise<unknown> {
 
 /** A worker holding `permits` of `key` until told to release them (test/workers/holder.mjs). */
 async function holder(limiter: Concurrency, key: string, permits = 1): Promise<Worker> {
-  const worker = new Worker(new URL('../fixtures/workers/holder.mjs', import.meta.url), {
+  const worker = scenarioWorker('holders:holder', {
     workerData: { limiter: limiter.handle, key, permits },
   });
   await first(worker);
@@ -37,13 +38,10 @@ describe.concurrent('Concurrency holder records', () => {
     // each stays alive, holding its three permits, so its thread table entry stays live.
     for (let i = 0; i < threads; i += 25) {
       const batch = Array.from({ length: Math.min(25, threads - i) }, () => {
-        const worker = new Worker(
-          new URL('../fixtures/workers/crowd-holder.mjs', import.meta.url),
-          {
-            workerData: { limiter: limiter.handle, key: 'k' },
-            resourceLimits: { maxOldGenerationSizeMb: 16 },
-          },
-        );
+        const worker = scenarioWorker('holders:crowd-holder', {
+          workerData: { limiter: limiter.handle, key: 'k' },
+          resourceLimits: { maxOldGenerationSizeMb: 16 },
+        });
         workers.push(worker);
         return first(worker);
       });
@@ -107,12 +105,9 @@ describe.concurrent('Concurrency holder records', () => {
   }) => {
     const count = 1000;
     const limiter = new Concurrency({ limit: 1, keys: 16, maxKeys: 2048, queueLimit: 1 });
-    const worker = new Worker(
-      new URL('../fixtures/workers/many-keys-holder.mjs', import.meta.url),
-      {
-        workerData: { limiter: limiter.handle, prefix: 'g', count },
-      },
-    );
+    const worker = scenarioWorker('holders:many-keys-holder', {
+      workerData: { limiter: limiter.handle, prefix: 'g', count },
+    });
     await first(worker);
     const keys = Array.from({ length: count }, (_, i) => `g${i}`);
     expect(keys.filter((key) => limiter.stats(key).available === 0)).toHaveLength(count);

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { DIST, runChild as runChildFor } from '../helpers/child.js';
+import { WORKER } from '../helpers/threads.js';
 
 // A limiter with nothing pending must not keep a process alive: a process that is done
 // with its work exits by itself. Each case runs a child `node` on the built package.
-const WORKER = new URL('../fixtures/workers/liveness-worker.mjs', import.meta.url).href;
 // Far above the ~0.1 s such a child needs; a child still alive by then is held open.
 const KILL_AFTER_MS = 20_000;
 
@@ -15,8 +15,8 @@ describe('process liveness', () => {
       import { Worker } from 'node:worker_threads';
       import { TokenBucket } from ${JSON.stringify(DIST)};
       const limiter = new TokenBucket({ capacity: 8, refillPerSecond: 1e-3 });
-      const worker = new Worker(new URL(${JSON.stringify(WORKER)}), {
-        workerData: { limiter: limiter.handle },
+      const worker = new Worker(new URL(${JSON.stringify(WORKER.href)}), {
+        workerData: { limiter: limiter.handle, scenario: 'threads:attach-and-end' },
         // Not this child's --input-type flag, which a worker started from a file rejects.
         execArgv: [],
       });

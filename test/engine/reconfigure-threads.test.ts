@@ -10,7 +10,7 @@ import {
   TokenBucket,
 } from '../../src/index.js';
 import { H_CONFIG } from '../../src/layout.js';
-import { startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
+import { startWorkers, waitForCount } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
 const THREADS = 3;
@@ -65,7 +65,7 @@ it('a reconfigure() on one thread applies to the next decision of every attach()
   const steps = 3;
   const ctl = new Int32Array(new SharedArrayBuffer(8));
   const counts = new Int32Array(new SharedArrayBuffer(4 * (steps + 1) * cases.length));
-  const group = startWorkers<string>(workerScript('reconfigure-steps.mjs'), THREADS, {
+  const group = startWorkers<string>('reconfigure:steps', THREADS, {
     limiters: cases.map(({ limiter, key }) => ({ handle: limiter.handle, key })),
     ctl: ctl.buffer,
     counts: counts.buffer,
@@ -122,7 +122,7 @@ for (const [name, make, key, options] of [
     const ctl = new Int32Array(new SharedArrayBuffer(8));
     // One worker reconfigures as the main thread does, at the same time.
     const changes = Array.from({ length: 200 }, (_, i) => options(i % 2 === 0 ? 30 : 70));
-    const group = startWorkers<number>(workerScript('reconfigure-hammer.mjs'), THREADS + 1, {
+    const group = startWorkers<number>('reconfigure:hammer', THREADS + 1, {
       handle: limiter.handle,
       key,
       ctl: ctl.buffer,

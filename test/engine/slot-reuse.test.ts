@@ -1,4 +1,3 @@
-import { Worker } from 'node:worker_threads';
 import { describe, expect, it, vi } from 'vitest';
 import { enter, run, TRY } from '../../src/decision.js';
 import {
@@ -15,7 +14,7 @@ import {
   TokenBucket,
 } from '../../src/index.js';
 import { S_STATE } from '../../src/layout.js';
-import { startWorkers } from '../helpers/threads.js';
+import { scenarioWorker, startWorkers } from '../helpers/threads.js';
 
 // Regression tests for engine faults at the edges; each failed on the code before its fix.
 
@@ -361,9 +360,8 @@ describe('a waiter never queues on a slot that went to another key', () => {
   it('stress: two waiter threads and two key-churning threads, every acquire served', async () => {
     const limiter = new Concurrency({ limit: 1, keys: 2, maxKeys: 2, queueLimit: 8 });
     const stop = new SharedArrayBuffer(4);
-    const script = new URL('../fixtures/workers/slot-move-waiter.mjs', import.meta.url);
     const group = startWorkers<{ granted?: number; timeouts?: number; inserted?: number }>(
-      script,
+      'holders:slot-move-waiter',
       4,
       { limiter: limiter.handle, rounds: 1500, waiters: 2, stop },
     );
@@ -654,7 +652,7 @@ describe.concurrent('a terminated worker thread gives back its Concurrency permi
   }) => {
     const limiter = new Concurrency({ limit: 3, queueLimit: 3 });
     const start = (permits: number) => {
-      const worker = new Worker(new URL('../fixtures/workers/holder.mjs', import.meta.url), {
+      const worker = scenarioWorker('holders:holder', {
         workerData: { limiter: limiter.handle, key: 'k', permits },
       });
       const held = new Promise((resolve, reject) => {
@@ -693,7 +691,7 @@ describe.concurrent('a terminated worker thread gives back its Concurrency permi
       // default key's, a key partly released, and 40 keys in segments the table grew into.
       const many = Array.from({ length: 40 }, (_, i) => [`g${i}`, 1, 0] as const);
       const takes = [[null, 2, 0], ['k', 3, 1], ['none', 2, 2], ...many];
-      const worker = new Worker(new URL('../fixtures/workers/maker.mjs', import.meta.url), {
+      const worker = scenarioWorker('holders:maker', {
         workerData: { options: { limit, keys: 8, maxKeys: 1024, queueLimit: limit }, takes },
       });
       const handle = await new Promise<LimiterHandle>((resolve, reject) => {
@@ -718,7 +716,7 @@ describe.concurrent('a terminated worker thread gives back its Concurrency permi
 describe.concurrent('holder records never give a permit back twice (review 2)', () => {
   /** A worker holding `permits` of `key` (test/workers/holder.mjs). */
   const holder = async (limiter: Concurrency, key: string | undefined, permits = 1) => {
-    const worker = new Worker(new URL('../fixtures/workers/holder.mjs', import.meta.url), {
+    const worker = scenarioWorker('holders:holder', {
       workerData: { limiter: limiter.handle, key, permits },
     });
     await new Promise((resolve, reject) => {
@@ -761,12 +759,9 @@ describe.concurrent('holder records never give a permit back twice (review 2)', 
     const keys = Array.from({ length: trials }, (_, t) => `k${t}`);
     for (const key of keys) expect(limiter.tryAcquire(key)).toBe(true);
     const run = async (t: number) => {
-      const worker = new Worker(
-        new URL('../fixtures/workers/take-release-loop.mjs', import.meta.url),
-        {
-          workerData: { limiter: limiter.handle, key: keys[t], mode: t % 2 ? 'lease' : 'try' },
-        },
-      );
+      const worker = scenarioWorker('holders:take-release-loop', {
+        workerData: { limiter: limiter.handle, key: keys[t], mode: t % 2 ? 'lease' : 'try' },
+      });
       await new Promise((resolve, reject) => {
         worker.once('message', resolve);
         worker.once('error', reject);

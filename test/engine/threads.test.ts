@@ -9,7 +9,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
-import { runWorkers, startWorkers, waitForCount, workerScript } from '../helpers/threads.js';
+import { runWorkers, startWorkers, waitForCount } from '../helpers/threads.js';
 
 // Real worker threads on one shared limiter. Time is a frozen ManualClock unless a test
 // moves it, so every count below is exact. 4 threads on this 2-core machine: more threads
@@ -91,7 +91,7 @@ describe('runWorkers (test helper)', () => {
       index: number;
       passedBefore: number;
       arrivedAfter: number;
-    }>(workerScript('barrier-probe.mjs'), THREADS, { passed });
+    }>('threads:barrier-probe', THREADS, { passed });
     expect(results.map((r) => r.index)).toEqual([0, 1, 2, 3]);
     // Nobody had passed the barrier when the last worker reached it...
     expect(results.map((r) => r.passedBefore)).toEqual([0, 0, 0, 0]);
@@ -105,7 +105,7 @@ describe('runWorkers (test helper)', () => {
     ['exits with a non-zero code', 'exit', /worker 0 exited with code 3/],
     ['exits without posting a result', 'silent', /worker 0 exited without a result/],
   ])('rejects when a worker %s, and ends the workers left waiting', async (_, mode, message) => {
-    const group = startWorkers(workerScript('fail.mjs'), THREADS, { mode });
+    const group = startWorkers('threads:fail', THREADS, { mode });
     await expect(group.results).rejects.toThrow(message);
     // Workers 1..3 were blocked at the barrier forever; the helper terminated them.
     expect(group.workers.map((w) => w.threadId)).toEqual([-1, -1, -1, -1]);
@@ -125,7 +125,7 @@ describe.each(algorithms)('$name shared by 4 threads', (algorithm) => {
     async (_, key) => {
       const limiter = algorithm.make({ limit, clock: new ManualClock() });
       const results = await runWorkers<{ admitted: number; rejected: number }>(
-        workerScript('hot-key.mjs'),
+        'threads:hot-key',
         THREADS,
         { limiter: limiter.handle, key, attempts },
       );
@@ -142,7 +142,7 @@ describe.each(algorithms)('$name shared by 4 threads', (algorithm) => {
     const limiter = algorithm.make({ limit, clock: new ManualClock() });
     const perThread = 50_000;
     const results = await runWorkers<{ admitted: number; rejected: number }>(
-      workerScript('counters.mjs'),
+      'threads:counters',
       THREADS,
       { limiter: limiter.handle, key: 'k', attempts: perThread },
     );
@@ -165,7 +165,7 @@ describe.each(byName('TokenBucket', 'FixedWindow', 'SlidingWindow', 'SlidingLog'
       const rounds = 5;
       const limiter = algorithm.make({ limit, clock: new ManualClock(), keys });
       const results = await runWorkers<{ admitted: Int32Array; tableFull: number }>(
-        workerScript('many-keys.mjs'),
+        'threads:many-keys',
         THREADS,
         { limiter: limiter.handle, keys, rounds },
       );
@@ -195,11 +195,12 @@ describe('Concurrency across 4 threads', () => {
   it('never lets more than its limit of permits be held at once, and gets them all back', async () => {
     const limiter = new Concurrency({ limit: 3, clock: new ManualClock() });
     const inUse = new SharedArrayBuffer(8);
-    const results = await runWorkers<{ granted: number }>(
-      workerScript('concurrency.mjs'),
-      THREADS,
-      { limiter: limiter.handle, key: 'k', iterations: 20_000, inUse },
-    );
+    const results = await runWorkers<{ granted: number }>('threads:concurrency', THREADS, {
+      limiter: limiter.handle,
+      key: 'k',
+      iterations: 20_000,
+      inUse,
+    });
     const [now, max] = new Int32Array(inUse);
     expect(max).toBeLessThanOrEqual(3);
     expect(max).toBeGreaterThanOrEqual(1);
@@ -225,7 +226,7 @@ describe.each(byName('TokenBucket', 'FixedWindow', 'SlidingLog'))(
       // (inserting keys, reclaiming idle slots, refunding), at whatever instruction.
       for (let round = 0; round < 3; round++) {
         const running = new Int32Array(new SharedArrayBuffer(4));
-        const group = startWorkers(workerScript('stress.mjs'), THREADS, {
+        const group = startWorkers('threads:stress', THREADS, {
           limiter: limiter.handle,
           running: running.buffer,
           signalAfter: 5000 + 2000 * round,
@@ -279,7 +280,7 @@ describe.each(byName('TokenBucket', 'FixedWindow', 'SlidingLog'))(
       type Result = { admitted: Int32Array; tableFull: number; limited: number };
 
       const phase = async (prefix: string) => {
-        const results = await runWorkers<Result>(workerScript('table-full.mjs'), THREADS, {
+        const results = await runWorkers<Result>('threads:table-full', THREADS, {
           limiter: limiter.handle,
           prefix,
           keys,

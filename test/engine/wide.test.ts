@@ -18,7 +18,7 @@ import {
   rejectedWord,
   slotOfHotWord,
 } from '../../src/layout.js';
-import { runWorkers, workerScript } from '../helpers/threads.js';
+import { runWorkers } from '../helpers/threads.js';
 
 // Wide limits: options past what the 32-bit state word holds choose a wide
 // table, whose state is a 64-bit word changed by one 64-bit CAS. Time is a ManualClock,
@@ -417,7 +417,7 @@ describe('wide tables across threads and keys', () => {
     const limiter = make();
     const attempts = 2000;
     const permits = 2 ** 28;
-    const results = await runWorkers<{ admitted: number }>(workerScript('hot-key.mjs'), THREADS, {
+    const results = await runWorkers<{ admitted: number }>('threads:hot-key', THREADS, {
       limiter: limiter.handle,
       key: 'hot',
       attempts,
@@ -447,7 +447,7 @@ describe('wide tables across threads and keys', () => {
       const limiter = make();
       const perThread = 20_000;
       const results = await runWorkers<{ admitted: number; rejected: number }>(
-        workerScript('counters.mjs'),
+        'threads:counters',
         THREADS,
         { limiter: limiter.handle, key: 'k', attempts: perThread },
       );
@@ -469,7 +469,7 @@ describe('wide tables across threads and keys', () => {
     const limit = 3;
     const limiter = new FixedWindow({ limit, windowMs: 2 ** 31, keys, clock: new ManualClock() });
     const results = await runWorkers<{ admitted: Int32Array; tableFull: number }>(
-      workerScript('many-keys.mjs'),
+      'threads:many-keys',
       THREADS,
       { limiter: limiter.handle, keys, rounds: 5 },
     );

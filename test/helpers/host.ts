@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 /** The fixture that decides in a child process on a limiter in host memory. */
 const DECIDE = new URL('../fixtures/host/decide.mjs', import.meta.url).pathname;
 
-/** What a decide.mjs process is told (see test/host/decide.mjs). */
+/** What a decide.mjs process is told (see test/fixtures/host/decide.mjs). */
 export interface DecideSpec {
   cls: string;
   options: Record<string, unknown>;

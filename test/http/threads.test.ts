@@ -1,20 +1,18 @@
 import { once } from 'node:events';
-import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 // dist/, as the worker threads load it: one package, one handle format.
 import { ManualClock, SlidingLog } from '../../dist/index.js';
 import { request, watchWarnings } from '../helpers/http.js';
+import { scenarioWorker } from '../helpers/threads.js';
 
 watchWarnings();
-
-const SCRIPT = new URL('../fixtures/http/server-worker.mjs', import.meta.url);
 
 describe('rateLimit across worker threads', () => {
   it('two threads, each serving HTTP on its own port, admit the shared limit once in total', async () => {
     const LIMIT = 10;
     const limiter = new SlidingLog({ limit: LIMIT, windowMs: 60_000, clock: new ManualClock() });
-    const workers = [0, 1].map(
-      (index) => new Worker(SCRIPT, { workerData: { handle: limiter.handle, index } }),
+    const workers = [0, 1].map((index) =>
+      scenarioWorker('http:server', { workerData: { handle: limiter.handle, index } }),
     );
     try {
       const ports = await Promise.all(

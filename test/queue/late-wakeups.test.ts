@@ -1,6 +1,6 @@
-import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { LeakyBucket, ManualClock, TokenBucket } from '../../src/index.js';
+import { scenarioWorker } from '../helpers/threads.js';
 
 // acquire() after a late wake-up: the waiters are granted when they wake, never "as of"
 // their due time, so no instant sees more than a leaky bucket's one permit or a token
@@ -64,11 +64,10 @@ describe('waiters woken late', () => {
     const rate = 200;
     const limiter = new LeakyBucket({ capacity: 50, ratePerSecond: rate });
     const runMs = 4000;
-    const workers = [0, 1].map(
-      () =>
-        new Worker(new URL('../fixtures/workers/leaky-acquirer.mjs', import.meta.url), {
-          workerData: { limiter: limiter.handle, key: 'k', runMs, waiters: 4 },
-        }),
+    const workers = [0, 1].map(() =>
+      scenarioWorker('queue:leaky-acquirer', {
+        workerData: { limiter: limiter.handle, key: 'k', runMs, waiters: 4 },
+      }),
     );
     const results = await Promise.all(
       workers.map(

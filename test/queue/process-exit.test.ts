@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { DIST, runChild as runChildFor } from '../helpers/child.js';
+import { WORKER } from '../helpers/threads.js';
 
 // A pending acquire() must keep its process alive until it settles (a pending
 // Atomics.waitAsync alone does not), and a limiter whose waiters have all settled must not
 // keep it alive any longer. Each case runs a child `node` on the built package.
-const WORKER = new URL('../fixtures/workers/queue-liveness.mjs', import.meta.url).href;
 // Far above the ~0.3 s such a child needs; a child still alive by then is held open.
 const KILL_AFTER_MS = 10_000;
 
@@ -36,8 +36,8 @@ describe('process liveness with the wait queue', () => {
       import { Worker } from 'node:worker_threads';
       import { TokenBucket } from ${JSON.stringify(DIST)};
       const limiter = new TokenBucket({ capacity: 1, refillPerSecond: 5, queueLimit: 1 });
-      const worker = new Worker(new URL(${JSON.stringify(WORKER)}), {
-        workerData: { limiter: limiter.handle },
+      const worker = new Worker(new URL(${JSON.stringify(WORKER.href)}), {
+        workerData: { limiter: limiter.handle, scenario: 'queue:wait-alone' },
         // Not this child's --input-type flag, which a worker started from a file rejects.
         execArgv: [],
       });

@@ -11,7 +11,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
-import { startWorkers, type WorkerGroup, workerScript } from '../helpers/threads.js';
+import { startWorkers, type WorkerGroup } from '../helpers/threads.js';
 
 // The FIFO wait queue across real worker threads. Waiters live in workers (mostly the
 // agents of test/workers/queue-agent.mjs, told what to do by message); the main thread
@@ -138,7 +138,7 @@ class Agents {
   private enqueued = 0;
 
   private constructor(count: number) {
-    this.group = startWorkers(workerScript('queue-agent.mjs'), count, {
+    this.group = startWorkers('queue:agent', count, {
       events: this.events.buffer,
     });
     running.push(this.group);
@@ -474,7 +474,7 @@ describe('leaving the queue from another thread', () => {
     const limiter = track(new Concurrency({ limit: 1, queueLimit: 2 }));
     const control = new Int32Array(new SharedArrayBuffer(2 * 4 * 4));
     const outcomes = new Int32Array(new SharedArrayBuffer(2 * rounds * 4));
-    const group = startWorkers(workerScript('queue-race.mjs'), 2, {
+    const group = startWorkers('queue:abort-race', 2, {
       limiter: limiter.handle,
       key: 'k',
       rounds,
@@ -557,17 +557,13 @@ describe('Concurrency limit 2 under 4 threads acquiring and releasing', () => {
     const limiter = track(new Concurrency({ limit: 2, queueLimit: 2 * threads }));
     const inUse = new Int32Array(new SharedArrayBuffer(8));
     const progress = new Int32Array(new SharedArrayBuffer(4));
-    const group = startWorkers<{ grants: number; permitsGranted: number }>(
-      workerScript('queue-soak.mjs'),
-      threads,
-      {
-        limiter: limiter.handle,
-        key: 'k',
-        cycles,
-        inUse: inUse.buffer,
-        progress: progress.buffer,
-      },
-    );
+    const group = startWorkers<{ grants: number; permitsGranted: number }>('queue:soak', threads, {
+      limiter: limiter.handle,
+      key: 'k',
+      cycles,
+      inUse: inUse.buffer,
+      progress: progress.buffer,
+    });
     running.push(group);
     // The watchdog: a waiter queued while a permit is free is normal for the moment it
     // takes the woken head to run; for 50 samples in a row (≥ 100 ms) it is a lost wake-up.
@@ -724,7 +720,7 @@ describe('close() racing a grant in another thread', () => {
     const maxRounds = 6000;
     const budgetMs = 3000;
     const started = performance.now();
-    const group = startWorkers(workerScript('queue-close-race.mjs'), 1);
+    const group = startWorkers('queue:close-race', 1);
     running.push(group);
     const outcomes = new Map<number, string>();
     const unhandled: string[] = [];

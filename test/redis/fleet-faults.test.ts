@@ -1,10 +1,10 @@
 import { once } from 'node:events';
-import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../../src/index.js';
 import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../../src/redis/index.js';
 import { RedisServer, withRedisServer } from '../helpers/redis.js';
+import { scenarioWorker } from '../helpers/threads.js';
 
 // Fleet mode when things go wrong: Redis gone or hung, a refund after a cached refusal,
 // options given without the blocks they are for.
@@ -263,8 +263,6 @@ describe('fleet mode faults: options', () => {
 });
 
 describe('fleet mode faults: a thread that stops after claiming a fetch', () => {
-  const CLAIMER = new URL('../fixtures/redis/fleet-claimer.mjs', import.meta.url);
-
   for (const mode of ['computes', 'exits'] as const) {
     it(`a thread that claims a key's fetch and then ${mode} does not make the others' calls unavailable`, async () => {
       const tb = new TokenBucket({
@@ -277,7 +275,7 @@ describe('fleet mode faults: a thread that stops after claiming a fetch', () => 
         prefix: `ff-claim-${mode}`,
       });
       const release = new SharedArrayBuffer(4);
-      const worker = new Worker(CLAIMER, {
+      const worker = scenarioWorker('redis:fleet-claimer', {
         workerData: {
           handle: tb.handle,
           port: server.port,
