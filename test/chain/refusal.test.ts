@@ -63,6 +63,22 @@ describe('a refused chain says when the whole chain admits', () => {
 });
 
 describe('a refused chain reports the members it gave back as after the give-back', () => {
+  it('remaining counts the permits given back, in nested chains too', () => {
+    const clock = new ManualClock();
+    const bucket = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });
+    const log = new SlidingLog({ limit: 20, windowMs: 1000, clock });
+    const window = new FixedWindow({ limit: 3, windowMs: 1000, clock });
+    expect(window.tryAcquire('k', 3)).toBe(true);
+    const d = chain(chain(bucket, log), window).consume('k', 2);
+    expect(d.allowed).toBe(false);
+    const [inner] = d.decisions as unknown as [
+      { remaining: number; decisions: { remaining: number }[] },
+    ];
+    expect(inner.remaining).toBe(10);
+    expect(inner.decisions.map((x) => x.remaining)).toEqual([10, 20]);
+    expect([bucket.stats('k').available, log.stats('k').available]).toEqual([10, 20]);
+  });
+
   it('a bucket given back reports the reset of its state after the give-back', () => {
     const clock = new ManualClock();
     const bucket = new TokenBucket({ capacity: 10, refillPerSecond: 1, clock });

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
+import { diff31 } from '../../src/clock.js';
 import { DeadlineTimer, due } from '../../src/deadlines.js';
 
 // The one timer both transports (cluster channel, Redis runner) arm for their calls.
@@ -56,5 +57,18 @@ describe('DeadlineTimer', () => {
     expect(due(10, 9.999)).toBe(false);
     expect(due(10, 10)).toBe(true);
     expect(due(10, 11)).toBe(true);
+  });
+});
+
+describe('diff31: times kept modulo 2^31 ms (lock and fetch-claim deadlines)', () => {
+  it('is the signed difference across the wrap, where (a − b) | 0 is not', () => {
+    const wrap = 0x80000000;
+    // A deadline 10 ms before the wrap, the clock 5 ms after it: lapsed 15 ms ago.
+    expect(diff31(5, wrap - 10)).toBe(15);
+    expect((5 - (wrap - 10)) | 0).toBeLessThan(0); // what the lock read before: not lapsed
+    // A deadline 5 ms after the wrap, the clock 10 ms before it: 15 ms to go.
+    expect(diff31(wrap - 10, 5)).toBe(-15);
+    expect(diff31(1000, 400)).toBe(600);
+    expect(diff31(400, 1000)).toBe(-600);
   });
 });

@@ -2,6 +2,7 @@ import diagnosticsChannel from 'node:diagnostics_channel';
 import { describe, expect, it } from 'vitest';
 import {
   Concurrency,
+  chain,
   FixedWindow,
   ManualClock,
   SlidingLog,
@@ -9,7 +10,7 @@ import {
   TokenBucket,
 } from '../../src/index.js';
 
-// Issue #12: honest refusals when the key table is full, and memory a user can predict.
+// Honest refusals when the key table is full, and memory a user can predict.
 
 /** keys: 1 makes 2 stripes of 16 slots: 32 keyed slots, every key may use any of them. */
 function fill(limiter: { tryAcquire(key: string): boolean }, prefix = 'k'): number {
@@ -179,5 +180,27 @@ describe('memory a user can predict', () => {
     expect(() => new TokenBucket({ capacity: 1, refillPerSecond: 1, maxBytes: 2 ** 40 })).toThrow(
       /option "maxBytes" must be an integer/,
     );
+  });
+});
+
+describe('acquire() granted with no slot (whenFull: allow) holds nothing', () => {
+  it('its lease gives nothing back, alone or in a chain', async () => {
+    for (const inChain of [false, true]) {
+      const limiter = new Concurrency({ limit: 1, keys: 16, maxKeys: 16, whenFull: 'allow' });
+      const others: string[] = [];
+      for (let i = 0; limiter.consume('x').reason !== 'table-full'; i++) {
+        limiter.release('x');
+        if (i > 10_000) throw new Error('the table never filled');
+        const d = limiter.consume(`other${i}`);
+        if (d.allowed && d.reason === undefined) others.push(`other${i}`);
+      }
+      const acquirer = inChain ? chain(limiter) : limiter;
+      const slotless = await acquirer.acquire('x'); // let through: no slot, nothing taken
+      for (const other of others) limiter.release(other);
+      expect(limiter.tryAcquire('x')).toBe(true); // the key's only permit
+      slotless.release();
+      expect(limiter.tryAcquire('x')).toBe(false); // still held
+      expect(limiter.stats('x').available).toBe(0);
+    }
   });
 });

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { attach, FixedWindow, ManualClock, SlidingLog, TokenBucket } from '../../src/index.js';
 import { startWorkers } from '../helpers/threads.js';
 
-// Issue #12: a table that grows in place, up to maxKeys, under load.
+// A table that grows in place, up to maxKeys, under load.
 
 describe('a growing key table', () => {
   it('grows from 16 keys to 20 000 active keys without refusing one, counting each exactly', () => {

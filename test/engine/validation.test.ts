@@ -145,3 +145,44 @@ describe('errors', () => {
     expect(other).not.toBeInstanceOf(QueueFullError);
   });
 });
+
+describe('misuse is refused clearly', () => {
+  it('option and argument errors carry Node-style codes', () => {
+    const errorOf = (f: () => unknown) => {
+      try {
+        f();
+      } catch (error) {
+        return error as { code?: string; name?: string };
+      }
+      throw new Error('no error');
+    };
+    // @ts-expect-error: capacity must be a number
+    const t = errorOf(() => new TokenBucket({ capacity: '5', refillPerSecond: 1 }));
+    expect(t).toMatchObject({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+    const r = errorOf(() => new TokenBucket({ capacity: 0, refillPerSecond: 1 }));
+    expect(r).toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
+    expect(errorOf(() => limiter.tryAcquire('k', 6))).toMatchObject({ code: 'ERR_OUT_OF_RANGE' });
+    // @ts-expect-error: a key is a string or a number
+    expect(errorOf(() => limiter.tryAcquire({}))).toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' });
+  });
+
+  it('keys longer than 4096 bytes of UTF-8 are a RangeError; 4096 bytes are fine', () => {
+    const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
+    expect(limiter.tryAcquire('a'.repeat(4096))).toBe(true);
+    expect(limiter.tryAcquire('é'.repeat(2048))).toBe(true); // 4096 bytes
+    expect(() => limiter.tryAcquire('a'.repeat(4097))).toThrow(/at most 4096 bytes/);
+    expect(() => limiter.tryAcquire('é'.repeat(2049))).toThrow(RangeError);
+    expect(() => limiter.consume('x'.repeat(100_000_000))).toThrow(RangeError);
+  });
+
+  it('stats() still reads after close(); the calls that take or give permits throw', () => {
+    const limiter = new TokenBucket({ capacity: 5, refillPerSecond: 1 });
+    limiter.tryAcquire('k', 2);
+    limiter.close();
+    expect(limiter.stats('k')).toMatchObject({ available: 3, admitted: 2 });
+    expect(() => limiter.tryAcquire('k')).toThrow(/closed/);
+    expect(() => limiter.refund('k')).toThrow(/closed/);
+    expect(() => limiter.reset('k')).toThrow(/closed/);
+  });
+});

@@ -4,7 +4,7 @@ import { scenarioWorker } from '../helpers/threads.js';
 
 // acquire() after a late wake-up: the waiters are granted when they wake, never "as of"
 // their due time, so no instant sees more than a leaky bucket's one permit or a token
-// bucket's capacity. Tests import from ../src and the workers from ../dist: build first.
+// bucket's capacity. Tests import from src/ and the worker scenarios from dist/: build first.
 
 /** Lets waitAsync callbacks and promise reactions run (no timers involved). */
 async function settle(): Promise<void> {
@@ -105,4 +105,64 @@ describe('waiters woken late', () => {
       .sort((a, b) => a - b);
     expect(late[Math.floor(late.length / 2)]!).toBeLessThanOrEqual(intervalUs / 100);
   }, 30_000);
+});
+
+describe('acquire() when wake-ups are late', () => {
+  // A deterministic stand-in for late wake-ups: time moves in uneven steps of 2…25 ms, so
+  // the head waiter always looks late, by up to a dozen intervals. A late waiter is granted
+  // when it wakes, never as of its due time: one permit per step at most (the bucket's
+  // burst of one), never the overdue dozen at once, and never more than the rate allows.
+  it.each([
+    [
+      'LeakyBucket',
+      (clock: ManualClock) => new LeakyBucket({ capacity: 2000, ratePerSecond: 500, clock }),
+    ],
+    [
+      'TokenBucket of capacity 1',
+      (clock: ManualClock) =>
+        new TokenBucket({ capacity: 1, refillPerSecond: 500, queueLimit: 2000, clock }),
+    ],
+  ] as const)(
+    '%s: grants one permit per late wake-up, never a burst of the overdue ones',
+    async (_, make) => {
+      const clock = new ManualClock();
+      const limiter = make(clock);
+      let granted = 0;
+      const all = Array.from({ length: 1500 }, () =>
+        limiter.acquire('k').then(() => {
+          granted++;
+        }),
+      );
+      let seed = 7;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      await settle();
+      expect(granted).toBe(1); // the bucket was drained: the first at once
+      let steps = 0;
+      while (clock.nowMs() < 2000) {
+        clock.advance(2 + Math.floor(random() * 23));
+        steps++;
+        await settle();
+        // One permit every 2 ms at most, and one per step: each step is at least 2 ms.
+        expect(granted).toBe(1 + steps);
+        expect(granted).toBeLessThanOrEqual(Math.floor(clock.nowMs() / 2) + 1);
+      }
+      // Then on time (the clock moved one interval at a time): one every 2 ms, exactly.
+      const before = granted;
+      for (let k = 0; k < 100; k++) {
+        clock.advance(2);
+        await settle();
+      }
+      expect(granted - before).toBe(100);
+      for (let left = 1500 - granted; left > 0; left--) {
+        clock.advance(2);
+        await settle();
+      }
+      await Promise.all(all);
+      expect(granted).toBe(1500);
+    },
+    60_000,
+  );
 });

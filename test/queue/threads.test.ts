@@ -14,14 +14,14 @@ import {
 import { startWorkers, type WorkerGroup } from '../helpers/threads.js';
 
 // The FIFO wait queue across real worker threads. Waiters live in workers (mostly the
-// agents of test/workers/queue-agent.mjs, told what to do by message); the main thread
+// agents of scenario queue:agent, told what to do by message); the main thread
 // holds and gives back permits, moves a ManualClock, closes, and reads stats(). Orders and
 // counts are exact: a step waits for a shared-buffer signal or a message, never for time
 // to pass. Only timeouts and dead threads involve real time, bounded widely.
 
 // ---- helpers ---------------------------------------------------------------------------
 
-// Word indexes and outcome codes of the shared `events` buffer (test/workers/lib.mjs).
+// Word indexes and outcome codes of the shared `events` buffer (test/fixtures/scenarios/lib.mjs).
 const EV_ENQUEUED = 0;
 const EV_CLAIMED = 1;
 const EV_WRITTEN = 2;
@@ -126,7 +126,7 @@ function pending<T>(promise: Promise<T>): Promise<T> {
   return promise;
 }
 
-/** Worker threads that wait on limiters when told to (test/workers/queue-agent.mjs). */
+/** Worker threads that wait on limiters when told to (scenario queue:agent). */
 class Agents {
   readonly events = new Int32Array(new SharedArrayBuffer(4 * 1024));
   private readonly group: WorkerGroup<unknown>;
@@ -482,7 +482,7 @@ describe('leaving the queue from another thread', () => {
       outcomes: outcomes.buffer,
     });
     running.push(group);
-    // Per worker: START, ENQUEUED, GO, DONE (test/workers/queue-race.mjs).
+    // Per worker: START, ENQUEUED, GO, DONE (scenario queue:abort-race).
     const word = (worker: number, w: number) => worker * 4 + w;
     const set = (index: number, value: number) => {
       Atomics.store(control, index, value);
