@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { LeakyBucket, ManualClock, TokenBucket } from '../../src/index.js';
 import { admitted } from '../helpers/limiters.js';
+import { seededRandom } from '../helpers/random.mjs';
 
 describe('TokenBucket', () => {
   it('refills continuously: one token per 1/refillPerSecond', () => {
@@ -68,11 +69,7 @@ describe('TokenBucket', () => {
     const capacity = 20;
     const rate = 7.3;
     const bucket = new TokenBucket({ capacity, refillPerSecond: rate, clock });
-    let seed = 42;
-    const random = () => {
-      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-      return seed / 2 ** 32;
-    };
+    const random = seededRandom(42);
     let n = 0;
     let elapsedMs = 0;
     for (let i = 0; i < 200_000; i++) {

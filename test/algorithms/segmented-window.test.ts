@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { mod } from '../../src/algorithms/segmented-window.js';
 import { attach, ManualClock, SlidingWindow } from '../../src/index.js';
 import { admitted } from '../helpers/limiters.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { runWorkers } from '../helpers/threads.js';
 
 // SlidingWindow with `segments` (.NET's SegmentsPerWindow): the window split into equal
@@ -128,11 +129,7 @@ describe('SlidingWindow with segments, at segment boundaries', () => {
     const windowMs = 50;
     const sw = new SlidingWindow({ limit, windowMs, segments, clock });
     const grants: number[] = [];
-    let seed = 12345;
-    const random = () => {
-      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-      return seed / 2 ** 32;
-    };
+    const random = seededRandom(12345);
     let mismatches = 0;
     for (let i = 0; i < 20_000; i++) {
       if (random() < 0.3) clock.advance(Math.floor(random() * 8));

@@ -1,6 +1,7 @@
 import { expect, it } from 'vitest';
 import { ManualClock, WarmingBucket } from '../../src/index.js';
 import { GuavaWarmingUp } from '../helpers/guava.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { startWorkers, waitForCount } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.
@@ -20,11 +21,10 @@ it('threads sharing a WarmingBucket never admit more than Guava would for one ca
     calls,
   });
   let expected = 0;
-  let seed = 12345;
+  const random = seededRandom(12345);
   for (let step = 1; step <= steps; step++) {
     // Steps of 0 to 25 ms (whole µs), and now and then an idle gap that cools it down.
-    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-    const us = step % 300 === 0 ? 1_500_000 : seed % 25_000;
+    const us = step % 300 === 0 ? 1_500_000 : Math.floor(random() * 25_000);
     clock.advance(us / 1000);
     // The one caller Guava knows tries THREADS × calls times at this instant too.
     for (let i = 0; i < THREADS * calls; i++) if (guava.tryAcquire(1, clock.nowUs())) expected++;

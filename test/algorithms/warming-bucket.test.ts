@@ -1,17 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { attach, ManualClock, WarmingBucket } from '../../src/index.js';
 import { GuavaWarmingUp } from '../helpers/guava.js';
-
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+import { seededRandom } from '../helpers/random.mjs';
 
 /** Takes one permit each time the last one's debt is paid; returns the gaps, in ms. */
 function gaps(limiter: WarmingBucket, clock: ManualClock, n: number, key?: string): number[] {
@@ -96,7 +86,7 @@ describe('WarmingBucket (Guava SmoothWarmingUp)', () => {
       const clock = new ManualClock(0);
       const limiter = new WarmingBucket({ ratePerSecond: rate, warmupMs, coldFactor, clock });
       const guava = new GuavaWarmingUp(rate, warmupMs, coldFactor);
-      const next = prng(rate * 7 + warmupMs);
+      const next = seededRandom(rate * 7 + warmupMs);
       const stableUs = 1e6 / rate;
       let admitted = 0;
       // Every decision equal; the largest difference between the debts reported.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LeakyBucket, ManualClock, TokenBucket } from '../../src/index.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { scenarioWorker } from '../helpers/threads.js';
 
 // acquire() after a late wake-up: the waiters are granted when they wake, never "as of"
@@ -133,11 +134,7 @@ describe('acquire() when wake-ups are late', () => {
           granted++;
         }),
       );
-      let seed = 7;
-      const random = () => {
-        seed = (seed * 1103515245 + 12345) % 2 ** 31;
-        return seed / 2 ** 31;
-      };
+      const random = seededRandom(7);
       await settle();
       expect(granted).toBe(1); // the bucket was drained: the first at once
       let steps = 0;

@@ -11,6 +11,7 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { startWorkers, type WorkerGroup } from '../helpers/threads.js';
 
 // The FIFO wait queue across real worker threads. Waiters live in workers (mostly the
@@ -490,6 +491,8 @@ describe('leaving the queue from another thread', () => {
     };
     const problems: string[] = [];
     const leaver = new Map<string, number>();
+    // How long each side waits before its move: seeded, so a failing run's delays repeat.
+    const random = seededRandom(200);
     for (let round = 1; round <= rounds; round++) {
       if (!limiter.tryAcquire('k')) problems.push(`round ${round}: the permit was not free`);
       set(word(0, 0), round);
@@ -502,16 +505,16 @@ describe('leaving the queue from another thread', () => {
         if (queued !== 2) problems.push(`round ${round}: ${queued} queued before the race`);
         if (round % 4 === 1) {
           limiter.release('k');
-          spin(Math.random() * 50);
+          spin(random() * 50);
           set(word(0, 2), round);
         } else {
           set(word(0, 2), round);
-          spin(Math.random() * 50);
+          spin(random() * 50);
           limiter.release('k');
         }
       } else {
         // Worker 0 times out 1 ms after it queued; the permit comes back about then.
-        spin(Math.random() * 1500);
+        spin(random() * 1500);
         limiter.release('k');
       }
       await reach(control, word(0, 3), round, `worker 0 done in round ${round}`);
@@ -745,6 +748,7 @@ describe('close() racing a grant in another thread', () => {
     };
     const problems: string[] = [];
     const tally = new Map<string, number>();
+    const random = seededRandom(6000);
     let round = 0;
     for (; round < maxRounds && problems.length === 0; round++) {
       if (performance.now() - started > budgetMs) break;
@@ -757,7 +761,7 @@ describe('close() racing a grant in another thread', () => {
       // The worker wakes about 20 µs after the release: close() lands before, during or
       // after its grant.
       limiter.release('k');
-      spin(Math.random() * 40);
+      spin(random() * 40);
       limiter.close();
       const outcome = await outcomeOf(round);
       tally.set(outcome, (tally.get(outcome) ?? 0) + 1);

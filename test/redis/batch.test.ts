@@ -12,6 +12,7 @@ import { MAX_BATCH } from '../../src/redis/runner.js';
 import { SLIDING_LOG_SCRIPT } from '../../src/redis/sliding-log.lua.js';
 import { SLIDING_WINDOW_SCRIPT } from '../../src/redis/sliding-window.lua.js';
 import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from '../../src/redis/sliding-window-segments.lua.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // Calls made in one tick go to Redis as ONE EVALSHA of the script's batch form (per hash
@@ -105,17 +106,6 @@ const CASES: [string, Make, number][] = [
   ],
 ];
 
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-
 /** Successful EVALSHA + EVAL commands run by these servers since their last RESETSTAT. */
 async function scriptRuns(ports: readonly number[]): Promise<number> {
   let n = 0;
@@ -147,7 +137,7 @@ async function ticks(
   clock: ManualClock,
   count: number,
 ): Promise<{ calls: number; commands: number }> {
-  const next = prng(name.length * 7919 + keys.length);
+  const next = seededRandom(name.length * 7919 + keys.length);
   let calls = 0;
   let commands = 0;
   for (let tick = 0; tick < count; tick++) {
@@ -291,7 +281,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const [m, r] = make(clock, `b-single-${name}`);
       await cli(server.port, 'SCRIPT', 'FLUSH');
       await resetStats([server.port]);
-      const next = prng(name.length * 31);
+      const next = seededRandom(name.length * 31);
       for (let step = 0; step < 300; step++) {
         if (next() < 0.3) clock.advance(Math.round(next() * 1500 * 1000) / 1000);
         const key = next() < 0.5 ? 'a' : 7;
@@ -319,7 +309,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     it(`${name}: a key passes between single calls and batches, answers equal`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock, `b-handover-${name}`);
-      const next = prng(name.length * 97);
+      const next = seededRandom(name.length * 97);
       let alone = 0;
       let batched = 0;
       for (let step = 0; step < 200; step++) {
@@ -539,7 +529,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
         const clock = new ManualClock(1_000_000);
         const r = make(clock, `b-lease-${name}-${batched}`);
         const call = (r as unknown as { call: Call }).call.bind(r);
-        const next = prng(name.length * 53);
+        const next = seededRandom(name.length * 53);
         const replies: unknown[] = [];
         for (let step = 0; step < 300; step++) {
           if (next() < 0.3) clock.advance(Math.round(next() * moveMs * 1000) / 1000);

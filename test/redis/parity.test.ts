@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import * as mem from '../../src/index.js';
 import { ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { withRedisServer } from '../helpers/redis.js';
 
 // One seeded random sequence of calls (keys, permits, time steps, refunds) goes through the
@@ -10,17 +11,6 @@ import { withRedisServer } from '../helpers/redis.js';
 // field for field (allowed, remaining, retryAfterMs, resetAfterMs, reason), and so must
 // every tryAcquire() answer and, at the end, each key's available permits. Calls go one at
 // a time: each runs alone, by the algorithm's single-call script where it has one.
-
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 type Pair = {
   m: mem.AnyLimiter;
@@ -210,7 +200,7 @@ describe('Redis limiters decide exactly as the in-memory classes', () => {
       it(`${name}: 400 random calls ${withRefunds ? 'with refunds ' : ''}give equal decisions`, async () => {
         const clock = new ManualClock(0);
         const { m, r, windowMs } = make(redis, clock, `parity-${name}-${withRefunds}`);
-        const next = prng(name.length * 1000 + (withRefunds ? 7 : 1));
+        const next = seededRandom(name.length * 1000 + (withRefunds ? 7 : 1));
         const keys = ['a', 'b{x}', 42];
         const limit = m.limit;
         for (let step = 0; step < 400; step++) {

@@ -2,6 +2,7 @@ import type { Redis as IoRedis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { REDIS_TIME_SLACK_MS } from '../../src/redis/base.js';
 import * as red from '../../src/redis/index.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { withRedisServer } from '../helpers/redis.js';
 
 // On Redis time, a call alone keeps its key's TTL (`SET … KEEPTTL`) when the state it writes
@@ -130,17 +131,6 @@ end
 local t1 = redis.call('TIME')
 return {t0[1], t0[2], t1[1], t1[2], unpack(out)}`;
 
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-
 /** The SETs of `key` that scripts run while `body` runs, by how they treat the TTL. */
 async function countSets(
   redis: IoRedis,
@@ -191,7 +181,7 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       const keys = limiter.redisKeys('k');
       // The key a call SETs: the state's, or (SlidingLog) its counters'.
       const key = keys[keys.length - 1]!;
-      const next = prng(c.name.length * 7919);
+      const next = seededRandom(c.name.length * 7919);
       let checked = 0;
       let firstUs = 0;
       let lastUs = 0;

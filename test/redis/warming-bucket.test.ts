@@ -2,18 +2,8 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { ManualClock, WarmingBucket } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
+import { seededRandom } from '../helpers/random.mjs';
 import { withRedisServer } from '../helpers/redis.js';
-
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 // One seeded random sequence of calls (keys, permits, time steps, refunds) through the
 // Redis and the in-memory WarmingBucket on one ManualClock: every Decision equal, field for
@@ -38,7 +28,7 @@ describe('Redis WarmingBucket decides exactly as the in-memory one', () => {
         const prefix = `warm-${rate}-${withRefunds}`;
         const r = new red.WarmingBucket({ ...options, redis, prefix });
         expect(r.limit).toBe(m.limit);
-        const next = prng(rate * 1000 + (withRefunds ? 7 : 1));
+        const next = seededRandom(rate * 1000 + (withRefunds ? 7 : 1));
         const keys = ['a', 'b{x}', 42];
         const stableMs = 1000 / rate;
         for (let step = 0; step < 600; step++) {
