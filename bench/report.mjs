@@ -539,18 +539,40 @@ function redisSection(r) {
     name,
     us(x.p50Us),
     us(x.p99Us),
-    us(x.inFlight64PerCallUs),
-    x.serverUsPerCall === undefined ? '—' : us(x.serverUsPerCall),
-    x.serverUsPerCallInFlight === undefined ? '—' : us(x.serverUsPerCallInFlight),
+    us(x.inFlightPerCallUs),
+    us(x.cpuUsPerDecision),
+    us(x.cpuUsPerDecisionInFlight),
   ];
-  const s = r.subjects;
-  const q = r.ratios;
+  const rows = (w) => {
+    const s = r.workloads[w].subjects;
+    return [
+      row('  atomic-limiter/redis TokenBucket tryAcquire', s.tryAcquire),
+      row('  atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
+      row('  rate-limiter-flexible RateLimiterRedis consume', s.rlf),
+      row('  floor: EVALSHA return 1', s.floor),
+      row('  state floor: TIME, GET, SET … KEEPTTL', s.stateFloor),
+    ];
+  };
+  const h = r.workloads.hotKey.ratios;
+  const m = r.workloads.manyKeys.ratios;
+  const ratio = (name, k) => [
+    name,
+    fmtRatio(h[`tryAcquire${k}`]),
+    fmtRatio(h[`consume${k}`]),
+    fmtRatio(m[`tryAcquire${k}`]),
+    fmtRatio(m[`consume${k}`]),
+  ];
+  const c = r.commands;
+  const d = r.down;
+  const ms = (x) => (x === null || x === undefined ? '-' : fmtNs(x * 1e6));
   return [
     '== Redis: one redis-server on loopback, one ioredis client per subject, every call allowed',
     `one at a time: each call awaited before the next, p50 / p99. ${r.inFlight} in flight: ${r.inFlight} loops each awaiting`,
-    `its own calls; per call = wall ÷ calls. Medians of ${r.rounds} shuffled rounds (in flight: ${r.inFlightRounds ?? r.rounds}); ratios: the rounds' medians.`,
+    `its own calls; per call = wall ÷ calls. ${r.keys} keys: each call the next key of a fixed pseudo-random sequence.`,
+    `Medians of ${r.rounds} shuffled rounds (in flight: ${r.inFlightRounds}); time ratios: medians of the rounds' own.`,
     "Floor: EVALSHA of 'return 1'. State floor: a script of TIME, GET, SET … KEEPTTL alone (a constant value).",
-    "Redis CPU: the script commands' time (INFO commandstats) ÷ calls.",
+    `Redis CPU per decision: INFO commandstats usec of the commands the subject sends (ours: ${c.tryAcquire.join(', ')};`,
+    `rlf: ${c.rlf.join(', ')}) ÷ decisions, after CONFIG RESETSTAT; CPU ratios: of the totals.`,
     '',
     table(
       [
@@ -558,25 +580,38 @@ function redisSection(r) {
         { title: 'p50', align: 'right' },
         { title: 'p99', align: 'right' },
         { title: `${r.inFlight} in flight`, align: 'right' },
-        { title: 'Redis CPU: alone', align: 'right' },
-        { title: `in flight`, align: 'right' },
+        { title: 'Redis CPU: one at a time', align: 'right' },
+        { title: 'in flight', align: 'right' },
       ],
-      [
-        row('atomic-limiter/redis TokenBucket tryAcquire', s.tryAcquire),
-        row('atomic-limiter/redis TokenBucket consume (a Decision)', s.consume),
-        row('rate-limiter-flexible RateLimiterRedis consume', s.rlf),
-        row('floor: EVALSHA return 1', s.floor),
-        ...(s.stateFloor ? [row('state floor: TIME, GET, SET … KEEPTTL', s.stateFloor)] : []),
-      ],
+      ['one hot key', ...rows('hotKey'), `${r.keys} keys`, ...rows('manyKeys')],
     ),
     '',
-    `ours ÷ floor, one at a time: tryAcquire ${fmtRatio(q.oneAtATimeOverFloor)}×, consume ${fmtRatio(q.consumeOverFloor)}×`,
-    ...(q.stateFloorOverFloor === undefined
-      ? []
-      : [
-          `state floor ÷ floor, one at a time: ${fmtRatio(q.stateFloorOverFloor)}× (the least any stored decision costs); tryAcquire ÷ state floor: ${fmtRatio(q.oneAtATimeOverStateFloor)}×`,
-        ]),
-    `ours ÷ rlf, ${r.inFlight} in flight: tryAcquire ${fmtRatio(q.inFlightOverRlf)}×, consume ${fmtRatio(q.consumeInFlightOverRlf)}×`,
+    table(
+      [
+        { title: 'ours ÷ …', align: 'left' },
+        { title: 'hot key: tryAcquire', align: 'right' },
+        { title: 'consume', align: 'right' },
+        { title: `${r.keys} keys: tryAcquire`, align: 'right' },
+        { title: 'consume', align: 'right' },
+      ],
+      [
+        ratio(`rlf, ${r.inFlight} in flight (per call)`, 'InFlightOverRlf'),
+        ratio('rlf, one at a time (p50)', 'OverRlf'),
+        ratio('state floor, one at a time (p50)', 'OverStateFloor'),
+        ratio('floor, one at a time (p50)', 'OverFloor'),
+        ratio('rlf, Redis CPU one at a time', 'CpuOverRlf'),
+        ratio(`rlf, Redis CPU ${r.inFlight} in flight`, 'CpuInFlightOverRlf'),
+      ],
+    ),
+    `state floor ÷ floor, one at a time: hot key ${fmtRatio(h.stateFloorOverFloor)}×, ${r.keys} keys ${fmtRatio(m.stateFloorOverFloor)}× (the least any stored decision costs)`,
+    '',
+    ...(d
+      ? [
+          `Redis down (a redis-server of its own, SIGKILLed; TokenBucket whenUnavailable 'allow', timeoutMs ${d.timeoutMs}; ioredis defaults):`,
+          `  first decision ${ms(d.firstMs)}; the ${d.decisionsWhileDown - 1} after it in ${d.downMs / 1000} s down: median ${ms(d.medianAfterFirstMs)}, p99 ${ms(d.p99AfterFirstMs)}`,
+          `  back on Redis ${ms(d.backAfterRestartMs)} after the restarted server's first PONG (${d.decisionsUntilBack} decisions, 1 ms apart, after the restart)`,
+        ]
+      : []),
   ].join('\n');
 }
 

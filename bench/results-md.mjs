@@ -87,18 +87,31 @@ export function summaryTable(result) {
     ]);
   }
   const q = result.redis;
-  if (q?.subjects) {
+  if (q?.workloads) {
+    const hot = q.workloads.hotKey;
+    const many = q.workloads.manyKeys;
     rows.push([
-      'Redis: tryAcquire, one at a time',
-      us(q.subjects.tryAcquire.p50Us),
-      `${fmtRatio(q.ratios.oneAtATimeOverFloor)}× an EVALSHA of return 1`,
-      `rate-limiter-flexible ${fmtRatio(q.subjects.rlf.p50Us / q.subjects.tryAcquire.p50Us)}×`,
+      'Redis: tryAcquire, one at a time, hot key',
+      us(hot.subjects.tryAcquire.p50Us),
+      `${fmtRatio(hot.ratios.tryAcquireOverStateFloor)}× the state floor`,
+      `rate-limiter-flexible ${fmtRatio(1 / hot.ratios.tryAcquireOverRlf)}×`,
     ]);
+    for (const [w, label] of [
+      [hot, 'hot key'],
+      [many, `${q.keys} keys`],
+    ]) {
+      rows.push([
+        `Redis: tryAcquire, ${q.inFlight} in flight, ${label}`,
+        `${us(w.subjects.tryAcquire.inFlightPerCallUs)} per call`,
+        '-',
+        `rate-limiter-flexible ${fmtRatio(1 / w.ratios.tryAcquireInFlightOverRlf)}×`,
+      ]);
+    }
     rows.push([
-      `Redis: tryAcquire, ${q.inFlight} in flight`,
-      `${us(q.subjects.tryAcquire.inFlight64PerCallUs)} per call`,
+      `Redis CPU per decision: tryAcquire, ${q.inFlight} in flight, ${q.keys} keys`,
+      us(many.subjects.tryAcquire.cpuUsPerDecisionInFlight),
       '-',
-      `rate-limiter-flexible ${fmtRatio(1 / q.ratios.inFlightOverRlf)}×`,
+      `rate-limiter-flexible ${fmtRatio(1 / many.ratios.tryAcquireCpuInFlightOverRlf)}×`,
     ]);
   }
   const f = result.fleet;
@@ -423,53 +436,84 @@ function httpSection(h) {
 
 function redisSection(r) {
   if (r.skipped) return `## Redis\n\nSkipped: ${r.skipped}.`;
-  const row = (name, x) =>
-    x && [
-      name,
-      us(x.p50Us),
-      us(x.p99Us),
-      us(x.inFlight64PerCallUs),
-      us(x.serverUsPerCall),
-      us(x.serverUsPerCallInFlight),
+  const row = (name, x) => [
+    name,
+    us(x.p50Us),
+    us(x.p99Us),
+    us(x.inFlightPerCallUs),
+    us(x.cpuUsPerDecision),
+    us(x.cpuUsPerDecisionInFlight),
+  ];
+  const rows = (w, label) => {
+    const s = r.workloads[w].subjects;
+    return [
+      row(`${label}: TokenBucket tryAcquire`, s.tryAcquire),
+      row(`${label}: TokenBucket consume`, s.consume),
+      row(`${label}: rate-limiter-flexible RateLimiterRedis`, s.rlf),
+      row(`${label}: floor, EVALSHA return 1`, s.floor),
+      row(`${label}: state floor, TIME, GET, SET … KEEPTTL`, s.stateFloor),
     ];
-  const s = r.subjects;
-  const q = r.ratios;
+  };
+  const h = r.workloads.hotKey.ratios;
+  const m = r.workloads.manyKeys.ratios;
+  const ratio = (name, k) => [
+    name,
+    fmtRatio(h[`tryAcquire${k}`]),
+    fmtRatio(h[`consume${k}`]),
+    fmtRatio(m[`tryAcquire${k}`]),
+    fmtRatio(m[`consume${k}`]),
+  ];
+  const d = r.down;
+  const ms = (x) => (x === undefined || x === null ? '-' : fmtNs(x * 1e6));
   return [
     '## Redis',
     '',
     md(
       [
-        L('subject'),
+        L('workload: subject'),
         R('p50'),
         R('p99'),
         R(`per call, ${r.inFlight} in flight`),
-        R('Redis CPU, alone'),
-        R('Redis CPU, in flight'),
+        R('Redis CPU per decision, one at a time'),
+        R(`Redis CPU per decision, ${r.inFlight} in flight`),
       ],
-      [
-        row('TokenBucket tryAcquire', s.tryAcquire),
-        row('TokenBucket consume', s.consume),
-        row('rate-limiter-flexible RateLimiterRedis', s.rlf),
-        row('floor: EVALSHA return 1', s.floor),
-        row('state floor: TIME, GET, SET … KEEPTTL', s.stateFloor),
-      ].filter(Boolean),
+      [...rows('hotKey', 'hot key'), ...rows('manyKeys', `${r.keys} keys`)],
     ),
     '',
     md(
-      [L('ratio'), R('tryAcquire'), R('consume')],
       [
-        [
-          'ours ÷ floor, one at a time',
-          fmtRatio(q.oneAtATimeOverFloor),
-          fmtRatio(q.consumeOverFloor),
-        ],
-        [
-          `ours ÷ rate-limiter-flexible, ${r.inFlight} in flight`,
-          fmtRatio(q.inFlightOverRlf),
-          fmtRatio(q.consumeInFlightOverRlf),
-        ],
+        L('ours ÷'),
+        R('hot key: tryAcquire'),
+        R('hot key: consume'),
+        R(`${r.keys} keys: tryAcquire`),
+        R(`${r.keys} keys: consume`),
+      ],
+      [
+        ratio(`rate-limiter-flexible, ${r.inFlight} in flight`, 'InFlightOverRlf'),
+        ratio('rate-limiter-flexible, one at a time', 'OverRlf'),
+        ratio('state floor, one at a time', 'OverStateFloor'),
+        ratio('floor, one at a time', 'OverFloor'),
+        ratio('rate-limiter-flexible, Redis CPU, one at a time', 'CpuOverRlf'),
+        ratio(`rate-limiter-flexible, Redis CPU, ${r.inFlight} in flight`, 'CpuInFlightOverRlf'),
       ],
     ),
+    ...(d
+      ? [
+          '',
+          md(
+            [L(`Redis down: whenUnavailable 'allow', timeoutMs ${d.timeoutMs}`), R('')],
+            [
+              ['first decision', ms(d.firstMs)],
+              [
+                `median decision after the first (${d.decisionsWhileDown - 1} in ${d.downMs / 1000} s)`,
+                ms(d.medianAfterFirstMs),
+              ],
+              ['p99 decision after the first', ms(d.p99AfterFirstMs)],
+              ['back on Redis after the restarted server answers', ms(d.backAfterRestartMs)],
+            ],
+          ),
+        ]
+      : []),
   ].join('\n');
 }
 

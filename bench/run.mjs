@@ -15,8 +15,10 @@
 // 5. The HTTP middleware (http.mjs): autocannon against Express and Fastify "hello world" with
 //    no limiter, with atomic-limiter/http, and with express-rate-limit / @fastify/rate-limit.
 // 6. Redis (redis.mjs): atomic-limiter/redis beside rate-limiter-flexible's RateLimiterRedis on
-//    one redis-server started for the run, and the floor (a trivial EVALSHA round trip); fleet
-//    mode (fleet.mjs); each skipped with one line when redis-server is not on the PATH.
+//    one redis-server started for the run, one hot key and 1 024 keys, beside the floor (a
+//    trivial EVALSHA round trip) and the state floor, with Redis's CPU per decision; then Redis
+//    killed and restarted under whenUnavailable 'allow'; fleet mode (fleet.mjs); each skipped
+//    with one line when redis-server is not on the PATH.
 // 6c. Host mode (host.mjs): host memory beside worker threads (decision, N processes on one
 //    key, cross-process wake-up); skipped with one line when its native addon cannot load.
 // 7. The report: console tables, bench/results/latest.json, latency.svg, throughput.svg, and
@@ -141,7 +143,10 @@ if (opts.parts.has('http')) {
 if (opts.parts.has('redis')) {
   if (haveRedisServer()) {
     progress(`[${elapsed()}] redis: ours and rate-limiter-flexible on one redis-server`);
-    result.redis = await runRedis({ quick: opts.quick });
+    result.redis = await runRedis({
+      quick: opts.quick,
+      progress: (m) => progress(`[${elapsed()}] ${m}`),
+    });
   } else {
     progress('redis: skipped — no redis-server on the PATH');
     result.redis = { skipped: 'no redis-server on the PATH' };

@@ -14,10 +14,10 @@ import { SlidingLog } from './algorithms/sliding-log.js';
 import { SlidingWindow } from './algorithms/sliding-window.js';
 import { TokenBucket } from './algorithms/token-bucket.js';
 import { WarmingBucket } from './algorithms/warming-bucket.js';
-import { headerAlgo } from './buffer.js';
 import { type Clock, type ClockHandle, ManualClock, monotonicClock } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
-import { LAYOUT_VERSION } from './layout.js';
+import { headerAlgo } from './engine/buffer.js';
+import { LAYOUT_VERSION } from './engine/layout.js';
 import { Attached, type LimiterHandle } from './options.js';
 import { show, typeError } from './validate.js';
 

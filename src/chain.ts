@@ -2,7 +2,7 @@ import { warnGiveBackFailed } from './errors.js';
 import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
 import type { AcquireOptions, Decision, Lease } from './options.js';
-import { acquireOptions, permitsError, show, typeError } from './validate.js';
+import { acquireOptions, checkPermits, show, typeError } from './validate.js';
 
 /**
  * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
@@ -146,9 +146,7 @@ export class Chain<M extends ChainMember = ChainMember> {
 
   private check(permits: number): void {
     const limit = this.limit;
-    if (!(permits >= 1 && permits <= limit) || (permits | 0) !== permits) {
-      throw permitsError('chain', permits, limit);
-    }
+    checkPermits('chain', permits, limit);
   }
 
   /**

@@ -6,7 +6,6 @@ import {
   monotonicClock,
 } from './clock.js';
 import { CoarseClock } from './coarse-clock.js';
-import { DEFAULT_MAX_BYTES, MAX_BUFFER_BYTES } from './layout.js';
 import {
   checkOptionsObject,
   enumOption,
@@ -15,6 +14,11 @@ import {
   show,
   typeError,
 } from './validate.js';
+
+/** Hard ceiling of a limiter's buffer (the layout keeps byte offsets below 2^31). */
+export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
+/** Default budget of shared memory per limiter (option `maxBytes`). */
+export const DEFAULT_MAX_BYTES = 256 * 2 ** 20;
 
 // The public shapes of a limiter (its options, decisions, handle, leases), and the
 // reading of the options every limiter takes.

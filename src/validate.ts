@@ -105,6 +105,24 @@ export function enumOption<T extends string>(
   return value as T;
 }
 
+/**
+ * The permits rule of every call that takes permits (tryAcquire, consume, acquire, refund,
+ * release, on every backend): an integer from 1 to `limit`. (The decision's fast path,
+ * enter() in engine/decision.ts, tests the same rule in fewer bytes of bytecode.)
+ */
+export function isPermits(permits: unknown, limit: number): permits is number {
+  return (
+    (permits as number) >= 1 &&
+    (permits as number) <= limit &&
+    ((permits as number) | 0) === permits
+  );
+}
+
+/** Throws what permitsError() says unless isPermits(permits, limit). */
+export function checkPermits(owner: string, permits: unknown, limit: number): void {
+  if (!isPermits(permits, limit)) throw permitsError(owner, permits, limit);
+}
+
 /** Slow-path explanation of a bad `permits` argument; the hot path only calls this on failure. */
 export function permitsError(owner: string, permits: unknown, limit: number): Error {
   if (typeof permits !== 'number') {

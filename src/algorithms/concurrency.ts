@@ -1,5 +1,7 @@
-import { decide, decideWide } from '../decision.js';
-import { Holders } from '../holders.js';
+import { wakeWaiters } from '../engine/core.js';
+import { decide, decideWide, swap, update } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import { Holders } from '../engine/holders.js';
 import {
   FRESH,
   GEN_MASK,
@@ -10,12 +12,13 @@ import {
   RESERVED,
   S_STATE,
   W_FRESH,
-} from '../layout.js';
-import { granted, type Key, Limiter } from '../limiter.js';
+} from '../engine/layout.js';
+import { GEN_SAFE_SPAN, NO_SLOT } from '../engine/table.js';
+import { forEachHotWord } from '../engine/table-walk.js';
+import { widePayload } from '../engine/wide.js';
+import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { GEN_SAFE_SPAN, NO_SLOT } from '../table.js';
-import { integerOption, permitsError, rangeError } from '../validate.js';
-import { widePayload } from '../wide.js';
+import { checkPermits, integerOption, rangeError } from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
@@ -59,7 +62,7 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     // A key may hold up to the largest limit the limiter had (param 1 after a
     // reconfigure() lowered it): release() takes that many.
@@ -78,12 +81,12 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['limit'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const limit = integerOption(name, 'limit', opts.limit ?? this.limit, 1, MAX_WIDE_CONCURRENCY);
     if (limit > MAX_CONCURRENCY && !this.core.wide) {
       throw rangeError(
@@ -94,15 +97,15 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal A state is the count held: the same under any limit. */
-  protected override get convertsStates(): boolean {
+  override get convertsStates(): boolean {
     return false;
   }
 
   /** @internal */
-  protected override becameShared(): void {
+  override becameShared(): void {
     if (!this.holders.share()) return;
     // Until now this thread was the only one: every permit a slot holds is its own.
-    this.table.forEachHotWord((w) => {
+    forEachHotWord(this.table, (w) => {
       const s = this.i32[w + S_STATE]!;
       if ((s & PAYLOAD_MASK) === RESERVED) return;
       const held = this.held(this.core.wide ? widePayload(s, this.i32[w - 1]!) : s);
@@ -119,11 +122,6 @@ export class Concurrency extends Limiter {
     return { ...common, params: [limit], logRing: 0, holdersPerSlot: 2, wide };
   }
 
-  /** @internal A Lease from `acquire()` gives its permits back on `release()`. */
-  protected override get releasable(): boolean {
-    return true;
-  }
-
   /** @internal Permits held in `state` (a wide table's payload is the count itself). */
   private held(state: number): number {
     if (this.core.wide) return state === W_FRESH ? 0 : state;
@@ -133,7 +131,7 @@ export class Concurrency extends Limiter {
 
   /** @internal Replaces held count `held` of state word `s` (ext `x`) by `next`; true when it took. */
   private swapHeld(w: number, s: number, x: number, next: number): boolean {
-    return this.swap(w, s, x, this.core.wide ? next : (s & GEN_MASK) | next);
+    return swap(this.core, w, s, x, this.core.wide ? next : (s & GEN_MASK) | next);
   }
 
   /**
@@ -145,9 +143,7 @@ export class Concurrency extends Limiter {
    */
   release(key?: Key, permits = 1): void {
     this.checkOpen();
-    if (!(permits >= 1 && permits <= this.mostHeld) || (permits | 0) !== permits) {
-      throw permitsError('Concurrency.release', permits, this.mostHeld);
-    }
+    checkPermits('Concurrency.release', permits, this.mostHeld);
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
     const ref = this.table.find(key);
@@ -164,7 +160,7 @@ export class Concurrency extends Limiter {
         (key === undefined || this.i32[H_CONTROL]! - this.table.epoch < GEN_SAFE_SPAN)
       ) {
         this.i32[w + S_STATE] = (s & GEN_MASK) | (held - permits);
-        this.wakeWaiters(w);
+        wakeWaiters(this.core, w);
         return;
       }
     }
@@ -216,7 +212,7 @@ export class Concurrency extends Limiter {
         taken = ref;
       }
       if (this.swapHeld(w, s, x, held - rest)) {
-        this.wakeWaiters(w);
+        wakeWaiters(this.core, w);
         return;
       }
     }
@@ -229,11 +225,11 @@ export class Concurrency extends Limiter {
     );
   }
 
-  /** @internal A Lease's release: never gives back twice. */
-  override giveLeaseBack(key: Key | undefined, permits: number): void {
+  /** @internal A Lease from `acquire()` gives its permits back on `release()`, never twice. */
+  override releaseLease(key: Key | undefined, permits: number): void {
     this.checkOpen();
     const rest = permits - this.ghostsOf(key, permits);
-    if (rest > 0) this.giveBackUnchecked(key, rest, Number.NaN);
+    if (rest > 0) this.giveBackKey(key, rest);
   }
 
   /** @internal */
@@ -252,22 +248,18 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal refund(), a Lease's release, acquire()'s give-back: records first, as in release(). */
-  protected override giveBackUnchecked(
-    key: Key | undefined,
-    permits: number,
-    _takenUs: number,
-  ): void {
+  override giveBackKey(key: Key | undefined, permits: number): void {
     const ref = this.table.find(key);
     if (ref === NO_SLOT) return;
     const own = this.holders.releasing(ref, permits);
     let before = 0;
-    const next = this.update(key, this.clock.nowUs(), (s, stamp) => {
+    const next = update(this.core, key, this.clock.nowUs(), (s, stamp) => {
       before = s;
       return this.giveBack(s, stamp, 0, permits);
     });
     const given = next === NO_SLOT ? 0 : this.held(before) - this.held(next);
     const core = this.core;
-    const used = given === 0 ? ref : core.lastWord * 16 + (core.priorState >>> GEN_SHIFT);
+    const used = given === 0 ? ref : core.last.word * 16 + (core.last.prior >>> GEN_SHIFT);
     if (used !== ref) {
       // The key's slot changed between the lookup and the CAS (rare): its records, after.
       this.holders.unreleasing(ref, own);
@@ -283,12 +275,12 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal */
-  protected override onHeartbeat(): void {
+  override onHeartbeat(): void {
     this.holders.reap();
   }
 
   /** @internal */
-  protected override remapped(): void {
+  override remapped(): void {
     this.holders.i32 = this.i32;
   }
 
@@ -305,7 +297,7 @@ export class Concurrency extends Limiter {
       const held = this.held(this.core.wide ? widePayload(s, x) : s);
       if (held === 0) return;
       if (this.swapHeld(w, s, x, Math.max(0, held - permits))) {
-        this.wakeWaiters(w);
+        wakeWaiters(this.core, w);
         return;
       }
     }
@@ -314,8 +306,8 @@ export class Concurrency extends Limiter {
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s } = this.core; // time plays no part
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s } = this.core.last; // time plays no part
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s), this.limit, this.untilFreshUs(s));
   }
 
@@ -337,34 +329,34 @@ export class Concurrency extends Limiter {
       if (!decide(core, this, this.step, key, permits, core.clock.nowUs())) return false;
     }
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
-    if (core.lastWord !== NO_SLOT) {
-      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    if (core.last.word !== NO_SLOT) {
+      this.admitted(core.last.word, core.last.prior, core.last.atUs, permits);
     }
     return true;
   }
 
   /** @internal */
-  protected step(state: number, _stamp: number, _nowUs: number, permits: number): number {
+  step(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held + permits > this.limit) return REJECT;
     return (state & GEN_MASK) | (held + permits);
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   /** @internal */
-  protected override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {
+  override stepWide(p: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = p === W_FRESH ? 0 : p;
     return held + permits > this.limit ? REJECT : held + permits;
   }
 
   /** @internal */
-  protected giveBack(state: number, _stamp: number, _nowUs: number, permits: number): number {
+  giveBack(state: number, _stamp: number, _nowUs: number, permits: number): number {
     const held = this.held(state);
     if (held === 0) return state;
     return this.core.wide
@@ -373,18 +365,18 @@ export class Concurrency extends Limiter {
   }
 
   /** @internal */
-  protected available(state: number): number {
+  available(state: number): number {
     // Past the limit after a reconfigure() lowered it.
     return Math.max(0, this.limit - this.held(state));
   }
 
   /** @internal */
-  protected untilFreshUs(state: number): number {
+  untilFreshUs(state: number): number {
     return this.held(state) === 0 ? 0 : Number.POSITIVE_INFINITY;
   }
 
   /** @internal */
-  protected retryEstimateUs(): number {
+  retryEstimateUs(): number {
     return Number.POSITIVE_INFINITY;
   }
 }

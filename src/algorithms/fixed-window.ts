@@ -1,8 +1,10 @@
-import { decide, decideWide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH } from '../layout.js';
-import { granted, Limiter } from '../limiter.js';
+import { near } from '../engine/core.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH } from '../engine/layout.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
+import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { ALGO_FIXED_WINDOW } from './ids.js';
 import {
   readWindowOptions,
@@ -71,24 +73,24 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     return reconfiguredWindow(name, opts, current, 1, this.core.wide, this.param(2));
   }
 
   /** @internal */
-  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+  override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? undefined : [window * this.windowUs, count];
   }
 
   /** @internal */
-  protected override restate(d: number[], nowUs: number): number {
+  override restate(d: number[], nowUs: number): number {
     const window = Math.max(Math.floor(d[0]! / this.windowUs), Math.floor(nowUs / this.windowUs));
     const count = Math.min(d[1]!, this.ceiling);
     if (this.core.wide) return this.packWide(window, count);
@@ -96,7 +98,7 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
     // After a reconfigure(), the largest limit the count field holds (param 2; 0 until
@@ -129,13 +131,13 @@ export class FixedWindow extends Limiter {
       const high = Math.floor(state * this.perCount);
       const count = state - high * this.countSpan;
       const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
-      const stored = Limiter.near(high, ref, this.wBits);
+      const stored = near(high, ref, this.wBits);
       return stored >= window ? { window: stored, count } : { window, count: 0 };
     }
     if ((state & PAYLOAD_MASK) === FRESH) return { window, count: 0 };
     const p = state & PAYLOAD_MASK;
     const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
-    const stored = Limiter.near(p >>> this.countBits, ref, this.wBits);
+    const stored = near(p >>> this.countBits, ref, this.wBits);
     // A stored window later than now means the clock went back: keep counting in it.
     return stored >= window ? { window: stored, count: p & this.countMask } : { window, count: 0 };
   }
@@ -145,15 +147,15 @@ export class FixedWindow extends Limiter {
     return (window & this.wMask) * this.countSpan + count;
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   /** @internal */
-  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+  override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     // read() written out without its object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
     let count = 0;
@@ -161,7 +163,7 @@ export class FixedWindow extends Limiter {
       const high = Math.floor(p * this.perCount);
       const c = p - high * this.countSpan;
       const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
-      const stored = Limiter.near(high, ref, this.wBits);
+      const stored = near(high, ref, this.wBits);
       if (stored >= window) {
         window = stored;
         count = c;
@@ -174,8 +176,8 @@ export class FixedWindow extends Limiter {
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s, stamp: t, atUs: n } = this.core.last;
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
@@ -187,14 +189,14 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+  step(state: number, stamp: number, nowUs: number, permits: number): number {
     // Inline of read() without the object, for the hot path.
     let window = Math.floor(nowUs / this.windowUs);
     let count = 0;
     const p = state & PAYLOAD_MASK;
     if (p !== FRESH) {
       const ref = Math.floor((this.epochUs + stamp * STAMP_US) / this.windowUs);
-      const stored = Limiter.near(p >>> this.countBits, ref, this.wBits);
+      const stored = near(p >>> this.countBits, ref, this.wBits);
       if (stored >= window) {
         window = stored;
         count = p & this.countMask;
@@ -205,13 +207,7 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected giveBack(
-    state: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-    takenUs: number,
-  ): number {
+  giveBack(state: number, stamp: number, nowUs: number, permits: number, takenUs: number): number {
     const { window, count } = this.read(state, stamp, nowUs);
     // Permits from a window that has passed are not this window's to give back.
     if (count === 0 || Math.floor(takenUs / this.windowUs) !== window) return state;
@@ -222,7 +218,7 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected available(state: number, stamp: number, nowUs: number): number {
+  available(state: number, stamp: number, nowUs: number): number {
     // Past the limit after a reconfigure() lowered it.
     return Math.max(0, this.limit - this.read(state, stamp, nowUs).count);
   }
@@ -233,13 +229,13 @@ export class FixedWindow extends Limiter {
   }
 
   /** @internal */
-  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+  untilFreshUs(state: number, stamp: number, nowUs: number): number {
     const { window, count } = this.read(state, stamp, nowUs);
     return count === 0 ? 0 : (window + 1) * this.windowUs - nowUs;
   }
 
   /** @internal */
-  protected retryEstimateUs(state: number, stamp: number, nowUs: number): number {
+  retryEstimateUs(state: number, stamp: number, nowUs: number): number {
     return (this.read(state, stamp, nowUs).window + 1) * this.windowUs - nowUs;
   }
 }

@@ -1,3 +1,4 @@
+import { near } from '../engine/core.js';
 import {
   FRESH,
   GEN_MASK,
@@ -7,7 +8,7 @@ import {
   STAMP_US,
   W_FRESH,
   WIDE_SPAN,
-} from '../layout.js';
+} from '../engine/layout.js';
 import { Limiter } from '../limiter.js';
 import type { Attached, Fresh } from '../options.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
@@ -165,7 +166,7 @@ export abstract class Gcra extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     const capacity = this.param(0);
     (this as { limit: number }).limit = capacity;
     // After a reconfigure(), the largest capacity the limiter had (param 2; 0 until then):
@@ -186,13 +187,13 @@ export abstract class Gcra extends Limiter {
   // than a new, smaller capacity is refused until it owes less than the capacity again.
 
   /** @internal */
-  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+  override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     const ahead = this.ahead(state, stamp, nowUs);
     return ahead > 0 ? [ahead, this.k] : undefined;
   }
 
   /** @internal */
-  protected override restate(d: number[], nowUs: number): number {
+  override restate(d: number[], nowUs: number): number {
     // ahead × k′ is an exact integer (both below 2^26): the one rounding is the division's,
     // so units that did not change give the lead back exactly.
     const lead = Math.ceil((d[0]! * this.k) / d[1]!);
@@ -207,7 +208,7 @@ export abstract class Gcra extends Limiter {
 
   /** @internal */
   protected tat(state: number, stamp: number): number {
-    return Limiter.near(state & PAYLOAD_MASK, Math.floor(stamp * STAMP_US * this.scale), 28);
+    return near(state & PAYLOAD_MASK, Math.floor(stamp * STAMP_US * this.scale), 28);
   }
 
   /** @internal */
@@ -224,7 +225,7 @@ export abstract class Gcra extends Limiter {
   // specialise it for neither (see Limiter.tryAcquire).
 
   /** @internal */
-  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+  step(state: number, stamp: number, nowUs: number, permits: number): number {
     // nowUnits(), tat() and encode() written out, in as few bytes of bytecode as V8 allows:
     // the decision path inlines this, and V8 inlines only so much (see decide() in
     // decision.ts). `x << 4 >>> 4` is `x & PAYLOAD_MASK` (a 28-bit literal takes 10 bytes,
@@ -242,7 +243,7 @@ export abstract class Gcra extends Limiter {
     return ((state >>> 28) << 28) | (next >= RESERVED ? 0 : next);
   }
 
-  // The head waiter decides with step() itself (Limiter's stepQueued()), at the time it
+  // The head waiter decides with step() itself (Algorithm's stepQueued()), at the time it
   // wakes: a waiter woken late is granted then, not at its due time. Granting at the due
   // time made up the lateness, but a late timer then granted the overdue waiters — and a
   // new caller — at one instant: a burst a leaky bucket must never show, and past the
@@ -250,17 +251,17 @@ export abstract class Gcra extends Limiter {
 
   /**
    * Whether a head waiter for `permits` must wake at its due time to the microsecond (see
-   * Limiter.punctual): always for a leaky bucket; for a token bucket only when the request
+   * Algorithm.punctual): always for a leaky bucket; for a token bucket only when the request
    * takes the whole burst — else a wake-up later than the due time by less than the rest of
    * the burst finds the tokens it missed still in the bucket, and nothing is lost.
    * @internal
    */
-  protected override punctual(permits: number): boolean {
+  override punctual(permits: number): boolean {
     return this.leaky || permits * this.k >= this.tau;
   }
 
   /** @internal */
-  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+  giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.core.wide) return this.giveBackWide(state, stamp, nowUs, permits);
     if ((state & PAYLOAD_MASK) === FRESH) return state;
     const now = this.nowUnits(nowUs);
@@ -270,19 +271,19 @@ export abstract class Gcra extends Limiter {
   }
 
   /** @internal */
-  protected available(state: number, stamp: number, nowUs: number): number {
+  available(state: number, stamp: number, nowUs: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     if (this.leaky) return ahead === 0 ? this.limit : 0;
     return Math.max(0, Math.min(this.limit, Math.floor((this.tau - ahead) / this.k)));
   }
 
   /** @internal */
-  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+  untilFreshUs(state: number, stamp: number, nowUs: number): number {
     return this.ahead(state, stamp, nowUs) / this.scale;
   }
 
   /** @internal */
-  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+  retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const ahead = this.ahead(state, stamp, nowUs);
     const wait = this.leaky ? ahead : ahead + permits * this.k - this.tau;
     return wait / this.scale;
@@ -295,7 +296,7 @@ export abstract class Gcra extends Limiter {
    * least whole µs r with units(now + r) ≥ max(TAT, now) + queue + own cost − allowance.
    * @internal
    */
-  protected override retryBehindUs(
+  override retryBehindUs(
     state: number,
     stamp: number,
     nowUs: number,
@@ -355,7 +356,7 @@ export abstract class Gcra extends Limiter {
   }
 
   /** @internal */
-  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+  override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const now = this.unitsMod(nowUs);
     const ahead = Math.max(0, this.lead(p, stamp, nowUs, now));
     const cost = permits * this.k;

@@ -1,7 +1,8 @@
-import { decide, decideWide } from '../decision.js';
-import { granted, type Key } from '../limiter.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import { NO_SLOT } from '../engine/table.js';
+import type { Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { NO_SLOT } from '../table.js';
 import { Gcra, leakyQueueLimit, readBucketOptions, reconfiguredBucket } from './gcra.js';
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
@@ -55,17 +56,17 @@ export class LeakyBucket extends Gcra {
   }
 
   /** @internal The bucket is the queue: a capacity lowered by reconfigure() bounds `queueLimit` too. */
-  protected override effectiveQueueLimit(): number {
+  override effectiveQueueLimit(): number {
     return Math.min(this.queueLimit, this.limit);
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['capacity', 'ratePerSecond'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { capacity: this.param(0), rate: this.param(1) };
     return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide, this.param(2));
   }
@@ -73,8 +74,8 @@ export class LeakyBucket extends Gcra {
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s, stamp: t, atUs: n } = this.core.last;
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
@@ -85,9 +86,9 @@ export class LeakyBucket extends Gcra {
     return decide(core, this, this.step, key, permits, core.clock.nowUs());
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }

@@ -1,4 +1,4 @@
-import { STAMP_US } from '../layout.js';
+import { STAMP_US } from '../engine/layout.js';
 import { integerOption, rangeError, show } from '../validate.js';
 import { readWindowOptions } from './window-bits.js';
 

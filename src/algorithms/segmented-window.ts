@@ -1,4 +1,4 @@
-import type { Core } from '../decision.js';
+import type { Core } from '../engine/core.js';
 import {
   FRESH,
   GEN_MASK,
@@ -9,8 +9,8 @@ import {
   S_STATE,
   STAMP_US,
   slotOfHotWord,
-} from '../layout.js';
-import type { LogPool } from '../log-pool.js';
+} from '../engine/layout.js';
+import type { LogPool } from '../engine/log-pool.js';
 import { segmentBits } from './segment-bits.js';
 
 /**
@@ -110,12 +110,12 @@ export class SegmentRing {
   }
 
   /**
-   * Explains `state` (of the slot whose hot word is `core.lastWord`) at `nowUs`: the
+   * Explains `state` (of the slot whose hot word is `core.last.word`) at `nowUs`: the
    * state's segment `a` and count `c`, and `cur`, the segment decisions count in (now's, or
    * `a` if the clock went back).
    */
   private decode(state: number, stamp: number, nowUs: number): void {
-    const w = this.core.lastWord;
+    const w = this.core.last.word;
     this.base = this.pool.start(this.i32, slotOfHotWord(this.layout, w)) >> 2;
     const nowSeg = Math.floor(nowUs / this.segmentUs);
     const p = state & PAYLOAD_MASK;
@@ -176,9 +176,9 @@ export class SegmentRing {
     // An atomic read of the state before the ring's plain reads: it synchronises with the
     // CAS that wrote this state, so the ring entries its roller wrote are seen. Not shared
     // (see Core.shared), this thread was that roller.
-    if (this.core.shared) Atomics.load(this.i32, this.core.lastWord + S_STATE);
+    if (this.core.shared) Atomics.load(this.i32, this.core.last.word + S_STATE);
     const rolls = this.fresh || this.a < this.cur;
-    if (rolls && !this.core.probing) this.roll(state);
+    if (rolls && !this.core.last.probing) this.roll(state);
     if (this.used() + permits > this.limit) return REJECT;
     const count = rolls ? permits : this.c + permits;
     return (state & GEN_MASK) | (mod(this.cur, this.segMod) << this.countBits) | count;
@@ -198,7 +198,7 @@ export class SegmentRing {
    */
   private roll(state: number): void {
     const i32 = this.pool.i32;
-    const w = this.core.lastWord;
+    const w = this.core.last.word;
     const n = this.n;
     const bits = this.countBits;
     const cur = this.cur;

@@ -1,9 +1,17 @@
-import { decide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US } from '../layout.js';
-import { granted, Limiter } from '../limiter.js';
-import type { LogPool } from '../log-pool.js';
+import { decide } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  REJECT,
+  STAMP_US,
+  slotOfHotWord,
+} from '../engine/layout.js';
+import type { LogPool } from '../engine/log-pool.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
+import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_LOG } from './ids.js';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window-bits.js';
@@ -88,7 +96,7 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
   }
@@ -103,12 +111,12 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     const { limit, windowMs } = readLogOptions(name, { ...current, ...opts });
     if (2 * limit > this.layout.logRing) {
@@ -120,7 +128,7 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal A state is the log's head; the entries are times: the same under any options. */
-  protected override get convertsStates(): boolean {
+  override get convertsStates(): boolean {
     return false;
   }
 
@@ -140,7 +148,7 @@ export class SlidingLog extends Limiter {
 
   /** @internal */
   private slot(): number {
-    return this.slotOfRef(this.core.lastWord * 16);
+    return slotOfHotWord(this.layout, this.core.last.word);
   }
 
   /** @internal Positions 0..ring−1 written as long expired; a fresh head is `ring`. */
@@ -190,7 +198,7 @@ export class SlidingLog extends Limiter {
       // or the end of the slot's stamp if sooner — every grant raises the stamp to its own
       // time's before its CAS (decision.ts), so a grant the state holds was made before
       // the stamp ended. A key idle since then finds the entry expired, as it should.
-      if (this.core.probing) return this.core.decisionUs - this.epochUs;
+      if (this.core.last.probing) return this.core.last.atUs - this.epochUs;
       const t = Math.min(relNow, (stamp + 1) * STAMP_US);
       this.recordUnwritten(byte, pos, seq, t);
       if (tries === 2) return t;
@@ -209,8 +217,8 @@ export class SlidingLog extends Limiter {
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s, stamp: t, atUs: n } = this.core.last;
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
@@ -219,14 +227,14 @@ export class SlidingLog extends Limiter {
     const core = this.core;
     if (!decide(core, this, this.step, key, permits, core.clock.nowUs())) return false;
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
-    if (core.lastWord !== NO_SLOT) {
-      this.admitted(core.lastWord, core.priorState, core.decisionUs, permits);
+    if (core.last.word !== NO_SLOT) {
+      this.admitted(core.last.word, core.last.prior, core.last.atUs, permits);
     }
     return true;
   }
 
   /** @internal */
-  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+  step(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const h = this.head(state);
     this.stampSeen = stamp;
@@ -243,7 +251,7 @@ export class SlidingLog extends Limiter {
 
   /** @internal */
   override admitted(w: number, before: number, nowUs: number, permits: number): void {
-    const s = this.slotOfRef(w * 16);
+    const s = slotOfHotWord(this.layout, w);
     const h = this.head(before);
     const relNow = nowUs - this.epochUs;
     // Not shared (see Core.shared): plain reads and writes, nobody else reads the ring.
@@ -284,7 +292,7 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
+  giveBack(state: number, stamp: number, nowUs: number, permits: number): number {
     const s = this.slot();
     // Called again when the last attempt's CAS failed: unmark what it marked first.
     if (this.marked.count > 0) this.unmark(s, state);
@@ -338,30 +346,13 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected override giveBackUnchecked(
-    key: Key | undefined,
-    permits: number,
-    takenUs: number,
-  ): void {
-    try {
-      super.giveBackUnchecked(key, permits, takenUs);
-    } finally {
-      // The last attempt's CAS held (its marks stand), or the slot went to another key.
-      this.marked.count = 0;
-    }
+  override gaveBack(): void {
+    // The last attempt's CAS held (its marks stand), or the slot went to another key.
+    this.marked.count = 0;
   }
 
   /** @internal */
-  override takeBack(w: number, s: number, x: number, next: number, permits: number): void {
-    try {
-      super.takeBack(w, s, x, next, permits);
-    } finally {
-      this.marked.count = 0; // as in giveBackUnchecked()
-    }
-  }
-
-  /** @internal */
-  protected available(state: number, stamp: number, nowUs: number): number {
+  available(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return this.limit;
     const relNow = nowUs - this.epochUs;
     const s = this.slot();
@@ -380,7 +371,7 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+  untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if ((state & PAYLOAD_MASK) === FRESH) return 0;
     const relNow = nowUs - this.epochUs;
     const newest = this.grantedAt(this.slot(), this.head(state) - 1, relNow, stamp);
@@ -388,7 +379,7 @@ export class SlidingLog extends Limiter {
   }
 
   /** @internal */
-  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+  retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     const relNow = nowUs - this.epochUs;
     const t = this.grantedAt(
       this.slot(),

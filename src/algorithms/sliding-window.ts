@@ -1,8 +1,18 @@
-import { decide, decideWide } from '../decision.js';
-import { FRESH, GEN_MASK, PAYLOAD_MASK, REJECT, STAMP_US, W_FRESH, WIDE_SPAN } from '../layout.js';
-import { granted, Limiter } from '../limiter.js';
+import { near, wakeWaiters } from '../engine/core.js';
+import { decide, decideWide } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import {
+  FRESH,
+  GEN_MASK,
+  PAYLOAD_MASK,
+  REJECT,
+  STAMP_US,
+  W_FRESH,
+  WIDE_SPAN,
+} from '../engine/layout.js';
+import { type Key, NO_SLOT } from '../engine/table.js';
+import { Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { type Key, NO_SLOT } from '../table.js';
 import { rangeError, show } from '../validate.js';
 import { ALGO_SLIDING_WINDOW } from './ids.js';
 import { readSlidingWindowOptions, segmentBits } from './segment-bits.js';
@@ -65,8 +75,8 @@ export class SlidingWindow extends Limiter {
   /** @internal */
   private prevSpan!: number;
   // Their inverses, and prevQuantum's: a wide decision multiplies where it would divide
-  // (exact, all powers of two), as a division takes ~4× a multiplication's latency and
-  // three of them stood one after another on the decision's path.
+  // (exact, all powers of two), as a division takes several times a multiplication's
+  // latency and three of them would stand one after another on the decision's path.
   /** @internal */
   private perCount!: number;
   /** @internal */
@@ -116,12 +126,12 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['limit', 'windowMs', 'segments'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = { limit: this.param(0), windowMs: this.param(1) };
     const segments = this.segments;
     if (segments === undefined) {
@@ -164,12 +174,12 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal The segment ring's counts are plain counts: a new limit reads them as they are. */
-  protected override get convertsStates(): boolean {
+  override get convertsStates(): boolean {
     return this.ring === null;
   }
 
   /** @internal */
-  protected override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
+  override describe(state: number, stamp: number, nowUs: number): number[] | undefined {
     this.read(state, stamp, nowUs);
     if (this.prev === 0 && this.curr === 0) return undefined;
     // The previous window's share now, and the current count, in the current window.
@@ -178,7 +188,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected override restate(d: number[], nowUs: number): number {
+  override restate(d: number[], nowUs: number): number {
     const [window, windowUs, prev, curr, share] = d as [number, number, number, number, number];
     const w = this.windowUs;
     if (windowUs === w) {
@@ -195,7 +205,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     (this as { limit: number }).limit = this.param(0);
     this.windowUs = this.param(1) * 1000;
     const segments = this.param(2);
@@ -264,7 +274,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected override remapped(): void {
+  override remapped(): void {
     if (this.ring) this.ring.i32 = this.i32;
   }
 
@@ -290,11 +300,11 @@ export class SlidingWindow extends Limiter {
       curr = state - rest * this.countSpan;
       const high = Math.floor(rest * this.perPrev);
       prev = Math.min(this.ceiling, (rest - high * this.prevSpan) * this.prevQuantum);
-      stored = Limiter.near(high, ref, this.wBits);
+      stored = near(high, ref, this.wBits);
     } else {
       const p = state & PAYLOAD_MASK;
       if (p === FRESH) return;
-      stored = Limiter.near(p >>> (2 * this.countBits), ref, this.wBits);
+      stored = near(p >>> (2 * this.countBits), ref, this.wBits);
       prev = (p >>> this.countBits) & this.countMask;
       curr = p & this.countMask;
     }
@@ -332,8 +342,8 @@ export class SlidingWindow extends Limiter {
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s, stamp: t, atUs: n } = this.core.last;
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
@@ -345,7 +355,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected step(state: number, stamp: number, nowUs: number, permits: number): number {
+  step(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.step(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
     const w = this.windowUs;
@@ -354,15 +364,15 @@ export class SlidingWindow extends Limiter {
     return this.encode(state);
   }
 
-  // Limiter.tryAcquireWide again, in this class: see tryAcquire().
+  // The wide table's decision, in this class too: see tryAcquire().
   /** @internal */
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     const core = this.core;
     return decideWide(core, this, this.stepWide, key, permits, core.clock.nowUs());
   }
 
   /** @internal */
-  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+  override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     this.read(p, stamp, nowUs);
     if (this.curr + permits > this.limit) return REJECT;
     if (this.exactWeights) {
@@ -386,17 +396,11 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected giveBack(
-    state: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-    takenUs: number,
-  ): number {
+  giveBack(state: number, stamp: number, nowUs: number, permits: number, takenUs: number): number {
     if (this.ring !== null) {
       const next = this.ring.giveBack(state, stamp, nowUs, permits, takenUs);
       // A past segment's credit changes the ring, not the state word: wake waiters here.
-      if (this.ring.creditedRing) this.wakeWaiters(this.core.lastWord);
+      if (this.ring.creditedRing) wakeWaiters(this.core, this.core.last.word);
       return next;
     }
     this.read(state, stamp, nowUs);
@@ -414,7 +418,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected available(state: number, stamp: number, nowUs: number): number {
+  available(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.available(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
     const used = this.weightedPrev(nowUs) / this.windowUs + this.curr;
@@ -422,7 +426,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected untilFreshUs(state: number, stamp: number, nowUs: number): number {
+  untilFreshUs(state: number, stamp: number, nowUs: number): number {
     if (this.ring !== null) return this.ring.untilFreshUs(state, stamp, nowUs);
     this.read(state, stamp, nowUs);
     if (this.curr > 0) return (this.window + 2) * this.windowUs - nowUs;
@@ -431,7 +435,7 @@ export class SlidingWindow extends Limiter {
   }
 
   /** @internal */
-  protected retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
+  retryEstimateUs(state: number, stamp: number, nowUs: number, permits: number): number {
     if (this.ring !== null) return this.ring.retryEstimateUs(state, stamp, nowUs, permits);
     this.read(state, stamp, nowUs);
     const w = this.windowUs;

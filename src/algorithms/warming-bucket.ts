@@ -1,8 +1,9 @@
-import { decideWide } from '../decision.js';
-import { REJECT, STAMP_US, W_FRESH } from '../layout.js';
-import { granted, type Key, Limiter } from '../limiter.js';
+import { decideWide } from '../engine/decision.js';
+import { explain, granted } from '../engine/explain.js';
+import { REJECT, STAMP_US, W_FRESH } from '../engine/layout.js';
+import { NO_SLOT } from '../engine/table.js';
+import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { NO_SLOT } from '../table.js';
 import { positiveNumberOption, rangeError, show, typeError } from '../validate.js';
 import { MAX_WIDE_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
 import { ALGO_WARMING_BUCKET } from './ids.js';
@@ -210,7 +211,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override configure(): void {
+  override configure(): void {
     this.m = warmingModel(this.param(1), this.param(2), this.param(3));
     (this as { limit: number }).limit = this.param(0);
     this.perUs = 1 / this.m.unitUs;
@@ -230,12 +231,12 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override reconfigurable(): readonly string[] {
+  override reconfigurable(): readonly string[] {
     return ['ratePerSecond', 'warmupMs', 'coldFactor'];
   }
 
   /** @internal */
-  protected override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
     const current = {
       ratePerSecond: this.param(1),
       warmupMs: this.param(2),
@@ -247,7 +248,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override describe(p: number, stamp: number, nowUs: number): number[] | undefined {
+  override describe(p: number, stamp: number, nowUs: number): number[] | undefined {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return undefined;
     const now = Math.floor(rel * this.perUs);
@@ -262,15 +263,15 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override restate(d: number[], _nowUs: number): number {
+  override restate(d: number[], _nowUs: number): number {
     return this.encode(d[0]! * this.m.maxPermits, Math.ceil(d[1]! * this.perUs));
   }
 
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);
-    const { lastWord: w, lastState: s, lastStamp: t, decisionUs: n } = this.core;
-    if (!a || w === NO_SLOT) return this.explain(a, key, permits);
+    const { word: w, state: s, stamp: t, atUs: n } = this.core.last;
+    if (!a || w === NO_SLOT) return explain(this.core, this, a, key, permits);
     return granted(this.available(s, t, n), this.limit, this.untilFreshUs(s, t, n));
   }
 
@@ -281,12 +282,12 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override tryAcquireWide(key: Key | undefined, permits: number): boolean {
+  protected tryAcquireWide(key: Key | undefined, permits: number): boolean {
     return this.tryAcquire(key, permits);
   }
 
   /** @internal */
-  protected step(): number {
+  step(): number {
     throw new Error('WarmingBucket: always a wide table');
   }
 
@@ -343,7 +344,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
+  override stepWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
     const now = Math.floor(rel * this.perUs);
     if (this.stale(p, stamp, rel)) return this.reserve(this.m.maxPermits, now, now, permits);
@@ -363,18 +364,16 @@ export class WarmingBucket extends Limiter {
    * not wait through is credited), nor more than the warm-up before now.
    * @internal
    */
-  protected override stepQueuedWide(
-    p: number,
-    stamp: number,
-    nowUs: number,
-    permits: number,
-  ): number {
+  override stepQueuedWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
     const now = Math.floor(rel * this.perUs);
     if (this.stale(p, stamp, rel)) return this.reserve(this.m.maxPermits, now, now, permits);
     const next = this.nextFree(p, now);
     if (next > now) return REJECT;
-    const since = Math.min(now, Math.floor((this.core.queuedSinceUs - this.epochUs) * this.perUs));
+    const since = Math.min(
+      now,
+      Math.floor((this.core.last.queuedSinceUs - this.epochUs) * this.perUs),
+    );
     const floor = now - Math.ceil(this.warmupMs * 1000 * this.perUs);
     const at = Math.max(next, since, floor);
     const stored = this.stored(p);
@@ -390,7 +389,7 @@ export class WarmingBucket extends Limiter {
    * paid there is nothing to give back (storing permits then would only make it colder).
    * @internal
    */
-  protected giveBack(p: number, stamp: number, nowUs: number, permits: number): number {
+  giveBack(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return p;
     const now = Math.floor(rel * this.perUs);
@@ -405,7 +404,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected available(p: number, stamp: number, nowUs: number): number {
+  available(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return this.limit;
     const now = Math.floor(rel * this.perUs);
@@ -413,7 +412,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected untilFreshUs(p: number, stamp: number, nowUs: number): number {
+  untilFreshUs(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return 0;
     const next = this.nextFree(p, Math.floor(rel * this.perUs));
@@ -421,7 +420,7 @@ export class WarmingBucket extends Limiter {
   }
 
   /** @internal */
-  protected retryEstimateUs(p: number, stamp: number, nowUs: number): number {
+  retryEstimateUs(p: number, stamp: number, nowUs: number): number {
     const rel = nowUs - this.epochUs;
     if (this.stale(p, stamp, rel)) return 0;
     const next = this.nextFree(p, Math.floor(rel * this.perUs));

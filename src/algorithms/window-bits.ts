@@ -1,4 +1,4 @@
-import { STAMP_US } from '../layout.js';
+import { STAMP_US } from '../engine/layout.js';
 import { integerOption, positiveNumberOption, rangeError, show } from '../validate.js';
 
 /** Largest window: keeps `count × window` products exact in doubles. */

@@ -18,8 +18,9 @@ import {
   acquireOptions,
   checkKey,
   checkOptionsObject,
+  checkPermits,
   integerOption,
-  permitsError,
+  isPermits,
   positiveNumberOption,
   typeError,
 } from '../validate.js';
@@ -175,13 +176,6 @@ const NO_OP_LEASE: Lease = Object.freeze({
   [Symbol.dispose](): void {},
 });
 
-function checkPermits(owner: string, permits: unknown, limit: number): void {
-  if (!((permits as number) >= 1 && (permits as number) <= limit)) {
-    throw permitsError(owner, permits, limit);
-  }
-  if (((permits as number) | 0) !== permits) throw permitsError(owner, permits, limit);
-}
-
 /** Checks connectCluster's options (before anything else: they are the caller's bug). */
 export function connectOptions(options: unknown): ConnectSettings {
   const owner = 'connectCluster';
@@ -322,7 +316,7 @@ export class Client implements ClusterLimiter, Caller {
   private spend(key: Key | undefined, permits: number): Block | undefined {
     const b = this.blocks.get(key);
     // Bad permits (0, 1.5, NaN, '1') go the slow way, whose check refuses them.
-    if (b === undefined || !(b.left >= permits && permits >= 1) || (permits | 0) !== permits) {
+    if (b === undefined || !isPermits(permits, b.left)) {
       return undefined;
     }
     const now = performance.now();

@@ -4,7 +4,7 @@
  */
 import cluster from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
-import { headerAlgo } from '../buffer.js';
+import { headerAlgo } from '../engine/buffer.js';
 import type { AlgorithmName } from '../options.js';
 import { show, typeError } from '../validate.js';
 import { dispatcher, type Served } from './primary.js';

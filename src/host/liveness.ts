@@ -1,5 +1,5 @@
 import { readFileSync, statSync } from 'node:fs';
-import { THREAD_ENTRIES } from '../layout.js';
+import { THREAD_ENTRIES } from '../engine/layout.js';
 import type { Liveness } from '../options.js';
 
 // Which process owns each entry of a limiter's thread table, kept in the region, so that a

@@ -4,7 +4,7 @@ import { types } from 'node:util';
 import { QueueFullError, warnGiveBackFailed } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
-import { isKey, rangeError, show, typeError } from '../validate.js';
+import { isKey, isPermits, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import { docsAnchor, noAddressError } from './client-key.js';
 import {
@@ -513,7 +513,7 @@ export class Engine<Req, Res> {
     if (typeof p !== 'number') {
       throw typeError(`${this.owner}: option "permits" must return an integer, got ${show(p)}`);
     }
-    if (!Number.isInteger(p) || p < 1 || p > plan.maxPermits) {
+    if (!isPermits(p, plan.maxPermits)) {
       throw rangeError(
         `${this.owner}: option "permits" must return an integer from 1 to ${plan.maxPermits} (the limiter's limit), got ${show(p)}`,
       );

@@ -13,7 +13,7 @@ import type {
   Meter,
   Observable,
 } from '@opentelemetry/api';
-import type { LimiterTotals } from '../limiter.js';
+import type { LimiterTotals } from '../engine/counters.js';
 import { show, typeError } from '../validate.js';
 
 /** The instruments' names, as exported. */

@@ -1,5 +1,5 @@
 import { diff31 } from '../clock.js';
-import { hashKey } from '../hash.js';
+import { hashKey } from '../engine/hash.js';
 import { grownLease, leaseAheadDue } from '../permit-blocks.js';
 
 /**

@@ -1,4 +1,4 @@
-import { WIDE_SPAN } from '../layout.js';
+import { WIDE_SPAN } from '../engine/layout.js';
 import {
   LEASE_ARGS,
   luaNumber,

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { enter, run, TRY } from '../../src/decision.js';
+import { stampOf } from '../../src/engine/core.js';
+import { enter, run, TRY } from '../../src/engine/decision.js';
+import { S_STATE } from '../../src/engine/layout.js';
 import { ManualClock, SlidingLog } from '../../src/index.js';
-import { S_STATE } from '../../src/layout.js';
 
 // A SlidingLog keeps one entry per permit, with the time it was taken: a refund and a
 // thread that died mid-write must leave every entry its own time, or none that counts for long.
@@ -37,15 +38,15 @@ describe('SlidingLog entries a dead thread left unwritten', () => {
     const core = internals(log).core;
     const ref = enter(core, log, key, 1, nowUs);
     expect(run(core, log, internals(log).step, ref, 1, key, TRY)).toBe(true);
-    return { before: core.priorState, after: core.lastState };
+    return { before: core.last.prior, after: core.last.state };
   };
   /** A give-back's first attempt (it marks its entries), without the CAS that follows. */
   const giveBackWithoutCas = (log: SlidingLog, key: string, permits: number, nowUs: number) => {
     const w = internals(log).table.find(key) >>> 4;
     const i32: Int32Array = internals(log).i32;
-    internals(log).core.lastWord = w;
+    internals(log).core.last.word = w;
     const state = Atomics.load(i32, w + S_STATE);
-    const stamp = internals(log).stampOf(w, nowUs);
+    const stamp = stampOf(internals(log).core, w, nowUs);
     expect(internals(log).giveBack(state, stamp, nowUs, permits, nowUs)).not.toBe(state);
     return { w, state: () => Atomics.load(i32, w + S_STATE), before: state };
   };

@@ -1,6 +1,8 @@
 import type { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { monotonicClock } from '../../src/clock.js';
+import { computeLayout, H_HOLDERS_LOST, THREAD_ENTRIES } from '../../src/engine/layout.js';
+import { heartbeatStale } from '../../src/engine/queue.js';
 import {
   attach,
   Concurrency,
@@ -8,8 +10,6 @@ import {
   MonotonicClock,
   QueueFullError,
 } from '../../src/index.js';
-import { computeLayout, H_HOLDERS_LOST, THREAD_ENTRIES } from '../../src/layout.js';
-import { heartbeatStale } from '../../src/queue.js';
 import { scenarioWorker } from '../helpers/threads.js';
 
 // Concurrency's holder records (who holds what, so that a dead thread's permits come back)

@@ -1,4 +1,5 @@
 import { expect, it } from 'vitest';
+import { H_CONFIG } from '../../src/engine/layout.js';
 import {
   Concurrency,
   FixedWindow,
@@ -9,7 +10,6 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
-import { H_CONFIG } from '../../src/layout.js';
 import { startWorkers, waitForCount } from '../helpers/threads.js';
 
 // Needs dist/ (npm run build): workers import the built package.

@@ -39,11 +39,11 @@ describe('a waiter never queues on a slot that went to another key', () => {
   // runs another "thread"'s work exactly there (the hook acquire() calls in between).
   class Interleaved extends Concurrency {
     between: (() => void) | undefined;
-    protected override effectiveQueueLimit(): number {
+    override effectiveQueueLimit(): number {
       const f = this.between;
       this.between = undefined;
       f?.();
-      return super.effectiveQueueLimit();
+      return this.queueLimit;
     }
   }
 

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { LAYOUT_VERSION } from '../../src/engine/layout.js';
 import {
   attach,
   Concurrency,
@@ -11,7 +12,6 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
-import { LAYOUT_VERSION } from '../../src/layout.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: these tests pass deliberately wrong types
 type Loose = any;

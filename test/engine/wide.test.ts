@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import {
+  coldWord,
+  hotWord,
+  type Layout,
+  QUEUE_WORDS,
+  queueWord,
+  rejectedWord,
+  slotOfHotWord,
+} from '../../src/engine/layout.js';
+import {
   type AnyLimiter,
   attach,
   Concurrency,
@@ -9,15 +18,6 @@ import {
   SlidingWindow,
   TokenBucket,
 } from '../../src/index.js';
-import {
-  coldWord,
-  hotWord,
-  type Layout,
-  QUEUE_WORDS,
-  queueWord,
-  rejectedWord,
-  slotOfHotWord,
-} from '../../src/layout.js';
 import { runWorkers } from '../helpers/threads.js';
 
 // Wide limits: options past what the 32-bit state word holds choose a wide

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { HOLDER_DEAD_MS } from '../../src/engine/queue.js';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
 import { Concurrency } from '../../src/index.js';
-import { HOLDER_DEAD_MS } from '../../src/queue.js';
 import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
 // Concurrency permits held by a process that dies come back by the process's liveness,

@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { LAYOUT_VERSION } from '../../src/engine/layout.js';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
 import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
-import { LAYOUT_VERSION } from '../../src/layout.js';
 import { DIST } from '../helpers/child.js';
 import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 

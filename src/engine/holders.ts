@@ -1,4 +1,4 @@
-import { monotonicClock } from './clock.js';
+import { monotonicClock } from '../clock.js';
 import {
   H_HOLDERS_LOST,
   HOLDER_WORDS,

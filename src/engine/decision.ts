@@ -1,5 +1,7 @@
-import type { Clock } from './clock.js';
-import { LimiterClosedError } from './errors.js';
+import { LimiterClosedError } from '../errors.js';
+import { checkPermits, permitsError } from '../validate.js';
+import type { Algorithm } from './algorithm.js';
+import { type Core, stampOf, unwrapStamp, wakeWaiters } from './core.js';
 import {
   GEN_MASK,
   GEN_SHIFT,
@@ -17,10 +19,8 @@ import {
   WIDE_LOW,
   wideRejectedWord,
 } from './layout.js';
-import type { WaitQueues } from './queue.js';
-import { GEN_SAFE_SPAN, type Key, NO_SLOT, type SlotPolicy, type SlotTable } from './table.js';
-import { permitsError } from './validate.js';
-import { cas64, storeWide, widePayload } from './wide.js';
+import { GEN_SAFE_SPAN, type Key, NO_SLOT } from './table.js';
+import { cas64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
 export type AttemptMode = 0 | 1 | 2;
@@ -40,86 +40,6 @@ export type StepFn<A> = (
   permits: number,
 ) => number;
 
-/** What decide() needs of the algorithm besides its step. */
-export interface Algorithm extends SlotPolicy {
-  /** After a grant: SlidingLog writes its entries, Concurrency its holder record. */
-  admitted(w: number, before: number, nowUs: number, permits: number): void;
-  /** A new key found no slot: reports it; true when `whenFull` allows it anyway. */
-  tableFull(key: Key | undefined): boolean;
-  /**
-   * Takes back a grant whose CAS moved slot word `w` from state `s` (ext `x`) to `next` (a
-   * wide table's payload) when the slot turned out to hold another key (see stands()).
-   */
-  takeBack(w: number, s: number, x: number, next: number, permits: number): void;
-  /**
-   * Limiter.syncConfig() after a decision that met a moved control word: true when the options
-   * changed and the decision may have used the old ones on a state the reconfigure() did
-   * not convert (see Limiter.convertsStates), so it must be taken back and made again.
-   */
-  decidedOnOldOptions(): boolean;
-}
-
-/**
- * The fields every decision reads and writes, in one object whose shape is the same for
- * every algorithm. A limiter keeps one per thread. Each limiter class has its own, so a
- * decision of any class reads these fields through inline caches that only ever see one
- * shape, however many classes a program uses (the classes themselves differ in shape).
- */
-export class Core {
-  /**
-   * False while this thread alone can reach the buffer (the limiter was built here and its
-   * `handle` never read): the per-key counters are then written with plain adds, exact
-   * because there is no other writer, instead of a locked `Atomics.add`; and a grant by
-   * decide() or a wide one (grantWide()) with plain stores instead of the CAS (run()'s
-   * loop, give-backs and the stamp keep theirs); Concurrency's release() stores too, and
-   * its holder records wait until the limiter becomes shared (holders.ts).
-   */
-  shared: boolean;
-  /** A wide table (64-bit states): decisions go through runWide(). */
-  readonly wide: boolean;
-  // Written by decide() for consume() and acquire(): the word, state and stamp the
-  // decision used. Plain fields on a per-thread object: nothing allocated per call.
-  /** The slot's hot word index of the last decision (NO_SLOT: the table was full). */
-  lastWord = 0;
-  /** The state after the decision: the one a grant wrote, or the one a refusal read. */
-  lastState = 0;
-  lastStamp = 0;
-  /**
-   * The state word the decision read: the one a grant replaced (for the algorithms'
-   * `admitted()` hooks), and the slot's generation for stands() and acquire().
-   */
-  priorState = 0;
-  /** The time of the last decision (SlidingLog reads it while probing future times). */
-  decisionUs = 0;
-  /** `decisionUs` as a stamp (see layout.ts). */
-  stampNow = 0;
-  /** True while retryAfterUs() evaluates step() at future times. */
-  probing = false;
-  /** For stepQueued(): when the head waiter being served was refused and queued. */
-  queuedSinceUs = 0;
-  /** The limiter's syncConfig() (Algorithm.syncConfig), for enter()'s refusals. */
-  syncConfig: () => boolean = noSync;
-
-  constructor(
-    /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
-    public i32: Int32Array,
-    /** The same as 64-bit words (runWide()'s CAS); replaced with `i32`. */
-    public b64: BigInt64Array,
-    readonly clock: Clock,
-    readonly epochUs: number,
-    /** Largest permits one call may ask for (reconfigure() changes it). */
-    public limit: number,
-    readonly table: SlotTable,
-    readonly queues: WaitQueues,
-    readonly fifo: boolean,
-    readonly owner: string,
-    shared: boolean,
-  ) {
-    this.shared = shared;
-    this.wide = table.layout.wide;
-  }
-}
-
 /**
  * A decision, in two calls: `enter()` checks the call and finds the key's slot, `run()`
  * takes `permits` from it if `step` allows, by one CAS on the key's state word. Neither
@@ -127,7 +47,7 @@ export class Core {
  * first pass written out small (see there); acquire()'s attempts call the two directly.
  *
  * Returns the slot reference to pass to run(), NO_SLOT when the table has none for the
- * key; sets `core.decisionUs` and `core.stampNow`.
+ * key; sets `core.last.atUs` and `core.last.stampNow`.
  */
 export function enter(
   core: Core,
@@ -138,15 +58,16 @@ export function enter(
 ): number {
   // One read of the control word serves the closed check and the cache's epoch check.
   const control = core.i32[H_CONTROL]!;
-  // Closed, or `permits` not an integer from 1 to the limit (≤ 2^31 − 1), in few bytes of
-  // bytecode (see decide()): an int32 below 1 turns into 2^31 or more by `- 1 >>> 0`,
+  // Closed, or `permits` not an integer from 1 to the limit (≤ 2^31 − 1): isPermits()
+  // (validate.ts) in few bytes of bytecode (see decide()): an int32 below 1 turns into 2^31 or more by `- 1 >>> 0`,
   // and anything that is not an int32 fails `| 0`.
   if (control & 1 || (permits - 1) >>> 0 >= core.limit || (permits | 0) !== permits) {
     checkCall(core, permits);
   }
-  core.decisionUs = nowUs;
+  const last = core.last;
+  last.atUs = nowUs;
   // Stamps are 2^20 µs: multiplying by 2^-20 is exact.
-  core.stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);
+  last.stampNow = Math.floor((nowUs - core.epochUs) * STAMP_PER_US);
   return key === undefined ? core.table.defaultSlot : core.table.slotOf(key, control, nowUs, algo);
 }
 
@@ -159,7 +80,7 @@ export function enter(
  *
  * That only holds while it all fits: V8 (Node 20) inlines a function of at most 460 bytes
  * of bytecode, and at most ~920 bytes in all into one optimised function, counting the
- * clock read (~90 bytes for CoarseClock, ~180 for performance.now()) and the step. So the
+ * clock read and the step. So the
  * common case (the slot is the key's, nobody queued ahead, the CAS won) is one straight
  * run, written for few bytes of bytecode; anything else — no slot, a slot moved, waiters
  * queued, a grant that must first raise the slot's stamp, a lost CAS, a reference to look
@@ -187,11 +108,12 @@ export function decide<A extends Algorithm>(
     // bytes of bytecode: the payload's 28 bits shifted to the top of the word).
     if (s >>> GEN_SHIFT === (ref & 15) && s << 4 !== RESERVED << 4) {
       // unwrapStamp(), written out.
-      const stampNow = core.stampNow;
+      const last = core.last;
+      const stampNow = last.stampNow;
       const stamp = stampNow + (((raw - stampNow) << 1) >> 1);
-      core.lastWord = w;
-      core.lastStamp = stamp;
-      core.priorState = s;
+      last.word = w;
+      last.stamp = stamp;
+      last.prior = s;
       const next = step.call(algo, s, stamp, nowUs, permits);
       const refused = next === REJECT;
       // A grant is made here only on a stamp word that reads exactly `stampNow`: no
@@ -210,7 +132,7 @@ export function decide<A extends Algorithm>(
           i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
           stands(core, algo, next, permits, key)
         ) {
-          core.lastState = refused ? s : next;
+          last.state = refused ? s : next;
           // count(), written out.
           const index = w + (refused ? S_REJECTED : S_ADMITTED);
           if (core.shared) addWord(i32, index, permits);
@@ -224,17 +146,13 @@ export function decide<A extends Algorithm>(
   return run(core, algo, step, ref, permits, key, TRY);
 }
 
-function noSync(): boolean {
-  return false;
-}
-
 /** A reference run() looks up again before its first pass (see stands()). */
 const LOOK_UP_AGAIN = -2;
 
 /**
  * The decision loop after enter(); true when the permits were granted. The caller runs
- * the algorithm's `admitted()` hook after a grant (`core.priorState` is the state it
- * replaced), unless `core.lastWord` is NO_SLOT: a key with no slot allowed by `whenFull`.
+ * the algorithm's `admitted()` hook after a grant (`core.last.prior` is the state it
+ * replaced), unless `core.last.word` is NO_SLOT: a key with no slot allowed by `whenFull`.
  */
 export function run<A extends Algorithm>(
   core: Core,
@@ -245,11 +163,12 @@ export function run<A extends Algorithm>(
   key: Key | undefined,
   mode: AttemptMode,
 ): boolean {
-  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, core.decisionUs, algo);
+  const last = core.last;
+  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, last.atUs, algo);
   let i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
-      core.lastWord = NO_SLOT;
+      last.word = NO_SLOT;
       return algo.tableFull(key);
     }
     const w = ref >>> 4;
@@ -260,19 +179,19 @@ export function run<A extends Algorithm>(
       // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
       // decode tolerates a stamp minutes old.
       const raw = i32[w + S_STAMP]!;
-      const stamp = unwrapStamp(raw, core.stampNow);
-      core.lastWord = w;
-      core.lastState = s;
-      core.lastStamp = stamp;
-      core.priorState = s;
+      const stamp = unwrapStamp(raw, last.stampNow);
+      last.word = w;
+      last.state = s;
+      last.stamp = stamp;
+      last.prior = s;
       let next = REJECT;
       // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
       // permits ahead of them but the head waiter itself.
       if (raw >= 0 || mode === HEAD || !core.fifo) {
-        next = step.call(algo, s, stamp, core.decisionUs, permits);
+        next = step.call(algo, s, stamp, last.atUs, permits);
       } else if (core.queues.sweep(w)) continue; // only dead threads waited
       if (next !== REJECT) {
-        if (core.stampNow > stamp) raiseStamp(core, w, raw);
+        if (last.stampNow > stamp) raiseStamp(core, w, raw);
         if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
       }
       // Is the reference still to be trusted? Asked after the decision: see stands().
@@ -281,7 +200,7 @@ export function run<A extends Algorithm>(
         stands(core, algo, next, permits, key)
       ) {
         if (next !== REJECT) {
-          core.lastState = next;
+          last.state = next;
         } else if (mode !== TRY) {
           return false; // a caller about to wait (or waiting) is not refused
         }
@@ -290,7 +209,7 @@ export function run<A extends Algorithm>(
       }
     }
     // The slot is not (or no longer) the key's: look it up again.
-    ref = core.table.refresh(key, core.decisionUs, algo);
+    ref = core.table.refresh(key, last.atUs, algo);
     i32 = core.i32; // a lookup that met a newer segment has mapped the buffer again
   }
 }
@@ -309,8 +228,8 @@ export type WideStepFn<A> = (
 
 /**
  * run() for a wide table: the state is the 64-bit word [ext, state], changed by one 64-bit
- * CAS; the step sees and returns payloads. `core.lastState` is then the payload and
- * `core.priorState` the state word the decision read (the one a grant replaced; its
+ * CAS; the step sees and returns payloads. `core.last.state` is then the payload and
+ * `core.last.prior` the state word the decision read (the one a grant replaced; its
  * generation).
  */
 export function runWide<A extends Algorithm>(
@@ -322,11 +241,12 @@ export function runWide<A extends Algorithm>(
   key: Key | undefined,
   mode: AttemptMode,
 ): boolean {
-  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, core.decisionUs, algo);
+  const last = core.last;
+  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, last.atUs, algo);
   let i32 = core.i32;
   for (;;) {
     if (ref === NO_SLOT) {
-      core.lastWord = NO_SLOT;
+      last.word = NO_SLOT;
       return algo.tableFull(key);
     }
     const w = ref >>> 4;
@@ -336,15 +256,15 @@ export function runWide<A extends Algorithm>(
       // again (a pair torn by a concurrent CAS must not refuse).
       const x = i32[w - 1]!;
       const raw = i32[w + S_STAMP]!;
-      const stamp = unwrapStamp(raw, core.stampNow);
+      const stamp = unwrapStamp(raw, last.stampNow);
       const p = widePayload(s, x);
-      core.lastWord = w;
-      core.lastState = p;
-      core.lastStamp = stamp;
-      core.priorState = s;
+      last.word = w;
+      last.state = p;
+      last.stamp = stamp;
+      last.prior = s;
       let next = REJECT;
       if (raw >= 0 || mode === HEAD || !core.fifo) {
-        next = step.call(algo, p, stamp, core.decisionUs, permits);
+        next = step.call(algo, p, stamp, last.atUs, permits);
       } else if (core.queues.sweep(w)) continue;
       // (The rare and the long paths are calls: runWide() must stay small enough for V8 to
       // inline it into each class's tryAcquireWide(), see run().)
@@ -362,7 +282,7 @@ export function runWide<A extends Algorithm>(
         return next !== REJECT;
       }
     }
-    ref = core.table.refresh(key, core.decisionUs, algo);
+    ref = core.table.refresh(key, last.atUs, algo);
     i32 = core.i32;
   }
 }
@@ -385,12 +305,13 @@ export function decideWide<A extends Algorithm>(
     const raw = i32[w + S_STAMP]!;
     // As in decide(): the slot is the key's, not being rebuilt, and nobody queued ahead.
     if (s >>> GEN_SHIFT === (ref & 15) && s << 4 !== RESERVED << 4 && (raw >= 0 || !core.fifo)) {
-      const stamp = unwrapStamp(raw, core.stampNow);
+      const last = core.last;
+      const stamp = unwrapStamp(raw, last.stampNow);
       const p = widePayload(s, x);
-      core.lastWord = w;
-      core.lastState = p;
-      core.lastStamp = stamp;
-      core.priorState = s;
+      last.word = w;
+      last.state = p;
+      last.stamp = stamp;
+      last.prior = s;
       const next = step.call(algo, p, stamp, nowUs, permits);
       // A refusal stands only on a pair that was not torn by a concurrent CAS.
       if (next !== REJECT ? grantWide(core, w, s, x, raw, stamp, next) : !torn(i32, w, s, x)) {
@@ -438,12 +359,12 @@ function stands<A extends Algorithm>(
   x = 0,
 ): boolean {
   // The slot and the state word the decision read.
-  const w = core.lastWord;
-  const s = core.priorState;
+  const w = core.last.word;
+  const s = core.last.prior;
   // A reconfigure() moves the control word by GEN_SAFE_SPAN, so every thread's next decision
   // asks here: one made with the options it replaced is taken back and made again.
   if (algo.decidedOnOldOptions()) {
-    if (next !== REJECT) algo.takeBack(w, s, x, next, permits);
+    if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits);
     return false;
   }
   // The default key's slot is never reassigned.
@@ -451,7 +372,7 @@ function stands<A extends Algorithm>(
     core.table.renewEpoch();
     return true;
   }
-  if (next !== REJECT) algo.takeBack(w, s, x, next, permits);
+  if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits);
   return false;
 }
 
@@ -468,7 +389,7 @@ function grantWide(
   stamp: number,
   next: number,
 ): boolean {
-  if (core.stampNow > stamp) raiseStamp(core, w, raw);
+  if (core.last.stampNow > stamp) raiseStamp(core, w, raw);
   // wideExt() and wideState() in one: a step never returns W_FRESH.
   const nx = Math.floor(next / WIDE_LOW); // exact: a power of two
   const ns = (s & GEN_MASK) | (next - nx * WIDE_LOW);
@@ -477,7 +398,7 @@ function grantWide(
   } else if (!cas64(core.b64, w, s, x, ns, nx)) {
     return false;
   }
-  core.lastState = next;
+  core.last.state = next;
   return true;
 }
 
@@ -518,16 +439,16 @@ function countWide(core: Core, w: number, next: number, permits: number): void {
  * writer died (algorithms/sliding-log.ts).
  */
 function raiseStamp(core: Core, w: number, raw: number): void {
-  const stampNow = core.stampNow;
+  const stampNow = core.last.stampNow;
   const next = (stampNow & STAMP_MASK) | (raw & QUEUED_FLAG);
   const seen = Atomics.compareExchange(core.i32, w + S_STAMP, raw, next);
   if (seen !== raw) raiseStampAgain(core, w, seen);
-  core.lastStamp = stampNow;
+  core.last.stamp = stampNow;
 }
 
 /** raiseStamp() after a lost CAS: to a queue flipping its flag (try again) or to another raise. */
 function raiseStampAgain(core: Core, w: number, raw: number): void {
-  const stampNow = core.stampNow;
+  const stampNow = core.last.stampNow;
   while (unwrapStamp(raw, stampNow) < stampNow) {
     const seen = Atomics.compareExchange(
       core.i32,
@@ -547,16 +468,168 @@ function raiseStampAgain(core: Core, w: number, raw: number): void {
  */
 function checkCall(core: Core, permits: number): void {
   if ((Atomics.load(core.i32, H_CONTROL) & 1) !== 0) throw new LimiterClosedError();
-  if (!core.syncConfig() || (permits - 1) >>> 0 >= core.limit || (permits | 0) !== permits) {
-    throw permitsError(core.owner, permits, core.limit);
+  if (!core.syncConfig()) throw permitsError(core.owner, permits, core.limit);
+  checkPermits(core.owner, permits, core.limit);
+}
+
+// ---- give-backs: the same one-word CAS, outside a decision ------------------------------
+
+/** updateSlot(): the slot is not the key's (no int32 state or wide payload equals it). */
+const SLOT_GONE = -(2 ** 32);
+
+/**
+ * Gives `permits` taken at `takenUs` (NaN: now) back to `key`, as refund() does: by the
+ * algorithm's `giveBackKey()` where it has one, by the algorithm's `giveBack()` step
+ * otherwise. No closed check: a waiter settling during close() still returns what it took.
+ */
+export function giveBackToKey(
+  core: Core,
+  algo: Algorithm,
+  key: Key | undefined,
+  permits: number,
+  takenUs: number,
+): void {
+  if (algo.giveBackKey !== undefined) {
+    algo.giveBackKey(key, permits, takenUs);
+    return;
+  }
+  const nowUs = core.clock.nowUs();
+  const at = Number.isNaN(takenUs) ? nowUs : takenUs;
+  try {
+    update(core, key, nowUs, (s, stamp) => algo.giveBack(s, stamp, nowUs, permits, at));
+  } finally {
+    algo.gaveBack();
   }
 }
 
 /**
- * A stamp word's stamp (its low 31 bits, a count of 2^20 µs modulo 2^31) as the nearest
- * whole stamp to `stampNow`: exact for any gap under 2^30 stamps (34 years).
+ * Applies `f` to the key's state (a wide table's payload) by CAS until it sticks; no-op
+ * for unknown keys. Returns the state written, or NO_SLOT. `core.last.word` and
+ * `core.last.prior` tell the slot and the state word replaced.
  */
-export function unwrapStamp(raw: number, stampNow: number): number {
-  // `raw & STAMP_MASK` would clear the queued flag (bit 31); `<< 1` drops it anyway.
-  return stampNow + (((raw - stampNow) << 1) >> 1);
+export function update(
+  core: Core,
+  key: Key | undefined,
+  nowUs: number,
+  f: (state: number, stamp: number) => number,
+): number {
+  for (let ref = core.table.find(key); ref !== NO_SLOT; ref = core.table.find(key)) {
+    const next = updateSlot(core, ref >>> 4, ref & 15, nowUs, f, key);
+    if (next !== SLOT_GONE) return next;
+  }
+  return NO_SLOT;
+}
+
+/**
+ * update() on slot word `w` while it holds generation `gen` (and, for a `key`, while the
+ * reference is trusted; see GEN_SAFE_SPAN). SLOT_GONE when the slot went to another key
+ * before the CAS, or (undone then) at it.
+ */
+function updateSlot(
+  core: Core,
+  w: number,
+  gen: number,
+  nowUs: number,
+  f: (state: number, stamp: number) => number,
+  key: Key | undefined,
+): number {
+  const wide = core.wide;
+  const table = core.table;
+  // Not shared (see Core.shared): plain reads, and swap() stores.
+  const shared = core.shared;
+  for (;;) {
+    const i32 = core.i32;
+    const s = shared ? Atomics.load(i32, w + S_STATE) : i32[w + S_STATE]!;
+    if (
+      s >>> GEN_SHIFT !== gen ||
+      (s & PAYLOAD_MASK) === RESERVED ||
+      (key !== undefined && i32[H_CONTROL]! - table.epoch >= GEN_SAFE_SPAN)
+    ) {
+      return SLOT_GONE;
+    }
+    core.last.word = w;
+    const x = wide ? (shared ? Atomics.load(i32, w - 1) : i32[w - 1]!) : 0;
+    const p = wide ? widePayload(s, x) : s;
+    const next = f(p, stampOf(core, w, nowUs));
+    if (next === p) return next;
+    if (!swap(core, w, s, x, next)) continue;
+    // As in run(): a thread descheduled between the check and the CAS may have met the
+    // slot reassigned round to its generation. Undone while nobody decided on it since
+    // (if somebody did, the key holding the slot keeps what `f` gave it).
+    if (
+      key !== undefined &&
+      Atomics.load(core.i32, H_CONTROL) - table.epoch >= GEN_SAFE_SPAN &&
+      !table.holds(w, gen, key) &&
+      unswap(core, w, s, x, next)
+    ) {
+      return SLOT_GONE;
+    }
+    core.last.prior = s;
+    wakeWaiters(core, w);
+    return next;
+  }
+}
+
+/**
+ * One CAS of slot word `w` from state `s` (ext `x`) to `next` (a wide table's payload);
+ * plain stores while no other thread can reach the buffer (see Core.shared). True when it
+ * took.
+ */
+export function swap(core: Core, w: number, s: number, x: number, next: number): boolean {
+  if (core.wide) {
+    const ns = wideState(s, next);
+    const nx = wideExt(next);
+    if (core.shared) return cas64(core.b64, w, s, x, ns, nx);
+    storeWide(core.i32, w, ns, nx);
+    return true;
+  }
+  if (core.shared) return Atomics.compareExchange(core.i32, w + S_STATE, s, next) === s;
+  core.i32[w + S_STATE] = next;
+  return true;
+}
+
+/** Undoes swap(core, w, s, x, next) if nothing changed the slot since; true when it did. */
+function unswap(core: Core, w: number, s: number, x: number, next: number): boolean {
+  if (!core.shared) {
+    // Nothing else writes the words: they hold what swap() stored.
+    if (core.wide) storeWide(core.i32, w, s, x);
+    else core.i32[w + S_STATE] = s;
+    return true;
+  }
+  if (core.wide) return cas64(core.b64, w, wideState(s, next), wideExt(next), s, x);
+  return Atomics.compareExchange(core.i32, w + S_STATE, next, s) === next;
+}
+
+/**
+ * Takes back a grant whose CAS moved slot word `w` from state `s` (ext `x`) to `next` (a
+ * wide table's payload) when it must not stand (see stands()).
+ */
+function takeBack(
+  core: Core,
+  algo: Algorithm,
+  w: number,
+  s: number,
+  x: number,
+  next: number,
+  permits: number,
+): void {
+  try {
+    // Nobody decided on the slot since: put it back as it was.
+    if (!unswap(core, w, s, x, next)) {
+      // Somebody did: give the permits back to the key holding the slot, as a refund of
+      // permits taken now would, while it holds it (reassigned again, its state is gone).
+      const nowUs = core.last.atUs;
+      updateSlot(
+        core,
+        w,
+        s >>> GEN_SHIFT,
+        nowUs,
+        (q, stamp) => algo.giveBack(q, stamp, nowUs, permits, nowUs),
+        undefined,
+      );
+    }
+  } finally {
+    algo.gaveBack();
+  }
+  wakeWaiters(core, w);
 }

@@ -140,10 +140,6 @@ export const LINE_WORDS = 16;
 const WIDE_LINE_SLOTS = 3;
 /** The first of a wide line's three rejected words (after its three hot slots). */
 const WIDE_LINE_REJECTED = WIDE_LINE_SLOTS * HOT_WORDS;
-/** Hard ceiling of a limiter's buffer (byte offsets stay below 2^31). */
-export const MAX_BUFFER_BYTES = 2 ** 31 - 2 ** 16;
-/** Default budget of shared memory per limiter (option `maxBytes`). */
-export const DEFAULT_MAX_BYTES = 256 * 2 ** 20;
 
 // Queue fields, at queueBase + 4 × slot.
 export const Q_LOCK = 0;

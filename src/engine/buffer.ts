@@ -1,3 +1,5 @@
+import { Attached, type Fresh, type Liveness, type MemoryRegion, type Waits } from '../options.js';
+import { rangeError, show, typeError } from '../validate.js';
 import {
   computeLayout,
   F64_EPOCH_US,
@@ -27,8 +29,6 @@ import {
   MAGIC,
   S_STATE,
 } from './layout.js';
-import { Attached, type Fresh, type Liveness, type MemoryRegion, type Waits } from './options.js';
-import { rangeError, show, typeError } from './validate.js';
 
 // A limiter's shared buffer: made and its header written for new options, or checked
 // when attached from a handle (the layout itself is in layout.ts).

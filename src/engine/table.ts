@@ -1,4 +1,4 @@
-import { diff31, monotonicClock } from './clock.js';
+import { isKey, keyError } from '../validate.js';
 import { hashKey } from './hash.js';
 import {
   coldWord,
@@ -11,7 +11,6 @@ import {
   H_GROW_LOCK,
   H_GROWTHS,
   H_INSERTS,
-  H_LOCK_STEALS,
   H_RECLAIMS,
   H_RETIRED_ADMITTED,
   H_RETIRED_REJECTED,
@@ -30,10 +29,9 @@ import {
   S_STATE,
   type Segment,
   STRIPE_SLOTS,
-  segmentOfSlot,
   slotOfHotWord,
 } from './layout.js';
-import { isKey, keyError } from './validate.js';
+import { lock, unlock } from './lease-lock.js';
 import { cas64 } from './wide.js';
 
 export type Key = string | number;
@@ -54,10 +52,6 @@ export interface SlotPolicy {
 /** Packed slot reference: hot word index × 16 + generation. Never negative. */
 export const NO_SLOT = -1;
 
-// A lock is a deadline (real monotonic ms, low 31 bits, never 0). A thread that dies
-// holding it delays inserts into that stripe by at most LOCK_LEASE_MS; the next inserter
-// then takes the lock over and voids the slot the dead thread had reserved.
-const LOCK_LEASE_MS = 500;
 /**
  * A slot reference (index + 4-bit generation) proves that the slot still holds its key only
  * while fewer than 16 generation bumps happened since it was derived; the control word counts
@@ -70,13 +64,9 @@ const CACHE_MAX_ENTRIES = 1 << 20;
 /**
  * The cache keeps the key strings it holds alive: past this many characters of keys (~16
  * MB of strings) it starts over, so that keys a client chooses (4 KB each at most) cannot
- * grow every thread's heap without bound (50 000 such keys held ~190 MB).
+ * grow every thread's heap without bound.
  */
 const CACHE_MAX_CHARS = 1 << 23;
-
-function nowMsLow(): number {
-  return (Math.floor(monotonicClock.nowUs() / 1000) & 0x7fffffff) | 1;
-}
 
 /**
  * The key-striped open-addressing table in a limiter's buffer, seen from one thread.
@@ -417,10 +407,10 @@ export class SlotTable {
         const a = this.pair[0]!;
         const b = this.pair[1]!;
         words[held] = seg.lockBase + (a < b ? a : b);
-        tokens[held] = this.lock(words[held]!);
+        tokens[held] = lock(this.i32, words[held]!);
         held++;
         words[held] = seg.lockBase + (a < b ? b : a);
-        tokens[held] = this.lock(words[held]!);
+        tokens[held] = lock(this.i32, words[held]!);
         held++;
       }
       try {
@@ -469,7 +459,7 @@ export class SlotTable {
       } finally {
         while (held > 0) {
           held--;
-          this.unlock(words[held]!, tokens[held]!);
+          unlock(this.i32, words[held]!, tokens[held]!);
         }
       }
     }
@@ -517,7 +507,7 @@ export class SlotTable {
    */
   private grow(n: number): void {
     const i32 = this.i32;
-    const token = this.lock(H_GROW_LOCK);
+    const token = lock(this.i32, H_GROW_LOCK);
     try {
       if (Atomics.load(i32, H_SEGMENTS) !== n) return;
       const seg = this.layout.segments[n]!;
@@ -533,7 +523,7 @@ export class SlotTable {
       Atomics.add(i32, H_GROWTHS, 1);
       this.remap();
     } finally {
-      this.unlock(H_GROW_LOCK, token);
+      unlock(this.i32, H_GROW_LOCK, token);
     }
   }
 
@@ -640,33 +630,6 @@ export class SlotTable {
     }
   }
 
-  /** Takes a lease lock word; returns the token to unlock with. */
-  lock(word: number): number {
-    const i32 = this.i32;
-    for (let spins = 0; ; spins++) {
-      const cur = Atomics.load(i32, word);
-      const now = nowMsLow();
-      const token = ((now + LOCK_LEASE_MS) & 0x7fffffff) | 1;
-      if (cur === 0) {
-        if (Atomics.compareExchange(i32, word, 0, token) === 0) return token;
-        continue;
-      }
-      if (diff31(now, cur) > 0) {
-        // The holder overstayed its lease (it died, or stalled for half a second).
-        if (Atomics.compareExchange(i32, word, cur, token) === cur) {
-          Atomics.add(i32, H_LOCK_STEALS, 1);
-          return token;
-        }
-        continue;
-      }
-      if (spins > 16) Atomics.wait(i32, word, cur, 1);
-    }
-  }
-
-  unlock(word: number, token: number): void {
-    if (Atomics.compareExchange(this.i32, word, token, 0) === token) Atomics.notify(this.i32, word);
-  }
-
   /**
    * Waits out a RESERVED state on the default slot (a reset that rebuilds the slot is in
    * progress). If its owner died, taking the lock over finishes the reset for it.
@@ -675,85 +638,14 @@ export class SlotTable {
     const w = this.layout.hotBase + this.layout.hotOffset;
     for (;;) {
       if ((Atomics.load(this.i32, w + S_STATE) & PAYLOAD_MASK) !== RESERVED) return;
-      const token = this.lock(H_DEFAULT_LOCK);
+      const token = lock(this.i32, H_DEFAULT_LOCK);
       const st = Atomics.load(this.i32, w + S_STATE);
       if ((st & PAYLOAD_MASK) === RESERVED) {
         policy.rebuilding(w);
         policy.initSlot(0);
         Atomics.store(this.i32, w + S_STATE, (st & GEN_MASK) | FRESH);
       }
-      this.unlock(H_DEFAULT_LOCK, token);
-    }
-  }
-
-  /**
-   * Rebuilds slot `ref` in place, fresh, for the same key (reset()): under the slot's lock,
-   * so that inserters do not mistake the RESERVED state for an abandoned one, and so that
-   * nobody can reassign the slot meanwhile: the slot's fingerprint, checked here, proves it
-   * is still `key`'s however many generations went by since `ref` was derived.
-   */
-  rebuild(ref: number, policy: SlotPolicy, key: Key | undefined): boolean {
-    const w = ref >>> 4;
-    const s = slotOfHotWord(this.layout, w);
-    const word = this.lockWordOf(s);
-    const token = this.lock(word);
-    try {
-      if (key !== undefined && !this.holds(w, ref & 15, key)) return false;
-      for (;;) {
-        const st = Atomics.load(this.i32, w + S_STATE);
-        if ((st & PAYLOAD_MASK) === RESERVED || st >>> GEN_SHIFT !== (ref & 15)) return false;
-        const reserved = (st & GEN_MASK) | RESERVED;
-        if (Atomics.compareExchange(this.i32, w + S_STATE, st, reserved) !== st) continue;
-        policy.rebuilding(w);
-        policy.initSlot(s);
-        Atomics.store(this.i32, w + S_STATE, (st & GEN_MASK) | FRESH);
-        return true;
-      }
-    } finally {
-      this.unlock(word, token);
-    }
-  }
-
-  /** The lock word guarding slot `s` (its stripe's, or the default key's). */
-  lockWordOf(s: number): number {
-    if (s === 0) return H_DEFAULT_LOCK;
-    const seg = segmentOfSlot(this.layout, s);
-    return seg.lockBase + Math.floor((s - seg.first) / STRIPE_SLOTS);
-  }
-
-  /**
-   * Calls `visit` with the hot words of each stripe's slots, the default key's first, each
-   * while holding the stripe's lock (the default key's lock): nobody inserts a key into the
-   * stripe or rebuilds one of its slots meanwhile. Segments added meanwhile are visited too.
-   */
-  forEachLockedStripe(visit: (words: number[]) => void): void {
-    const lockAnd = (word: number, words: number[]) => {
-      const token = this.lock(word);
-      try {
-        visit(words);
-      } finally {
-        this.unlock(word, token);
-      }
-    };
-    lockAnd(H_DEFAULT_LOCK, [this.layout.hotBase + this.layout.hotOffset]);
-    for (let k = 0; k < this.mapped(); k++) {
-      const seg = this.layout.segments[k]!;
-      for (let stripe = 0; stripe < seg.stripes; stripe++) {
-        const first = seg.first + stripe * STRIPE_SLOTS;
-        const words: number[] = [];
-        for (let s = first; s < first + STRIPE_SLOTS; s++) words.push(this.hotOf(seg, s));
-        lockAnd(seg.lockBase + stripe, words);
-      }
-    }
-  }
-
-  /** The hot (state) word of every slot in the segments that exist now, the default key's first. */
-  forEachHotWord(visit: (w: number) => void): void {
-    visit(this.layout.hotBase + this.layout.hotOffset);
-    const n = this.mapped();
-    for (let k = 0; k < n; k++) {
-      const seg = this.layout.segments[k]!;
-      for (let s = seg.first; s < seg.first + seg.slots; s++) visit(this.hotOf(seg, s));
+      unlock(this.i32, H_DEFAULT_LOCK, token);
     }
   }
 
@@ -768,13 +660,5 @@ export class SlotTable {
     if (admitted !== 0) Atomics.add(i32, H_RETIRED_ADMITTED, admitted);
     const rejected = Atomics.exchange(i32, this.rejectedWord(w), 0);
     if (rejected !== 0) Atomics.add(i32, H_RETIRED_REJECTED, rejected);
-  }
-
-  /** Slots in the segments that exist now. */
-  slotCount(): number {
-    const n = this.mapped();
-    let slots = 0;
-    for (let k = 0; k < n; k++) slots += this.layout.segments[k]!.slots;
-    return slots;
   }
 }

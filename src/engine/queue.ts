@@ -1,5 +1,6 @@
-import { diff31, monotonicClock } from './clock.js';
-import { QueueFullError } from './errors.js';
+import { diff31, monotonicClock } from '../clock.js';
+import { QueueFullError } from '../errors.js';
+import type { Liveness, Waits } from '../options.js';
 import {
   GEN_SHIFT,
   H_CONTROL,
@@ -33,8 +34,8 @@ import {
   W_RESERVED,
   W_WAITING,
 } from './layout.js';
-import type { Liveness, Waits } from './options.js';
-import { GEN_SAFE_SPAN, type SlotTable } from './table.js';
+import { lock, unlock } from './lease-lock.js';
+import { GEN_SAFE_SPAN } from './table.js';
 
 /** How often a thread with waiters proves it is alive, and when silence means dead. */
 export const HEARTBEAT_MS = 250;
@@ -88,7 +89,6 @@ export class WaitQueues {
     /** Replaced by the limiter's remap() when the buffer grew. */
     public i32: Int32Array,
     private readonly layout: Layout,
-    private readonly table: SlotTable,
     /** Host memory: tells a dead process's entries at once (else heartbeat age alone). */
     private readonly liveness?: Liveness,
     /** Host memory: wakes waiters of other processes too. */
@@ -285,7 +285,7 @@ export class WaitQueues {
     this.heartbeat();
     const i32 = this.i32;
     const q = this.q(w);
-    const token = this.table.lock(q + Q_LOCK);
+    const token = lock(this.i32, q + Q_LOCK);
     let r = -1;
     try {
       this.sweepLocked(w);
@@ -338,7 +338,7 @@ export class WaitQueues {
       }
       return r;
     } finally {
-      this.table.unlock(q + Q_LOCK, token);
+      unlock(this.i32, q + Q_LOCK, token);
     }
   }
 
@@ -359,14 +359,14 @@ export class WaitQueues {
    */
   leave(w: number, r: number, id: number): number {
     const q = this.q(w);
-    const token = this.table.lock(q + Q_LOCK);
+    const token = lock(this.i32, q + Q_LOCK);
     try {
       if (this.id(r) !== id) return W_FREE;
       const status = Atomics.load(this.i32, this.rec(r) + R_STATUS);
       this.unlinkLocked(w, r);
       return status;
     } finally {
-      this.table.unlock(q + Q_LOCK, token);
+      unlock(this.i32, q + Q_LOCK, token);
     }
   }
 
@@ -408,11 +408,11 @@ export class WaitQueues {
     const q = this.q(w);
     const head = Atomics.load(i32, q + Q_HEAD) - 1;
     if (head < 0 || !this.ownerDead(head)) return false;
-    const token = this.table.lock(q + Q_LOCK);
+    const token = lock(this.i32, q + Q_LOCK);
     try {
       this.sweepLocked(w);
     } finally {
-      this.table.unlock(q + Q_LOCK, token);
+      unlock(this.i32, q + Q_LOCK, token);
     }
     return true;
   }
