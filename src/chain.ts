@@ -429,8 +429,8 @@ export class Chain<M extends ChainMember = ChainMember> {
     // One deadline for the whole call: each member waits only for what is left of it.
     const { timeoutMs } = acquireOptions('chain', options);
     const deadline = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
-    // Every member is checked before any is asked: a refusal found later would leave the
-    // earlier members' permits taken.
+    // Every member is checked before any is asked: a member without acquire() found after
+    // others had granted would leave their permits taken.
     this.limiters.forEach((l, i) => {
       if (typeof l.acquire !== 'function') {
         throw typeError(`chain.acquire: limiter ${i} has no acquire() method`);
