@@ -429,17 +429,21 @@ export class Chain<M extends ChainMember = ChainMember> {
     // One deadline for the whole call: each member waits only for what is left of it.
     const { timeoutMs } = acquireOptions('chain', options);
     const deadline = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
-    for (let i = 0; i < this.limiters.length; i++) {
-      const l = this.limiters[i]!;
+    // Every member is checked before any is asked: a member without acquire() found after
+    // others had granted would leave their permits taken.
+    this.limiters.forEach((l, i) => {
       if (typeof l.acquire !== 'function') {
         throw typeError(`chain.acquire: limiter ${i} has no acquire() method`);
       }
+    });
+    for (let i = 0; i < this.limiters.length; i++) {
+      const l = this.limiters[i]!;
       try {
         const left =
           deadline === undefined
             ? options
             : { ...options, timeoutMs: Math.max(0, deadline - performance.now()) };
-        const lease = await l.acquire(key, permits, left);
+        const lease = await l.acquire!(key, permits, left); // checked above
         if (l instanceof Limiter) times[i] = l.lastDecisionUs;
         else if (this.hasChains && l instanceof Chain) noteNested(times, i, lease);
         leases.push(lease);
