@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { runScenario } from '../helpers/child.js';
 
 // Real cluster processes (the scenario uses the built package: `npm test` builds first).
-const SCENARIO = fileURLToPath(new URL('./reconfigure.mjs', import.meta.url));
+const SCENARIO = fileURLToPath(new URL('../fixtures/cluster/reconfigure.mjs', import.meta.url));
 
 interface Attempt {
   allowed?: boolean;
