@@ -19,6 +19,7 @@ import {
 } from '../validate.js';
 import { Blocks, type BlocksHandle } from './blocks.js';
 import { type Adapter, adapt } from './client.js';
+import { composeScript, type Rule } from './compose.lua.js';
 import { Fleet } from './fleet-mode.js';
 import { slotOf, tagOf } from './keys.js';
 import { failedFast, Runner, Script, Unavailable } from './runner.js';
@@ -233,6 +234,8 @@ const SLACK_ARG = String(MANUAL_SLACK_MS);
  */
 export const REDIS_TIME_SLACK_MS = 25;
 const REDIS_SLACK_ARG = String(REDIS_TIME_SLACK_MS);
+/** The scripts carry their limiter's parameters in their source: no ARGV[6…]. */
+const NO_PARAMS: readonly string[] = [];
 
 /**
  * What the six Redis limiters share: options, the script runner, the failure policy, the
@@ -282,7 +285,6 @@ export abstract class RedisLimiter {
   protected constructor(
     protected readonly owner: string,
     common: RedisCommon,
-    private readonly script: Script,
   ) {
     this.adapter = common.adapter;
     this.prefix = common.prefix;
@@ -392,13 +394,6 @@ export abstract class RedisLimiter {
     );
   }
 
-  /**
-   * The script's parameters (ARGV[6…]): the limiter's own, the same array for every call
-   * and key (calls are batched by it).
-   * @internal
-   */
-  protected abstract params(): readonly string[];
-
   /** @internal Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
   protected keysOf(tag: string): readonly string[] {
     return [`${this.keyPrefix}{${tag}}`];
@@ -409,26 +404,33 @@ export abstract class RedisLimiter {
     return this.keysOf(tagOf(this.owner, key));
   }
 
+  /** @internal The limiter's script: every op (its batch form decides calls beside others). */
+  protected script!: Script;
   /**
-   * Single-call scripts (single.lua.ts) for tryAcquire() ('t') and consume() ('c'), where
-   * the algorithm has them: what such a call runs when it goes alone (not in a batch).
+   * Single-call forms for tryAcquire() ('t'), consume() ('c') and a fleet lease ('b'): what
+   * such a call runs when it goes alone (not in a batch).
    * @internal
    */
   protected tryScript: Script | undefined;
   /** @internal */
   protected consumeScript: Script | undefined;
-  /** @internal A fleet lease's ('b') single-call script, where the algorithm has one. */
+  /** @internal */
   protected leaseScript: Script | undefined;
 
-  /** @internal Sets the single-call scripts from the algorithm's builder (`name`: the script's name). */
-  protected useSingleScripts(name: string, build: (op: 't' | 'c') => string): void {
-    this.tryScript = new Script(`atomic-limiter:${name}-try`, build('t'), false, true);
-    this.consumeScript = new Script(`atomic-limiter:${name}-consume`, build('c'), false, true);
-  }
-
-  /** @internal Sets the single-call script of a fleet lease (`source`: the algorithm's, for 'b'). */
-  protected useLeaseScript(name: string, source: string): void {
-    this.leaseScript = new Script(`atomic-limiter:${name}-lease`, source, false, true);
+  /**
+   * @internal Sets the limiter's scripts, composed from its algorithm's rule (compose.lua.ts);
+   * `singles`: whether calls alone take the single-call forms.
+   */
+  protected useRule(rule: Rule, singles = true): void {
+    const forms = composeScript(rule, this.ttlSlackMs);
+    const name = `atomic-limiter:${rule.name}`;
+    this.script = new Script(name, forms.driver, forms.batch);
+    if (!singles) return;
+    this.tryScript = new Script(`${name}-try`, forms.single('t'), undefined, true);
+    this.consumeScript = new Script(`${name}-consume`, forms.single('c'), undefined, true);
+    if (this.block > 0) {
+      this.leaseScript = new Script(`${name}-lease`, forms.single('b'), undefined, true);
+    }
   }
 
   /** @internal Runs `op`; `force`: also after close() (give-backs: nothing taken is kept). */
@@ -462,7 +464,7 @@ export abstract class RedisLimiter {
       alone,
       this.keysOf(tag),
       head,
-      this.params(),
+      NO_PARAMS,
       this.adapter.cluster ? slotOf(tag) : 0,
       late,
     );

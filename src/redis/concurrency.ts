@@ -10,12 +10,9 @@ import {
   reportLost,
 } from './base.js';
 import type { Subscription } from './client.js';
-import { CONCURRENCY_SCRIPT } from './concurrency.lua.js';
+import { concurrencyRule } from './concurrency.lua.js';
 import { tagOf } from './keys.js';
-import { Script } from './runner.js';
 import { sleepUs, type Waiter } from './wait.js';
-
-const SCRIPT = new Script('atomic-limiter:concurrency', CONCURRENCY_SCRIPT, true);
 
 export interface ConcurrencyOptions extends RedisOptions {
   /** Permits that may be held at once per key. Integer, 1 to 2^31 − 1. */
@@ -45,8 +42,6 @@ export class Concurrency extends RedisLimiter {
   /** @internal */
   private readonly channel: string;
   /** @internal */
-  private readonly base: readonly string[];
-  /** @internal */
   private readonly idPrefix = randomBytes(6).toString('base64url');
   /** @internal */
   private nextId = 0;
@@ -71,22 +66,17 @@ export class Concurrency extends RedisLimiter {
     }
     const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_WIDE_CONCURRENCY);
     const leaseMs = integerOption('Concurrency', 'leaseMs', opts.leaseMs, 1, 2 ** 31 - 1, 60_000);
-    super('Concurrency', common, SCRIPT);
+    super('Concurrency', common);
     this.limit = limit;
     this.leaseMs = leaseMs;
     this.channel = `${this.prefix}:Concurrency:released`;
-    this.base = [String(limit), String(leaseMs * 1000), this.channel];
+    this.useRule(concurrencyRule({ limit, leaseUs: leaseMs * 1000, channel: this.channel }), false);
   }
 
   /** @internal */
   protected override keysOf(tag: string): readonly string[] {
     const base = `${this.prefix}:Concurrency:{${tag}}`;
     return [base, `${base}:z`];
-  }
-
-  /** @internal */
-  protected params(): readonly string[] {
-    return this.base;
   }
 
   /** @internal */

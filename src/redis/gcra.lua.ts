@@ -1,182 +1,140 @@
-import { DRIVER, PRELUDE } from './driver.lua.js';
+import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
 import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
 
 const GEO = bucketGeometry('K', 'SCALE');
 
+/** A GCRA limiter's parameters, as gcra.ts computes them. */
+export interface GcraParams {
+  readonly k: number;
+  /** Units per µs. */
+  readonly scale: number;
+  /** capacity × k. */
+  readonly tau: number;
+  readonly limit: number;
+  readonly leaky: boolean;
+  readonly queueLimit: number;
+  /** The TTL's step in ms (gcraStepMs()). */
+  readonly stepMs: number;
+}
+
 /**
- * Lua: a fast bucket's origin (gcra.lua.ts): origin(t), the origin of a key first written
- * at t, and rebase(e, tat), the origin and TAT of a stored state at NOW — moved forward when
- * its units since the origin pass 2^51, what is ahead kept and one unit added (the rounding
- * of a unit's fraction may move it by less than one: never earlier); a TAT already passed
- * is no TAT. Shared by the driver script and the single-call scripts. Needs SCALE and NOW.
+ * The step a bucket's TTL is rounded up to (ms): an eighth of the time the bucket takes to
+ * fill from empty, 1 ms to 1 s. The key lives until the bucket is full again, to the end of
+ * that step: at most one step longer than it must, and a key spent faster than it refills
+ * has its TTL set about once per step instead of on every call (saveState()).
  */
-export const GCRA_ORIGIN = `local function origin(t)
-  if t * SCALE < 2^51 then return 0 end
-  return math.floor(t / 2^36) * 2^36
-end
-local function rebase(e, tat)
-  if (NOW - e) * SCALE < 2^51 then return e, tat end
-  local ne = origin(NOW)
-  if not tat then return ne, nil end
-  local ahead = tat - math.floor((NOW - e) * SCALE)
-  if ahead <= 0 then return ne, nil end
-  return ne, math.floor((NOW - ne) * SCALE) + ahead + 1
-end`;
+export function gcraStepMs(capacity: number, intervalUs: number): number {
+  return Math.min(1000, Math.max(1, Math.floor((capacity * intervalUs) / 8000)));
+}
 
 /**
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
- * arrival time in units of 1/K of the emission interval, counted from time 0 (the
+ * arrival time (tat) in units of 1/K of the emission interval, counted from time 0 (the
  * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * tat, admitted, rejected (state.lua.ts; and the origin, below) with a TTL of the time to refill, rounded up to the
- * bucket's step (gcraStepMs(): every script that writes the key rounds the same way, so a
- * single-call script may keep the TTL of a key whose state ends in the same step).
+ * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill, rounded up to the
+ * bucket's step, so a state ending in the stored one's step keeps its TTL.
  *
  * A bucket past 10^6 per second (scale > 1: a unit under 1 µs) cannot count Redis TIME's
- * µs since 1970 in units exactly in a double, so its key counts from an origin of its own,
+ * µs since 1970 in units exactly in a double, so its key counts from an origin E of its own,
  * stored as a fourth field: 0 while time in units stays under 2^51 (a ManualClock's: the
  * in-memory figures), else a multiple of 2^36 µs at or before the key's first write. A key
  * kept busy until its units since the origin pass 2^51 (26 days at 10^9 per second) moves
- * its origin forward (rebase()), keeping what is ahead, one unit stricter.
- *
- * ARGV[6…]: K, scale (units per µs), tau (capacity × K), limit, leaky (1/0), queueLimit,
- * step (ms).
+ * its origin forward, keeping what is ahead, one unit stricter (the rounding of a unit's
+ * fraction may move it by less than one: never earlier); a TAT already passed is no TAT.
  */
-export const GCRA_LUA = `${PRELUDE}
-local K = tonumber(ARGV[6])
-local SCALE = tonumber(ARGV[7])
-local TAU = tonumber(ARGV[8])
-local LIMIT = tonumber(ARGV[9])
-local LEAKY = ARGV[10] == '1'
-local QLIMIT = tonumber(ARGV[11])
-local STEP_US = tonumber(ARGV[12]) * 1000
-
--- A fast bucket (a unit under 1 µs) counts from its key's origin (st.e); a slow one from 0.
-local FAST = SCALE > 1
-local function units(st, t)
-  if FAST then return math.floor((t - st.e) * SCALE) end
-  return math.floor(t * SCALE)
+export function gcraRule(p: GcraParams): Rule {
+  const fast = p.scale > 1;
+  const fields = fast ? ['tat', 'adm', 'rej', 'E'] : ['tat', 'adm', 'rej'];
+  const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
+  // The µs on Redis's clock at which a TAT ends.
+  const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
+  // A leaky bucket's allowance is the cost itself.
+  const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
+  const fresh = 'if tat and tat > u then fresh = (tat - u) / SCALE end';
+  const save = `if fresh > 0 then
+  local ends = math.ceil(${endUs('tat')} / STEP_US)
+  ${saveState('K1', encodeState(fields, GEO), 'oldEnds and ends <= oldEnds', ttlTo('ends * STEP_US'))}
+else
+  redis.call('DEL', K1)
+end`;
+  return {
+    name: 'gcra',
+    consts: `local K = ${luaNumber(p.k)}
+local SCALE = ${luaNumber(p.scale)}
+local TAU = ${luaNumber(p.tau)}
+local LIMIT = ${luaNumber(p.limit)}
+local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
+    // A version-1 state of the other kind (from before states carried their settings: the
+    // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
+    // is no state: the key starts afresh.
+    load: `local tat, adm, rej${fast ? ', E' : ''}
+local v = redis.call('GET', K1)
+if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
+  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO)}
+else
+  adm, rej = 0, 0
 end
-${GCRA_ORIGIN}
--- A state of the other kind from before states carried their settings (version 1: the
--- bucket's rate changed across 10^6 per second; a fast state has four fields, a slow one
--- three) is no state: the key starts afresh. One carrying them (version 2) is checked
--- against this bucket's (state.lua.ts).
-local function decode(v)
-  local tat, adm, rej, e
-  if #v == (FAST and ${stateBytes(3)} or ${stateBytes(4)}) then return nil end
-  if FAST then
-    ${decodeState('v', ['tat', 'adm', 'rej', 'e'], 'TokenBucket/LeakyBucket', GEO)}
-  else
-    ${decodeState('v', ['tat', 'adm', 'rej'], 'TokenBucket/LeakyBucket', GEO)}
+local oldEnds
+if tat then oldEnds = math.ceil(${endUs('tat')} / STEP_US) end
+${
+  fast
+    ? `local origin = 0
+if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
+if E and (NOW - E) * SCALE >= 2^51 then
+  local ne = origin
+  if tat then
+    local ahead = tat - math.floor((NOW - E) * SCALE)
+    if ahead <= 0 then tat = nil else tat = math.floor((NOW - ne) * SCALE) + ahead + 1 end
   end
-  return {tat = tat, adm = adm, rej = rej, e = e}
+  E = ne
+elseif not E then
+  E = origin
 end
-
-local function load()
-  local st = getState(KEYS[1], decode)
-  if not st then return {adm = 0, rej = 0, e = FAST and origin(NOW) or nil} end
-  if FAST then st.e, st.tat = rebase(st.e, st.tat) end
-  return st
+`
+    : ''
+}local u = math.floor(${since('NOW')} * SCALE)
+local base = u
+if tat and tat > u then base = tat end`,
+    fits: (x) => `base - u + ${x} * K <= ${allowance(x)}`,
+    take: (x) => `tat = base + ${x} * K`,
+    fresh,
+    save,
+    avail: `avail = LIMIT
+if tat then
+  local ahead = math.max(0, tat - u)
+  ${p.leaky ? 'if ahead > 0 then avail = 0 end' : 'avail = math.max(0, math.min(LIMIT, math.floor((TAU - ahead) / K)))'}
+end`,
+    retry: `local cost = P * K
+local function grants(r)
+  local n = math.floor(${since('NOW + r')} * SCALE)
+  local b = n
+  if tat and tat > n then b = tat end
+  return b - n + cost <= ${p.leaky ? 'cost' : 'TAU'}
 end
-
-local function fresh(st, t)
-  if not st.tat then return 0 end
-  local ahead = st.tat - units(st, t)
-  if ahead > 0 then return ahead / SCALE end
-  return 0
+local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
+    // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
+    counted: 'math.huge',
+    give: `if not (tat and tat > u) then return {1} end
+tat = math.max(u, tat - P * K)`,
+    drop: "redis.call('DEL', K1)",
+    // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
+    // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
+    // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
+    // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
+    reserve: `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
+local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge
+if full then
+  rej = rej + P
+else
+  local n = math.floor(${since('NOW + retry')} * SCALE)
+  if tat and tat > n then n = tat end
+  tat = n + cost
+  adm = adm + P
 end
-
-local function encode(st)
-  if FAST then return ${encodeState(['st.tat', 'st.adm', 'st.rej', 'st.e'], GEO)} end
-  return ${encodeState(['st.tat', 'st.adm', 'st.rej'], GEO)}
-end
-
-local function save(st)
-  local f = fresh(st, NOW)
-  if f <= 0 then
-    delKey(KEYS[1])
-  else
-    -- Every field is an integer (the TAT counts whole units). The key lives until the end of
-    -- the step in which the bucket is full again (tat > units(NOW), so at least 1 ms).
-    putState(KEYS[1], st, encode, ttlTo(math.ceil(((st.e or 0) + st.tat / SCALE) / STEP_US) * STEP_US))
-  end
-end
-
-local function drop() delKey(KEYS[1]) end
-
-local function step(st, t, p)
-  local now = units(st, t)
-  local base = now
-  if st.tat and st.tat > now then base = st.tat end
-  local cost = p * K
-  local allowance = TAU
-  if LEAKY then allowance = cost end
-  if base - now + cost > allowance then return nil end
-  return {tat = base + cost, e = st.e}
-end
-
-local function give(st, t, p, taken)
-  if not st.tat then return nil end
-  local now = units(st, t)
-  if st.tat <= now then return nil end
-  return {tat = math.max(now, st.tat - p * K), e = st.e}
-end
-
-local function avail(st, t)
-  if not st.tat then return LIMIT end
-  local ahead = math.max(0, st.tat - units(st, t))
-  if LEAKY then
-    if ahead == 0 then return LIMIT end
-    return 0
-  end
-  return math.max(0, math.min(LIMIT, math.floor((TAU - ahead) / K)))
-end
-
-local function est(st, t, p)
-  local now = units(st, t)
-  local tat = now
-  if st.tat then tat = math.max(now, st.tat) end
-  if LEAKY then return (tat - now) / SCALE end
-  return (tat + p * K - TAU - now) / SCALE
-end
-
--- A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
-local function counted(st, t) return INF end
-local function hint(st) return 0 end
-local function release(st) return {0} end
-`;
-
-/**
- * acquire(): reserve the first time the permits can be had, in the script (FIFO in order
- * of arrival at Redis). Permits waiting ahead, counting this request, may not pass the
- * queue limit: for a token bucket the permits owed past the burst, for a leaky bucket the
- * permits in the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
- */
-const RESERVE = `
-local function reserve(st)
-  local now = units(st, NOW)
-  local base = now
-  if st.tat and st.tat > now then base = st.tat end
-  local cost = PERMITS * K
-  local waiting
-  if LEAKY then
-    waiting = math.ceil((base - now) / K) + PERMITS
-  else
-    waiting = math.ceil((base + cost - TAU - now) / K)
-  end
-  local r = retryAfter(st, PERMITS)
-  if QLIMIT == 0 or waiting > QLIMIT or r == INF then
-    st.rej = st.rej + PERMITS
-    save(st)
-    return {2, fmt(r)}
-  end
-  local nx = step(st, NOW + r, PERMITS)
-  nx.adm = st.adm + PERMITS
-  nx.rej = st.rej
-  save(nx)
-  return {3, fmt(r), fmt(NOW)}
-end
-`;
-
-export const GCRA_SCRIPT =
-  GCRA_LUA + DRIVER.replace('local st = load()', `${RESERVE}\nlocal st = load()`);
+local fresh = 0
+${fresh}
+${save}
+if full then return {2, string.format('%.17g', retry)} end
+return {3, string.format('%.17g', retry), string.format('%.17g', NOW)}`,
+  };
+}

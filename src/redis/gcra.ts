@@ -7,12 +7,8 @@ import {
   RedisLimiter,
   reportLost,
 } from './base.js';
-import { GCRA_SCRIPT } from './gcra.lua.js';
-import { gcraSingleScript, gcraStepMs } from './gcra-single.lua.js';
-import { Script } from './runner.js';
+import { gcraRule, gcraStepMs } from './gcra.lua.js';
 import { sleepUs, type Waiter } from './wait.js';
-
-const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
 
 /**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
@@ -21,8 +17,6 @@ const SCRIPT = new Script('atomic-limiter:gcra', GCRA_SCRIPT, true);
  */
 export abstract class RedisGcra extends RedisLimiter {
   readonly limit: number;
-  /** @internal */
-  private readonly args: readonly string[];
 
   /** @internal */
   protected constructor(
@@ -33,40 +27,18 @@ export abstract class RedisGcra extends RedisLimiter {
     wide: boolean,
     leaky: boolean,
   ) {
-    super(owner, common, SCRIPT);
+    super(owner, common);
     // The in-memory class's units (a wide table's past a capacity of 2^24 or a rate of 10^6
     // per second; past that rate a unit is under 1 µs, and a key counts from an origin of its
     // own: gcra.lua.ts).
     const { k, scale, tau } = gcraUnits(capacity, ratePerSecond, wide);
     const stepMs = gcraStepMs(capacity, 1e6 / ratePerSecond);
     this.limit = capacity;
-    this.args = [
-      String(k),
-      String(scale),
-      String(tau),
-      String(capacity),
-      leaky ? '1' : '0',
-      String(common.queueLimit),
-      String(stepMs),
-    ];
-    const single = {
-      k,
-      scale,
-      tau,
-      limit: capacity,
-      leaky,
-      slackMs: this.ttlSlackMs,
-      stepMs,
-    };
-    this.useSingleScripts('gcra', (op) => gcraSingleScript(op, single));
-    if (this.block > 0) this.useLeaseScript('gcra', gcraSingleScript('b', single));
+    this.useRule(
+      gcraRule({ k, scale, tau, limit: capacity, leaky, queueLimit: common.queueLimit, stepMs }),
+    );
     // A leaky bucket's lease is a burst (README, "Fleet mode"): it stays one block.
     this.startFleet(!leaky);
-  }
-
-  /** @internal */
-  protected params(): readonly string[] {
-    return this.args;
   }
 
   /** @internal */

@@ -1,30 +1,30 @@
 import { createHash } from 'node:crypto';
 import { DeadlineTimer, due } from '../deadlines.js';
-import { batchSource } from './batch.lua.js';
 import type { Adapter, Command } from './client.js';
+import { singleArgs } from './compose.lua.js';
 import { TRANSIENT } from './health.js';
-import { singleArgs } from './single.lua.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
 export class Script {
   readonly sha: string;
-  /** The form that decides several calls in one run (src/redis/batch.lua.ts), if any. */
+  /** The form that decides several calls in one run (compose.lua.ts), if any. */
   readonly batch: Script | undefined;
-  /**
-   * @param single a single-call script (single.lua.ts): its parameters are in its source,
-   *   and its ARGV is the call's permits and time alone.
-   */
   readonly source: string;
+  /**
+   * @param batch the batch form's body, if the script has one.
+   * @param single a single-call form (compose.lua.ts): its ARGV is the call's permits and
+   *   time alone.
+   */
   constructor(
     readonly name: string,
     body: string,
-    batchable = false,
+    batch?: string,
     readonly single = false,
   ) {
     this.source = echoing(body);
     this.sha = createHash('sha1').update(this.source).digest('hex');
     // Named as the script itself: an error names the algorithm's script either way.
-    this.batch = batchable ? new Script(name, batchSource(body)) : undefined;
+    this.batch = batch === undefined ? undefined : new Script(name, batch);
   }
 }
 

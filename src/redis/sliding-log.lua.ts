@@ -1,110 +1,110 @@
-import { DRIVER, PRELUDE } from './driver.lua.js';
+import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+
+/** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
+function entry(i: string): string {
+  return `(tonumber(redis.call('LINDEX', K1, ${i})) or -math.huge)`;
+}
 
 /**
- * SlidingLog (src/algorithms/sliding-log.ts): exact. KEYS[1] is a list of the times the
- * last `limit` permits were granted, newest first (one entry per permit, like the
- * in-memory ring); KEYS[2] holds "admitted rejected". Index i is the in-memory log
- * position head − 1 − i; a missing entry is long expired. Both keys live until the newest
- * entry leaves the window.
- *
- * ARGV[6…]: limit, windowUs.
+ * Lua: `local name`, entry(`at`) of the list as saved, from what the script knows of it
+ * (its first `pushed` entries are NOW's stamp; it holds `size` entries, math.huge: not
+ * known) where it can: the same value, without a LINDEX.
  */
-export const SLIDING_LOG_SCRIPT = `${PRELUDE}
-local LIMIT = tonumber(ARGV[6])
-local W = tonumber(ARGV[7])
+function known(at: string, name: string): string {
+  return `local ${name}
+if ${at} < pushed then
+  ${name} = NOW
+elseif ${at} >= size then
+  ${name} = -math.huge
+else
+  ${name} = ${entry(at)}
+end`;
+}
 
-local function entry(i)
-  local v = redis.call('LINDEX', KEYS[1], i)
-  if v then return tonumber(v) end
-  return -INF
-end
-
-local function load()
-  local v = redis.call('GET', KEYS[2])
-  if not v then return {adm = 0, rej = 0} end
+/**
+ * SlidingLog (src/algorithms/sliding-log.ts): exact. K1 is a list of the times the last
+ * `limit` permits were granted, newest first (one entry per permit, like the in-memory
+ * ring); K2 holds "admitted rejected". Index i is the in-memory log position head − 1 − i.
+ * Both keys live until the newest entry leaves the window.
+ */
+export function slidingLogRule(p: { readonly limit: number; readonly windowUs: number }): Rule {
+  return {
+    name: 'sliding-log',
+    consts: `local LIMIT = ${luaNumber(p.limit)}
+local W = ${luaNumber(p.windowUs)}`,
+    load: `local adm, rej = 0, 0
+local v = redis.call('GET', K2)
+if v then
   local a, b = string.match(v, '^(%S+) (%S+)$')
-  return {adm = tonumber(a), rej = tonumber(b)}
+  adm, rej = tonumber(a), tonumber(b)
 end
-
-local function fresh(st, t)
-  local newest = entry(0)
-  if newest == -INF then return 0 end
-  return math.max(0, newest + W - t)
+local newest
+local pushed, size = 0, math.huge`,
+    // After granting x, the last LIMIT entries must lie in the window: the entry just before
+    // them (index LIMIT - x) has to have expired.
+    fits: (x) => `not (${entry(`LIMIT - ${x}`)} > NOW - W)`,
+    // x entries of NOW's stamp, pushed 1000 at a time.
+    take: (x) => `local stamp = string.format('%.17g', NOW)
+local batch = {}
+for i = 1, math.min(${x}, 1000) do batch[i] = stamp end
+local left = ${x}
+local len
+while left > 0 do
+  local k = math.min(left, 1000)
+  len = redis.call('LPUSH', K1, unpack(batch, 1, k))
+  left = left - k
 end
-
-local function save(st)
-  if st.push then
-    local stamp = fmt(NOW)
-    local batch = {}
-    for i = 1, math.min(st.push, 1000) do batch[i] = stamp end
-    local left = st.push
-    while left > 0 do
-      local n = math.min(left, 1000)
-      redis.call('LPUSH', KEYS[1], unpack(batch, 1, n))
-      left = left - n
-    end
-    redis.call('LTRIM', KEYS[1], 0, LIMIT - 1)
-  elseif st.pop then
-    redis.call('LPOP', KEYS[1], st.pop)
-  elseif st.rem then
-    redis.call('LREM', KEYS[1], -st.rem, st.stamp)
-  end
-  local f = fresh(st, NOW)
-  if f <= 0 then
-    redis.call('DEL', KEYS[1], KEYS[2])
+if len > LIMIT then
+  redis.call('LTRIM', K1, 0, LIMIT - 1)
+  len = LIMIT
+end
+newest, pushed, size = NOW, ${x}, len`,
+    fresh: `if not newest then newest = ${entry('0')} end
+fresh = math.max(0, newest + W - NOW)`,
+    // A refusal leaves the list as it was: its TTL stands.
+    save: `if fresh > 0 then
+  local counts = string.format('%.17g %.17g', adm, rej)
+  if SERVER and v and not ok then
+    redis.call('SET', K2, counts, 'KEEPTTL')
   else
-    redis.call('PEXPIRE', KEYS[1], ttlMs(f))
-    redis.call('SET', KEYS[2], fmt(st.adm) .. ' ' .. fmt(st.rej), 'PX', ttlMs(f))
+    local ttl = ${ttlTo('NOW + fresh')}
+    redis.call('PEXPIRE', K1, ttl)
+    redis.call('SET', K2, counts, 'PX', ttl)
   end
+else
+  redis.call('DEL', K1, K2)
+  size = 0
+end`,
+    avail: `local lo, hi = 0, LIMIT
+while lo < hi do
+  local mid = math.ceil((lo + hi) / 2)
+  ${known('LIMIT - mid', 'e')}
+  if e <= NOW - W then lo = mid else hi = mid - 1 end
 end
-
-local function drop() redis.call('DEL', KEYS[1], KEYS[2]) end
-
--- After granting, the last LIMIT entries must lie in the window: the entry just before
--- them (index LIMIT - p) has to have expired.
-local function step(st, t, p)
-  if entry(LIMIT - p) > t - W then return nil end
-  return {push = p}
-end
-
--- Only entries still inside the window count against the limit; give those back. The next
--- grants push their own times (a refunded entry's older time is never reused). Permits
--- taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of that
--- stamp (fmt() of the same double: the reply's NOW, read back): up to p of them go, from
--- the oldest side, never other entries (the newest may be another process's, and dropping
--- them would free room ahead of the window). Fewer found (a block's permits of two leases
--- share the older stamp): the rest stay counted, the safe direction. Permits refunded as
--- taken just now (no EXTRA) are the newest entries, as in memory.
-local function give(st, t, p, taken)
-  if EXTRA ~= '' then
-    if taken <= t - W then return nil end
-    return {rem = p, stamp = fmt(taken)}
-  end
+avail = lo`,
+    // est(): when the entry LIMIT - P leaves the window; read after the save (which may have
+    // deleted a list out of order).
+    retry: `${known('LIMIT - P', 'e')}
+local function grants(r) return not (e > NOW + r - W) end
+local guess = e + W - NOW`,
+    // A logged permit counts for W from its grant, but spent later it would count for W from
+    // its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
+    counted: 'math.huge',
+    // Only entries still inside the window count against the limit; give those back. Permits
+    // taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of
+    // that stamp: up to P of them go, from the oldest side, never other entries (the newest
+    // may be another process's, and dropping them would free room ahead of the window).
+    // Fewer found (a block's permits of two leases share the older stamp): the rest stay
+    // counted, the safe direction. Permits refunded as taken just now are the newest entries.
+    give: `if EXTRA ~= '' then
+  if TAKEN <= NOW - W then return {1} end
+  redis.call('LREM', K1, -P, string.format('%.17g', TAKEN))
+else
   local k = 0
-  while k < p and entry(k) > t - W do k = k + 1 end
-  if k == 0 then return nil end
-  return {pop = k}
-end
-
-local function avail(st, t)
-  local lo = 0
-  local hi = LIMIT
-  while lo < hi do
-    local mid = math.ceil((lo + hi) / 2)
-    if entry(LIMIT - mid) <= t - W then lo = mid else hi = mid - 1 end
-  end
-  return lo
-end
-
-local function est(st, t, p)
-  return entry(LIMIT - p) + W - t
-end
-
--- A logged permit counts for W from its grant, but spent later it would count for W from
--- its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
-local function counted(st, t) return INF end
-
-local function hint(st) return 0 end
-local function release(st) return {0} end
-local function reserve(st) return {0} end
-${DRIVER}`;
+  while k < P and ${entry('k')} > NOW - W do k = k + 1 end
+  if k == 0 then return {1} end
+  redis.call('LPOP', K1, k)
+end`,
+    drop: "redis.call('DEL', K1, K2)",
+  };
+}

@@ -1,10 +1,6 @@
 import { readLogOptions } from '../algorithms/sliding-log.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { Script } from './runner.js';
-import { SLIDING_LOG_SCRIPT } from './sliding-log.lua.js';
-import { slidingLogSingleScript } from './sliding-log-single.lua.js';
-
-const SCRIPT = new Script('atomic-limiter:sliding-log', SLIDING_LOG_SCRIPT, true);
+import { slidingLogRule } from './sliding-log.lua.js';
 
 export interface SlidingLogOptions extends RedisOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */
@@ -21,19 +17,14 @@ export class SlidingLog extends RedisLimiter {
   readonly algorithm = 'SlidingLog';
   readonly limit: number;
   readonly windowMs: number;
-  /** @internal */
-  private readonly args: readonly string[];
 
   constructor(options: SlidingLogOptions) {
     const { opts, common } = readRedisCommon('SlidingLog', options, ['limit', 'windowMs']);
     const { limit, windowMs } = readLogOptions('SlidingLog', opts);
-    super('SlidingLog', common, SCRIPT);
+    super('SlidingLog', common);
     this.limit = limit;
     this.windowMs = windowMs;
-    this.args = [String(limit), String(windowMs * 1000)];
-    const single = { limit, windowUs: windowMs * 1000, slackMs: this.ttlSlackMs };
-    this.useSingleScripts('sliding-log', (op) => slidingLogSingleScript(op, single));
-    if (this.block > 0) this.useLeaseScript('sliding-log', slidingLogSingleScript('b', single));
+    this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000 }));
     this.startFleet();
   }
 
@@ -41,10 +32,5 @@ export class SlidingLog extends RedisLimiter {
   protected override keysOf(tag: string): readonly string[] {
     const base = `${this.prefix}:SlidingLog:{${tag}}`;
     return [base, `${base}:n`];
-  }
-
-  /** @internal */
-  protected params(): readonly string[] {
-    return this.args;
   }
 }

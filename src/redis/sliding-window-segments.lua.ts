@@ -1,118 +1,116 @@
-import { DRIVER, PRELUDE } from './driver.lua.js';
-import { checkSegmentsTag } from './state.lua.js';
+import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { checkSegmentsTag, segmentsTag } from './state.lua.js';
+
+/** A segmented SlidingWindow's parameters. */
+export interface SegmentsParams {
+  readonly limit: number;
+  /** A segment's µs: the window's µs over `segments`, a whole number. */
+  readonly segmentUs: number;
+  readonly segments: number;
+}
 
 /**
  * SlidingWindow with `segments` (src/algorithms/segmented-window.ts): the window split into
  * N segments of S µs aligned to floor(t / S); a request passes when the counts of the last
- * N segments plus its permits are at most the limit. Stored as "segment admitted rejected
- * c1 … cN", where ci counts segment (segment − N + i), with a TTL until the newest segment
- * holding permits has left the window. Redis runs one script at a time, so the counts are
- * plain numbers here; the in-memory ring's rules (a roll keeps the past counts, a refund
- * credits the segment its permits were taken in) give the same answers.
+ * N segments plus its permits are at most the limit. Stored as "tag segment admitted
+ * rejected c1 … cN" (the tag: the writer's settings, state.lua.ts), where ci counts segment
+ * (segment − N + i), with a TTL until the newest segment holding permits has left the
+ * window. Redis runs one script at a time, so the counts are plain numbers here; the
+ * in-memory ring's rules (a roll keeps the past counts, a refund credits the segment its
+ * permits were taken in) give the same answers.
  *
- * ARGV[6…]: limit, segmentUs, segments.
+ * The counts are kept as the text read, in one table rolled in place (Lua's arithmetic reads
+ * a count's text as tonumber() does), and written with one table.concat(): converting each
+ * count was most of a call's time. The text read is what '%d' would write of it: every
+ * count is written with '%d' or as a Lua number, which for a whole number below 2^26 (the
+ * largest segmented limit) has the same digits.
  */
-export const SLIDING_WINDOW_SEGMENTS_SCRIPT = `${PRELUDE}
-local LIMIT = tonumber(ARGV[6])
-local S = tonumber(ARGV[7])
-local N = tonumber(ARGV[8])
--- The writer's settings, the state's first word (state.lua.ts segmentsTag()).
-local TAG = string.format('g%d/%d', S, N)
-
-local function load()
-  local v = redis.call('GET', KEYS[1])
-  if not v then return {adm = 0, rej = 0} end
-  local w = {}
-  for x in string.gmatch(v, '%S+') do w[#w + 1] = x end
-  local o = ${checkSegmentsTag('w[1]', 'TAG')}
-  local f = {}
-  for i = 1 + o, #w do f[i - o] = tonumber(w[i]) end
-  local cs = {}
-  for i = 1, N do cs[i] = f[3 + i] or 0 end
-  return {seg = f[1], adm = f[2], rej = f[3], cs = cs}
-end
-
--- The counts rolled forward to t's segment (or kept, if the clock went back).
-local function read(st, t)
-  local now = math.floor(t / S)
-  local cs = {}
-  if not st.seg then
-    for i = 1, N do cs[i] = 0 end
-    return now, cs
+export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
+  const tag = segmentsTag(p.segmentUs, p.segments);
+  // The counts rolled to segment cur in place (a grant's or a refund's).
+  const roll = `if shift > 0 then
+  for j = 1, N do
+    if j + shift <= N then cs[j] = cs[j + shift] else cs[j] = 0 end
   end
-  local cur = math.max(now, st.seg)
-  local shift = cur - st.seg
-  for i = 1, N do
-    if i + shift <= N then cs[i] = st.cs[i + shift] else cs[i] = 0 end
-  end
-  return cur, cs
 end
-
-local function total(cs)
+seg, shift = cur, 0`;
+  return {
+    name: 'sliding-window-segments',
+    consts: `local LIMIT = ${luaNumber(p.limit)}
+local S = ${luaNumber(p.segmentUs)}
+local N = ${luaNumber(p.segments)}`,
+    // cs[i] counts segment seg - N + i; counts past these N are not read, missing ones are 0.
+    // cur: NOW's segment (a later stored one: the clock went back); the counts still in the
+    // window are those past the first `shift` (rolled only by a grant or refund, which save
+    // it). `full`: the stored state counts in segment cur already, so a grant's state ends
+    // no later than it (its key's TTL reaches the end of its newest segment holding permits).
+    load: `local seg, adm, rej = nil, 0, 0
+local cs = {}
+local i = 1
+local v = redis.call('GET', K1)
+if v then
+  -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0].
+  i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`)}
+  for x in string.gmatch(v, '%S+') do
+    cs[i] = x
+    i = i + 1
+  end
+  seg, adm, rej = tonumber(cs[-2]), tonumber(cs[-1]), tonumber(cs[0])
+end
+for j = i, N do cs[j] = 0 end
+local cur = math.floor(NOW / S)
+local shift = 0
+if seg then
+  if seg > cur then cur = seg end
+  shift = cur - seg
+end
+local used = 0
+for j = shift + 1, N do used = used + cs[j] end
+local full = seg == cur and tonumber(cs[N]) > 0`,
+    fits: (x) => `used + ${x} <= LIMIT`,
+    take: (x) => `${roll}
+cs[N] = cs[N] + ${x}
+used = used + ${x}`,
+    fresh: `for j = N, shift + 1, -1 do
+  if tonumber(cs[j]) > 0 then
+    fresh = math.max(0, (cur + j - shift) * S - NOW)
+    break
+  end
+end`,
+    // A refusal saves the stored state again (its rejected count aside): it ends where it did.
+    save: `if fresh > 0 then
+  ${saveState('K1', `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`, '(not ok or full)', ttlTo('NOW + fresh'))}
+else
+  redis.call('DEL', K1)
+end`,
+    avail: 'avail = math.max(0, LIMIT - used)',
+    // est(): when enough of the oldest segments holding permits have left the window (the
+    // counts past the stored ones, rolled in as 0, change nothing).
+    retry: `local function grants(r)
+  local sh = math.max(math.floor((NOW + r) / S), seg or cur) - (seg or cur)
   local u = 0
-  for i = 1, N do u = u + cs[i] end
-  return u
+  for j = sh + 1, N do u = u + cs[j] end
+  return u + P <= LIMIT
 end
-
-local function fresh(st, t)
-  local cur, cs = read(st, t)
-  for i = N, 1, -1 do
-    if cs[i] > 0 then return math.max(0, (cur + i) * S - t) end
+local guess = (cur + N) * S - NOW
+local u = used
+for j = 1, N - shift do
+  u = u - cs[j + shift]
+  if u + P <= LIMIT then
+    guess = math.max(0, (cur + j) * S - NOW)
+    break
   end
-  return 0
-end
-
-local function save(st)
-  local f = fresh(st, NOW)
-  if f <= 0 then
-    redis.call('DEL', KEYS[1])
-  else
-    local parts = {string.format('%s %d %d %d', TAG, st.seg, st.adm, st.rej)}
-    for i = 1, N do parts[i + 1] = string.format('%d', st.cs[i]) end
-    redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', ttlMs(f))
-  end
-end
-
-local function drop() redis.call('DEL', KEYS[1]) end
-
-local function step(st, t, p)
-  local cur, cs = read(st, t)
-  if total(cs) + p > LIMIT then return nil end
-  cs[N] = cs[N] + p
-  return {seg = cur, cs = cs}
-end
-
--- Credit the segment the permits were taken in, if it is still in the window.
-local function give(st, t, p, taken)
-  local cur, cs = read(st, t)
-  local i = math.floor(taken / S) - cur + N
-  if i < 1 or i > N or cs[i] == 0 then return nil end
-  cs[i] = math.max(0, cs[i] - p)
-  return {seg = cur, cs = cs}
-end
-
-local function avail(st, t)
-  local _, cs = read(st, t)
-  return math.max(0, LIMIT - total(cs))
-end
-
--- When enough of the oldest segments holding permits have left the window.
-local function est(st, t, p)
-  local cur, cs = read(st, t)
-  local used = total(cs)
-  if used + p <= LIMIT then return 0 end
-  for i = 1, N do
-    used = used - cs[i]
-    if used + p <= LIMIT then return math.max(0, (cur + i) * S - t) end
-  end
-  return (cur + N) * S - t
-end
-
--- Leased permits count in segment st.seg: spent after it ends they would leave the window
--- a segment late.
-local function counted(st, t) return (st.seg + 1) * S - t end
-
-local function hint(st) return 0 end
-local function release(st) return {0} end
-local function reserve(st) return {0} end
-${DRIVER}`;
+end`,
+    // Leased permits count in segment cur: spent after it ends they would leave the window a
+    // segment late.
+    counted: '(cur + 1) * S - NOW',
+    // Credit the segment the permits were taken in, if it is still in the window.
+    give: `local at = math.floor(TAKEN / S) - cur + N
+local c = 0
+if at >= 1 and at + shift <= N then c = tonumber(cs[at + shift]) end
+if at > N or c == 0 then return {1} end
+${roll}
+cs[at] = math.max(0, c - P)`,
+    drop: "redis.call('DEL', K1)",
+  };
+}

@@ -1,18 +1,8 @@
 import { readSlidingWindowOptions } from '../algorithms/segment-bits.js';
 import { wideSlidingBits } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { Script } from './runner.js';
-import { SLIDING_WINDOW_SCRIPT } from './sliding-window.lua.js';
-import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from './sliding-window-segments.lua.js';
-import { slidingWindowSegmentsSingleScript } from './sliding-window-segments-single.lua.js';
-import { slidingWindowSingleScript } from './sliding-window-single.lua.js';
-
-const SCRIPT = new Script('atomic-limiter:sliding-window', SLIDING_WINDOW_SCRIPT, true);
-const SEGMENTS_SCRIPT = new Script(
-  'atomic-limiter:sliding-window-segments',
-  SLIDING_WINDOW_SEGMENTS_SCRIPT,
-  true,
-);
+import { slidingWindowRule } from './sliding-window.lua.js';
+import { slidingWindowSegmentsRule } from './sliding-window-segments.lua.js';
 
 export interface SlidingWindowOptions extends RedisOptions {
   /** Permits per window; the in-memory SlidingWindow's ranges, wide ones too (README, *Options*). */
@@ -36,8 +26,6 @@ export class SlidingWindow extends RedisLimiter {
   readonly windowMs: number;
   /** Segments per window; undefined for the two-window estimate. */
   readonly segments: number | undefined;
-  /** @internal */
-  private readonly args: readonly string[];
 
   constructor(options: SlidingWindowOptions) {
     const { opts, common } = readRedisCommon('SlidingWindow', options, [
@@ -50,43 +38,18 @@ export class SlidingWindow extends RedisLimiter {
       opts,
       true,
     );
-    super('SlidingWindow', common, segments === undefined ? SCRIPT : SEGMENTS_SCRIPT);
+    super('SlidingWindow', common);
     this.limit = limit;
     this.windowMs = windowMs;
     this.segments = segments;
     // A wide window keeps its previous count as the in-memory wide table does.
     const prevQuantum = wide ? wideSlidingBits(limit, windowMs * 1000).prevQuantum : 1;
     if (segments === undefined) {
-      this.args = [String(limit), String(windowMs * 1000), String(prevQuantum)];
-      const single = {
-        limit,
-        windowUs: windowMs * 1000,
-        slackMs: this.ttlSlackMs,
-        prevQuantum,
-      };
-      this.useSingleScripts('sliding-window', (op) => slidingWindowSingleScript(op, single));
-      if (this.block > 0) {
-        this.useLeaseScript('sliding-window', slidingWindowSingleScript('b', single));
-      }
+      this.useRule(slidingWindowRule({ limit, windowUs: windowMs * 1000, prevQuantum }));
     } else {
       const segmentUs = Math.round(windowMs * 1000) / segments;
-      this.args = [String(limit), String(segmentUs), String(segments)];
-      const single = { limit, segmentUs, segments, slackMs: this.ttlSlackMs };
-      this.useSingleScripts('sliding-window-segments', (op) =>
-        slidingWindowSegmentsSingleScript(op, single),
-      );
-      if (this.block > 0) {
-        this.useLeaseScript(
-          'sliding-window-segments',
-          slidingWindowSegmentsSingleScript('b', single),
-        );
-      }
+      this.useRule(slidingWindowSegmentsRule({ limit, segmentUs, segments }));
     }
     this.startFleet();
-  }
-
-  /** @internal */
-  protected params(): readonly string[] {
-    return this.args;
   }
 }

@@ -55,7 +55,7 @@ export function decodeState(
 ): string {
   if (geo === undefined) return decodeUnmarked(v, names, what);
   const n = geo.values.length;
-  const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
+  const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
   const stored = geo.values.map((_, i) => `g${i + 1}`);
   const differs = geo.values.map((x, i) => `${stored[i]} ~= ${x}`).join(' or ');
   const skip = Array(n + 1)
@@ -65,7 +65,7 @@ export function decodeState(
   return `if string.byte(${v}, 1) == 2 and #${v} >= ${stateBytes(0, n)} then
     local _, ${stored.join(', ')} = struct.unpack('${format(n)}', ${v})
     if ${differs} then
-      error(redis.error_reply('ERR atomic-limiter: ' .. KEYS[1] .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
+      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
     end
     if #${v} ~= ${stateBytes(names.length, n)} then error(redis.error_reply(${error})) end
     local _
@@ -83,7 +83,7 @@ export function decodeState(
  * whose stored numbers no setting reinterprets, or not given one yet.
  */
 function decodeUnmarked(v: string, names: readonly string[], what: string): string {
-  const error = `'ERR atomic-limiter: ' .. KEYS[1] .. ' holds no ${what} state of this version'`;
+  const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of this version'`;
   return `if #${v} ~= ${stateBytes(names.length)} then error(redis.error_reply(${error})) end
   local version
   version, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
@@ -131,10 +131,10 @@ export function checkSegmentsTag(first: string, tag: string): string {
   return `(function()
   if ${first} == ${tag} then return 1 end
   if ${first} and string.byte(${first}, 1) == 103 then
-    error(redis.error_reply('ERR atomic-limiter: ' .. KEYS[1] .. ' holds a SlidingWindow state written with ' .. ${describe(first)} .. '; this limiter has ' .. ${describe(tag)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
+    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a SlidingWindow state written with ' .. ${describe(first)} .. '; this limiter has ' .. ${describe(tag)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
   end
   if not (${first} and tonumber(${first})) then
-    error(redis.error_reply('ERR atomic-limiter: ' .. KEYS[1] .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)'))
+    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)'))
   end
   return 0
 end)()`;

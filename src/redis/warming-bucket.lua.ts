@@ -1,42 +1,56 @@
-import { DRIVER, PRELUDE } from './driver.lua.js';
+import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
 import { decodeState, encodeState } from './state.lua.js';
+
+/** warmingModel()'s figures (src/algorithms/warming-bucket.ts). */
+export interface WarmingParams {
+  readonly stableUs: number;
+  readonly threshold: number;
+  readonly maxPermits: number;
+  readonly slope: number;
+  readonly coolDownUs: number;
+  readonly quanta: number;
+  readonly unitUs: number;
+  readonly limit: number;
+  readonly maxQuanta: number;
+}
+
+/**
+ * Lua: Guava's reserveEarliestAvailable() of `x` permits at unit time `at` from `stored`
+ * permits at next-free time `from` (from <= at): sets q and nf.
+ */
+function reserve(x: string, stored: string, from: string, at: string): string {
+  return `local stored = ${stored}
+if ${at} > ${from} then stored = math.min(MAXP, stored + ((${at} - ${from}) * UNIT) / COOL) end
+local spend = math.min(${x}, stored)
+local w = waitUs(stored, spend) + math.floor((${x} - spend) * S)
+q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), ${at} + math.ceil(w * PERUS)`;
+}
 
 /**
  * WarmingBucket (src/algorithms/warming-bucket.ts): Guava's SmoothWarmingUp with the
- * in-memory class's arithmetic, operation for operation, on plain fields instead of a
- * packed word. Stored as stored quanta, next free time (units since time 0; the in-memory
+ * in-memory class's arithmetic, operation for operation, on plain locals instead of a packed
+ * word. Stored as stored quanta q, next free time nf (units since time 0; the in-memory
  * class counts from its epoch: the same figures when that epoch is 0), admitted, rejected
  * (state.lua.ts), with a TTL until the state is cold again; a cold state is no state.
- *
- * ARGV[6…]: stable interval µs, threshold, maxPermits, slope, cool-down µs per permit,
- * quanta per permit, µs per unit, limit, maxQuanta (warmingModel()'s figures).
+ * Pays later: a call is admitted once the previous one's debt is paid.
  */
-export const WARMING_BUCKET_SCRIPT = `${PRELUDE}
-local S = tonumber(ARGV[6])
-local THR = tonumber(ARGV[7])
-local MAXP = tonumber(ARGV[8])
-local SLOPE = tonumber(ARGV[9])
-local COOL = tonumber(ARGV[10])
-local QUANTA = tonumber(ARGV[11])
-local UNIT = tonumber(ARGV[12])
-local LIMIT = tonumber(ARGV[13])
-local MAXQ = tonumber(ARGV[14])
+export function warmingBucketRule(m: WarmingParams): Rule {
+  const fresh =
+    'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
+  return {
+    name: 'warming-bucket',
+    // waitUs(): Guava's storedPermitsToWaitTime(), the trapezoid above the threshold, the
+    // stable interval below it, each part truncated to whole µs.
+    consts: `local S = ${luaNumber(m.stableUs)}
+local THR = ${luaNumber(m.threshold)}
+local MAXP = ${luaNumber(m.maxPermits)}
+local SLOPE = ${luaNumber(m.slope)}
+local COOL = ${luaNumber(m.coolDownUs)}
+local QUANTA = ${luaNumber(m.quanta)}
+local UNIT = ${luaNumber(m.unitUs)}
+local LIMIT = ${luaNumber(m.limit)}
+local MAXQ = ${luaNumber(m.maxQuanta)}
 local PERUS = 1 / UNIT
-
-local function decode(v)
-  local q, nf, adm, rej
-  ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket')}
-  return {q = q, nf = nf, adm = adm, rej = rej}
-end
-
-local function load() return getState(KEYS[1], decode) or {adm = 0, rej = 0} end
-
-local function units(t) return math.floor(t * PERUS) end
-local function storedOf(st) return math.min(MAXP, st.q / QUANTA) end
-local function coldAt(stored, nf) return nf * UNIT + (MAXP - stored) * COOL end
-
--- Guava's storedPermitsToWaitTime(): the trapezoid above the threshold, the stable
--- interval below it, each part truncated to whole µs.
 local function waitUs(stored, take)
   local above = stored - THR
   local us = 0
@@ -47,71 +61,41 @@ local function waitUs(stored, take)
     take = take - fromAbove
   end
   return us + math.floor(S * take)
+end`,
+    load: `local q, nf, adm, rej
+local v = redis.call('GET', K1)
+if v then
+  ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket')}
+else
+  adm, rej = 0, 0
 end
-
--- Guava's reserveEarliestAvailable() at unit time 'at' (nf <= at).
-local function take(stored, nf, at, p)
-  if at > nf then stored = math.min(MAXP, stored + ((at - nf) * UNIT) / COOL) end
-  local spend = math.min(p, stored)
-  local w = waitUs(stored, spend) + math.floor((p - spend) * S)
-  return {q = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), nf = at + math.ceil(w * PERUS)}
+local un = math.floor(NOW * PERUS)`,
+    fits: () => 'not (nf and nf > un)',
+    // From the stored permits while the state is warm, else from a cold bucket.
+    take: (x) => `local s0, from = MAXP, un
+if nf then
+  local s = math.min(MAXP, q / QUANTA)
+  if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
 end
-
-local function fresh(st, t)
-  if not st.nf then return 0 end
-  return math.max(0, coldAt(storedOf(st), st.nf) - t)
-end
-
-local function encode(st)
-  return ${encodeState(['st.q', 'st.nf', 'st.adm', 'st.rej'])}
-end
-
-local function save(st)
-  local f = fresh(st, NOW)
-  if f <= 0 then
-    delKey(KEYS[1])
-  else
-    putState(KEYS[1], st, encode, ttlMs(f))
-  end
-end
-
-local function drop() delKey(KEYS[1]) end
-
--- Pays later: admitted once the previous request's debt is paid.
-local function step(st, t, p)
-  local now = units(t)
-  if st.nf then
-    if st.nf > now then return nil end
-    local stored = storedOf(st)
-    if t < coldAt(stored, st.nf) then return take(stored, st.nf, now, p) end
-  end
-  return take(MAXP, now, now, p)
-end
-
--- A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
--- from there costs, never to before now; nothing once the debt is paid.
-local function give(st, t, p, taken)
-  if not st.nf then return nil end
-  local now = units(t)
-  if st.nf <= now then return nil end
-  local stored = storedOf(st)
-  local back = math.min(MAXP, stored + p)
-  local credit = waitUs(back, back - stored) + math.floor((p - (back - stored)) * S)
-  return {q = math.min(MAXQ, math.ceil(back * QUANTA)), nf = math.max(now, st.nf - math.floor(credit * PERUS))}
-end
-
-local function avail(st, t)
-  if st.nf and st.nf > units(t) then return 0 end
-  return LIMIT
-end
-
-local function est(st, t, p)
-  if not st.nf then return 0 end
-  return math.max(0, st.nf * UNIT - t)
-end
-
-local function counted(st, t) return INF end
-local function hint(st) return 0 end
-local function release(st) return {0} end
-local function reserve(st) return {0} end
-${DRIVER}`;
+${reserve(x, 's0', 'from', 'un')}`,
+    fresh,
+    save: `if fresh > 0 then
+  redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'])}, 'PX', ${ttlTo('NOW + fresh')})
+else
+  redis.call('DEL', K1)
+end`,
+    avail: 'if nf and nf > un then avail = 0 else avail = LIMIT end',
+    retry: `local function grants(r) return not (nf and nf > math.floor((NOW + r) * PERUS)) end
+local guess = 0
+if nf then guess = math.max(0, nf * UNIT - NOW) end`,
+    counted: 'math.huge',
+    // A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
+    // from there costs, never to before now; nothing once the debt is paid.
+    give: `if not (nf and nf > un) then return {1} end
+local stored = math.min(MAXP, q / QUANTA)
+local back = math.min(MAXP, stored + P)
+local credit = waitUs(back, back - stored) + math.floor((P - (back - stored)) * S)
+q, nf = math.min(MAXQ, math.ceil(back * QUANTA)), math.max(un, nf - math.floor(credit * PERUS))`,
+    drop: "redis.call('DEL', K1)",
+  };
+}

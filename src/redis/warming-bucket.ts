@@ -1,9 +1,6 @@
 import { readWarmingOptions, warmingModel } from '../algorithms/warming-bucket.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { Script } from './runner.js';
-import { WARMING_BUCKET_SCRIPT } from './warming-bucket.lua.js';
-
-const SCRIPT = new Script('atomic-limiter:warming-bucket', WARMING_BUCKET_SCRIPT, true);
+import { warmingBucketRule } from './warming-bucket.lua.js';
 
 export interface WarmingBucketOptions extends RedisOptions {
   /** The stable rate, reached once warm: permits per second, from 1e-6 to 1e9. */
@@ -24,8 +21,6 @@ export class WarmingBucket extends RedisLimiter {
   readonly ratePerSecond: number;
   readonly warmupMs: number;
   readonly coldFactor: number;
-  /** @internal */
-  private readonly args: readonly string[];
 
   constructor(options: WarmingBucketOptions) {
     const { opts, common } = readRedisCommon('WarmingBucket', options, [
@@ -34,29 +29,13 @@ export class WarmingBucket extends RedisLimiter {
       'coldFactor',
     ]);
     const { rate, warmupMs, coldFactor } = readWarmingOptions('WarmingBucket', opts);
-    super('WarmingBucket', common, SCRIPT);
+    super('WarmingBucket', common);
     const m = warmingModel(rate, warmupMs, coldFactor);
     this.limit = m.limit;
     this.ratePerSecond = rate;
     this.warmupMs = warmupMs;
     this.coldFactor = coldFactor;
-    // Shortest round-trip forms: Lua's tonumber() reads each back as the same double.
-    this.args = [
-      m.stableUs,
-      m.threshold,
-      m.maxPermits,
-      m.slope,
-      m.coolDownUs,
-      m.quanta,
-      m.unitUs,
-      m.limit,
-      m.maxQuanta,
-    ].map(String);
+    this.useRule(warmingBucketRule(m), false);
     this.startFleet();
-  }
-
-  /** @internal */
-  protected params(): readonly string[] {
-    return this.args;
   }
 }

@@ -1,17 +1,11 @@
-import { createHash } from 'node:crypto';
 import { Cluster as IoCluster, Redis as IoRedis } from 'ioredis';
 import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as mem from '../../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../../src/index.js';
-import { FIXED_WINDOW_SCRIPT } from '../../src/redis/fixed-window.lua.js';
-import { GCRA_SCRIPT } from '../../src/redis/gcra.lua.js';
 import * as red from '../../src/redis/index.js';
 import { slotOf, tagOf } from '../../src/redis/keys.js';
 import { MAX_BATCH } from '../../src/redis/runner.js';
-import { SLIDING_LOG_SCRIPT } from '../../src/redis/sliding-log.lua.js';
-import { SLIDING_WINDOW_SCRIPT } from '../../src/redis/sliding-window.lua.js';
-import { SLIDING_WINDOW_SEGMENTS_SCRIPT } from '../../src/redis/sliding-window-segments.lua.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisServer, withRedisServer } from '../helpers/redis.js';
 
@@ -202,18 +196,16 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   }
 
   // Every algorithm but Concurrency runs a call that goes alone through a script of its own
-  // (single.lua.ts), with the parameters inline; a batch runs the shared script's batch
-  // form. Both read and write the key the same way. (name, the shared script, the length of
+  // (compose.lua.ts), with the parameters inline; a batch runs the shared script's batch
+  // form. Both read and write the key the same way. (name, the length of
   // the key's binary state (state.lua.ts) or undefined for a text state, the limiters)
   const SINGLES: [
-    string,
     string,
     number | undefined,
     (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
   ][] = [
     [
       'TokenBucket',
-      GCRA_SCRIPT,
       25,
       (clock, prefix) => [
         new mem.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock }),
@@ -222,7 +214,6 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'LeakyBucket',
-      GCRA_SCRIPT,
       25,
       (clock, prefix) => [
         new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
@@ -231,7 +222,6 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'FixedWindow',
-      FIXED_WINDOW_SCRIPT,
       33,
       (clock, prefix) => [
         new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
@@ -240,7 +230,6 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'SlidingWindow',
-      SLIDING_WINDOW_SCRIPT,
       41,
       (clock, prefix) => [
         new mem.SlidingWindow({ limit: 6, windowMs: 700, clock }) as never,
@@ -249,7 +238,6 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'SlidingWindow with segments',
-      SLIDING_WINDOW_SEGMENTS_SCRIPT,
       undefined,
       (clock, prefix) => [
         new mem.SlidingWindow({ limit: 6, windowMs: 700, segments: 7, clock }) as never,
@@ -265,7 +253,6 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'SlidingLog',
-      SLIDING_LOG_SCRIPT,
       undefined,
       (clock, prefix) => [
         new mem.SlidingLog({ limit: 6, windowMs: 500, clock }),
@@ -273,9 +260,10 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       ],
     ],
   ];
-  const sha = (src: string) => createHash('sha1').update(src).digest('hex');
+  // The SHA1 of the limiter's script of every op (what a batch runs the batch form of).
+  const sharedSha = (r: RedisLimiter) => (r as unknown as { script: { sha: string } }).script.sha;
 
-  for (const [name, shared, stateBytes, make] of SINGLES) {
+  for (const [name, stateBytes, make] of SINGLES) {
     it(`${name}: calls alone run their own scripts and decide as in memory`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock, `b-single-${name}`);
@@ -297,7 +285,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       }
       // The 300 calls were 300 script runs, none by the shared script: never loaded.
       expect(await scriptRuns([server.port])).toBe(300);
-      expect(await redis.script('EXISTS', sha(shared))).toEqual([0]);
+      expect(await redis.script('EXISTS', sharedSha(r))).toEqual([0]);
       for (const key of ['a', 7]) {
         const { queued: _, ...got } = await r.stats(key);
         const { queued: __, ...want } = m.stats(key);
@@ -370,159 +358,144 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   // A fleet lease ('b') goes alone through a script of its own too; in a tick with other
   // calls, through the shared script's batch form. The same random calls on two keys that
   // start alike, one each way: replies and states equal.
-  // (name, the shared script, the limiter, the most the clock moves between calls in ms,
+  // (name, the limiter, the most the clock moves between calls in ms,
   // the most one call asks)
-  const LEASERS: [
-    string,
-    string,
-    (clock: ManualClock, prefix: string) => RedisLimiter,
-    number,
-    number,
-  ][] = [
+  const LEASERS: [string, (clock: ManualClock, prefix: string) => RedisLimiter, number, number][] =
     [
-      'TokenBucket',
-      GCRA_SCRIPT,
-      (clock, prefix) =>
-        new red.TokenBucket({
-          redis,
-          capacity: 20,
-          refillPerSecond: 2.5,
-          block: 8,
-          clock,
-          prefix,
-        }),
-      3000,
-      16,
-    ],
-    [
-      'TokenBucket past 10^6 per second',
-      GCRA_SCRIPT,
-      (clock, prefix) =>
-        new red.TokenBucket({
-          redis,
-          capacity: 50,
-          refillPerSecond: 3e6,
-          block: 8,
-          clock,
-          prefix,
-        }),
-      0.01,
-      16,
-    ],
-    [
-      'LeakyBucket',
-      GCRA_SCRIPT,
-      (clock, prefix) =>
-        new red.LeakyBucket({
-          redis,
-          capacity: 6,
-          ratePerSecond: 2.5,
-          block: 3,
-          clock,
-          prefix,
-        }) as never,
-      3000,
-      16,
-    ],
-    [
-      'FixedWindow',
-      FIXED_WINDOW_SCRIPT,
-      (clock, prefix) =>
-        new red.FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix }),
-      800,
-      16,
-    ],
-    [
-      'SlidingWindow',
-      SLIDING_WINDOW_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingWindow({
-          redis,
-          limit: 20,
-          windowMs: 700,
-          block: 8,
-          clock,
-          prefix,
-        }) as never,
-      500,
-      16,
-    ],
-    [
-      'SlidingWindow, wide',
-      SLIDING_WINDOW_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingWindow({
-          redis,
-          limit: 3_000_000,
-          windowMs: 3_600_000,
-          block: 8,
-          clock,
-          prefix,
-        }) as never,
-      600_000,
-      150_000,
-    ],
-    [
-      // Prefixes of their own: a key's name is the two-window SlidingWindow's above, whose
-      // state a segmented window does not read.
-      'SlidingWindow with segments',
-      SLIDING_WINDOW_SEGMENTS_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingWindow({
-          redis,
-          limit: 20,
-          windowMs: 700,
-          segments: 7,
-          block: 8,
-          clock,
-          prefix: `${prefix}-segments`,
-        }) as never,
-      500,
-      16,
-    ],
-    [
-      // Segments of 1 ms: a step of the clock rolls a few of the 200 out, or all of them.
-      'SlidingWindow with 200 segments',
-      SLIDING_WINDOW_SEGMENTS_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingWindow({
-          redis,
-          limit: 300,
-          windowMs: 200,
-          segments: 200,
-          block: 8,
-          clock,
-          prefix: `${prefix}-200-segments`,
-        }) as never,
-      60,
-      80,
-    ],
-    [
-      'SlidingLog',
-      SLIDING_LOG_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingLog({ redis, limit: 20, windowMs: 500, block: 8, clock, prefix }),
-      400,
-      16,
-    ],
-    [
-      // Leases of more than the 1000 entries one LPUSH takes.
-      'SlidingLog, leases past 1000 permits',
-      SLIDING_LOG_SCRIPT,
-      (clock, prefix) =>
-        new red.SlidingLog({
-          redis,
-          limit: 5000,
-          windowMs: 1000,
-          block: 8,
-          clock,
-          prefix: `${prefix}-5000`,
-        }),
-      800,
-      2500,
-    ],
-  ];
-  for (const [name, shared, make, moveMs, most] of LEASERS) {
+      [
+        'TokenBucket',
+        (clock, prefix) =>
+          new red.TokenBucket({
+            redis,
+            capacity: 20,
+            refillPerSecond: 2.5,
+            block: 8,
+            clock,
+            prefix,
+          }),
+        3000,
+        16,
+      ],
+      [
+        'TokenBucket past 10^6 per second',
+        (clock, prefix) =>
+          new red.TokenBucket({
+            redis,
+            capacity: 50,
+            refillPerSecond: 3e6,
+            block: 8,
+            clock,
+            prefix,
+          }),
+        0.01,
+        16,
+      ],
+      [
+        'LeakyBucket',
+        (clock, prefix) =>
+          new red.LeakyBucket({
+            redis,
+            capacity: 6,
+            ratePerSecond: 2.5,
+            block: 3,
+            clock,
+            prefix,
+          }) as never,
+        3000,
+        16,
+      ],
+      [
+        'FixedWindow',
+        (clock, prefix) =>
+          new red.FixedWindow({ redis, limit: 20, windowMs: 1000, block: 8, clock, prefix }),
+        800,
+        16,
+      ],
+      [
+        'SlidingWindow',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 20,
+            windowMs: 700,
+            block: 8,
+            clock,
+            prefix,
+          }) as never,
+        500,
+        16,
+      ],
+      [
+        'SlidingWindow, wide',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 3_000_000,
+            windowMs: 3_600_000,
+            block: 8,
+            clock,
+            prefix,
+          }) as never,
+        600_000,
+        150_000,
+      ],
+      [
+        // Prefixes of their own: a key's name is the two-window SlidingWindow's above, whose
+        // state a segmented window does not read.
+        'SlidingWindow with segments',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 20,
+            windowMs: 700,
+            segments: 7,
+            block: 8,
+            clock,
+            prefix: `${prefix}-segments`,
+          }) as never,
+        500,
+        16,
+      ],
+      [
+        // Segments of 1 ms: a step of the clock rolls a few of the 200 out, or all of them.
+        'SlidingWindow with 200 segments',
+        (clock, prefix) =>
+          new red.SlidingWindow({
+            redis,
+            limit: 300,
+            windowMs: 200,
+            segments: 200,
+            block: 8,
+            clock,
+            prefix: `${prefix}-200-segments`,
+          }) as never,
+        60,
+        80,
+      ],
+      [
+        'SlidingLog',
+        (clock, prefix) =>
+          new red.SlidingLog({ redis, limit: 20, windowMs: 500, block: 8, clock, prefix }),
+        400,
+        16,
+      ],
+      [
+        // Leases of more than the 1000 entries one LPUSH takes.
+        'SlidingLog, leases past 1000 permits',
+        (clock, prefix) =>
+          new red.SlidingLog({
+            redis,
+            limit: 5000,
+            windowMs: 1000,
+            block: 8,
+            clock,
+            prefix: `${prefix}-5000`,
+          }),
+        800,
+        2500,
+      ],
+    ];
+  for (const [name, make, moveMs, most] of LEASERS) {
     it(`${name}: a lease alone runs its own script and answers as in a batch`, async () => {
       type Call = (op: string, tag: string, permits: number, extra?: string) => Promise<unknown>;
       const run = async (batched: boolean) => {
@@ -543,7 +516,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
         if (!batched) {
           // 300 calls alone, each its own script's run; the shared script never loaded.
           expect(await scriptRuns([server.port])).toBe(300);
-          expect(await redis.script('EXISTS', sha(shared))).toEqual([0]);
+          expect(await redis.script('EXISTS', sharedSha(r))).toEqual([0]);
         }
         const { queued: _, ...state } = await r.stats('k' as never);
         await r.close();
