@@ -136,7 +136,7 @@ export class Channel {
     process.on('message', (msg: unknown) => {
       if (!isOurs(msg)) return;
       const m = msg as Message;
-      if (m.t === 'r') this.onResults(m.s, m.v, m.e);
+      if (m.t === 'r') this.onResults(m.s, m.v, m.e, m.g);
       else if (m.t === 'a') this.onAcquired(m.v);
       else if (m.t === 'ready') this.onReady(m.served);
     });
@@ -538,7 +538,12 @@ export class Channel {
     this.waitingForReady.clear();
   }
 
-  private onResults(s: number, v: unknown[], e: WireError | undefined): void {
+  private onResults(
+    s: number,
+    v: unknown[],
+    e: WireError | undefined,
+    g: unknown[] | undefined,
+  ): void {
     const batch = this.sent.get(s);
     // A batch of only acquire() calls is not tracked: it is answered by id, or refused.
     if (!batch) {
@@ -546,6 +551,7 @@ export class Channel {
       return;
     }
     this.sent.delete(s);
+    if (Array.isArray(g)) this.ranAnyway(batch, g);
     let i = 0;
     let answered = 0;
     for (const p of batch.calls) {
@@ -572,6 +578,25 @@ export class Channel {
       } else this.late(p, value);
     }
     if (e) this.refused(s, answered, fromWire(e));
+  }
+
+  /**
+   * A batch the primary refused whole, whose give-backs (release(), refund(), a block or a
+   * late grant given back) it ran all the same: `g` pairs a call's place in the batch with
+   * its answer (0, or an error). Those calls settle as they ran; the others reject after.
+   */
+  private ranAnyway(batch: Batch, g: unknown[]): void {
+    for (let j = 0; j + 1 < g.length; j += 2) {
+      const p = batch.calls[g[j] as number];
+      if (p === undefined || p.settled) continue;
+      const x = g[j + 1];
+      if (typeof x === 'object' && x !== null) this.settle(p, fromWire(x as WireError));
+      else {
+        p.settled = true;
+        this.inFlight--;
+        p.resolve(undefined);
+      }
+    }
   }
 
   /**
