@@ -2,7 +2,7 @@ import { warnGiveBackFailed } from './errors.js';
 import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
 import type { AcquireOptions, Decision, Lease } from './options.js';
-import { acquireOptions, checkPermits, show, typeError } from './validate.js';
+import { acquireOptions, checkPermits, isThenable, show, typeError } from './validate.js';
 
 /**
  * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
@@ -43,10 +43,6 @@ type Maybe<T> = T | Promise<T>;
 
 /** Synchronous answers when every member is an in-memory limiter (or such a chain). */
 type Answer<M, T> = [M] extends [Limiter | Chain<Limiter>] ? T : Maybe<T>;
-
-function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
-}
 
 /**
  * A chain nested in another reports when each of its members took a call's permits, so

@@ -24,7 +24,8 @@ import {
   positiveNumberOption,
   typeError,
 } from '../validate.js';
-import type { Caller, Channel, Check } from './channel.js';
+import type { Channel } from './channel.js';
+import type { Caller, Check } from './pending.js';
 import {
   CONSUME,
   type Description,

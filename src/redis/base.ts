@@ -1,238 +1,51 @@
-import { ManualClock } from '../clock.js';
-import {
-  BackendUnavailableError,
-  LimiterClosedError,
-  QueueFullError,
-  warnGiveBackFailed,
-} from '../errors.js';
+import type { ManualClock } from '../clock.js';
+import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
-import type { AcquireOptions, AlgorithmName, Decision, Lease, Stats } from '../options.js';
-import { blockSettings } from '../permit-blocks.js';
-import {
-  acquireOptions,
-  checkOptionsObject,
-  integerOption,
-  permitsError,
-  rangeError,
-  show,
-  typeError,
-} from '../validate.js';
-import { Blocks, type BlocksHandle } from './blocks.js';
-import { type Adapter, adapt } from './client.js';
+import type { AcquireOptions, AlgorithmName, Decision, Stats } from '../options.js';
+import { acquireOptions, checkPermits, rangeError, show } from '../validate.js';
+import type { Adapter } from './client.js';
 import { composeScript, type Rule } from './compose.lua.js';
-import { Fleet } from './fleet-mode.js';
+import { Blocks } from './fleet/blocks.js';
+import { Fleet } from './fleet/fleet.js';
 import { slotOf, tagOf } from './keys.js';
+import { WaitingLine } from './line.js';
+import {
+  MANUAL_SLACK_MS,
+  REDIS_TIME_SLACK_MS,
+  type RedisCommon,
+  type RedisHandle,
+  type RedisLease,
+  type WhenUnavailable,
+} from './options.js';
+import { badReply, decisionOf, parseReply, type Reply, replyNumber } from './replies.js';
 import { failedFast, Runner, Script, Unavailable } from './runner.js';
+import {
+  acquireUnavailable,
+  decideUnavailable,
+  NO_OP_LEASE,
+  type PolicyHost,
+  reportLost,
+  unavailableError,
+} from './unavailable.js';
 import { sleepUs, Waiter } from './wait.js';
 
+export {
+  BLOCKS,
+  type LocalLimiter,
+  MANUAL_SLACK_MS,
+  REDIS_OPTIONS,
+  REDIS_TIME_SLACK_MS,
+  type RedisCommon,
+  type RedisHandle,
+  type RedisLease,
+  type RedisOptions,
+  readRedisCommon,
+  type WhenUnavailable,
+} from './options.js';
+export { NO_OP_LEASE, reportLost } from './unavailable.js';
 export type { AlgorithmName };
 
-/** A limiter that decides in Redis's place while Redis cannot be reached. */
-export interface LocalLimiter {
-  consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
-  acquire?(key?: Key, permits?: number, options?: AcquireOptions): Lease | PromiseLike<Lease>;
-}
-
-export type WhenUnavailable = 'throw' | 'allow' | 'deny' | LocalLimiter;
-
-/** Options every Redis limiter takes. */
-export interface RedisOptions {
-  /** An ioredis `Redis` or `Cluster`, or a node-redis client or cluster (v5, v6), connected. */
-  redis: unknown;
-  /** Namespace of this limiter's keys (default 'atomic-limiter'); no `{` or `}`. */
-  prefix?: string;
-  /** Longest wait for Redis per call in ms, 1 to 2^31−1 (default 1000). */
-  timeoutMs?: number;
-  /** What a call does when Redis cannot answer in time (default 'throw'). */
-  whenUnavailable?: WhenUnavailable;
-  /** Permits that may wait per key in `acquire()` (default 0: never wait). */
-  queueLimit?: number;
-  /** A ManualClock (tests): its time goes to the scripts instead of Redis TIME. */
-  clock?: ManualClock;
-  /**
-   * Fleet mode: permits leased per Redis round trip into this process's shared memory,
-   * 1 to the limit (default: none, every decision asks Redis). Not for Concurrency.
-   */
-  block?: number;
-  /**
-   * Fleet mode: how long a leased block may be spent before it goes back, ms (default 1000);
-   * only with `block`.
-   */
-  blockTtlMs?: number;
-  /** Fleet mode: keys with a block at once in this process (default 4096); only with `block`. */
-  blockKeys?: number;
-  /**
-   * Fleet mode: the largest lease, `block` to the limit (default `block`: every lease is one
-   * block). A key spent faster than a round trip brings permits gets leases doubling up to
-   * this (back to one block once it cools), for more decisions per round trip at the price
-   * of more permits held unspent (README, "Fleet mode"). Not for LeakyBucket.
-   */
-  maxBlock?: number;
-  /**
-   * Fleet mode: whether to lease the next block in the background as one runs low (default
-   * false). False: a block is leased only when one is empty, and a process holds at most
-   * `block − 1` of a key (`maxBlock − 1` when leases grow): the accuracy `block` states.
-   * True: a busy key's threads need not wait for a round trip each time a block runs out,
-   * and a process may hold up to `2 × L + L / 4` of a hot key (README, "Fleet mode").
-   * Only with `block`.
-   */
-  leaseAhead?: boolean;
-}
-
-/** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
-export const BLOCKS = Symbol('atomic-limiter/redis blocks');
-
-export const REDIS_OPTIONS = [
-  'redis',
-  'prefix',
-  'timeoutMs',
-  'whenUnavailable',
-  'queueLimit',
-  'clock',
-  'block',
-  'blockTtlMs',
-  'blockKeys',
-  'maxBlock',
-  'leaseAhead',
-] as const;
-
-export interface RedisCommon {
-  readonly adapter: Adapter;
-  readonly prefix: string;
-  readonly timeoutMs: number;
-  readonly whenUnavailable: WhenUnavailable;
-  readonly queueLimit: number;
-  readonly clock: ManualClock | undefined;
-  /** Fleet mode: permits per block (0: off), checked against the limit by the subclass. */
-  readonly block: number;
-  /** Fleet mode: the largest lease (≥ block; = block: leases never grow). */
-  readonly maxBlock: number;
-  readonly blockTtlMs: number;
-  readonly blockKeys: number;
-  /** Fleet mode: whether blocks are leased ahead (see RedisOptions.leaseAhead). */
-  readonly leaseAhead: boolean;
-  /** The blocks to open (attach()), or undefined: new ones. */
-  readonly blocks: BlocksHandle | undefined;
-  /** The options as given (the handle carries them to other threads). */
-  readonly options: Record<string, unknown>;
-}
-
-/** Reads and checks the common options; `queue` gives the queueLimit default and maximum. */
-export function readRedisCommon(
-  owner: string,
-  options: unknown,
-  own: readonly string[],
-  queue: { fallback: number; max: number } = { fallback: 0, max: 2 ** 31 - 1 },
-): { opts: Record<string, unknown>; common: RedisCommon } {
-  const opts = checkOptionsObject(owner, options, [...own, ...REDIS_OPTIONS]);
-  const adapter = adapt(owner, opts.redis);
-  const prefix = opts.prefix ?? 'atomic-limiter';
-  if (typeof prefix !== 'string') {
-    throw typeError(`${owner}: option "prefix" must be a string, got ${show(prefix)}`);
-  }
-  if (prefix === '' || /[{}]/.test(prefix) || prefix.length > 256) {
-    throw rangeError(
-      `${owner}: option "prefix" must be 1 to 256 characters without "{" or "}" (they would choose the hash slot), got ${show(prefix)}`,
-    );
-  }
-  const timeoutMs = integerOption(owner, 'timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1, 1000);
-  const policy = opts.whenUnavailable ?? 'throw';
-  if (
-    !(policy === 'throw' || policy === 'allow' || policy === 'deny') &&
-    !(
-      typeof policy === 'object' &&
-      policy !== null &&
-      typeof (policy as LocalLimiter).consume === 'function'
-    )
-  ) {
-    throw typeError(
-      `${owner}: option "whenUnavailable" must be "throw", "allow", "deny" or a limiter, got ${show(policy)}`,
-    );
-  }
-  const queueLimit = integerOption(
-    owner,
-    'queueLimit',
-    opts.queueLimit,
-    0,
-    queue.max,
-    queue.fallback,
-  );
-  let clock = opts.clock;
-  // A ManualClock of another copy of the package (dist/index.js beside dist/redis.js):
-  // opened over its shared time.
-  const other = (clock as { handle?: { kind?: unknown } } | undefined)?.handle;
-  if (clock !== undefined && !(clock instanceof ManualClock) && other?.kind === 'manual') {
-    clock = new ManualClock(other as never);
-  }
-  if (clock !== undefined && !(clock instanceof ManualClock)) {
-    throw typeError(
-      `${owner}: option "clock" must be a ManualClock (or omitted: time comes from Redis TIME), got ${show(clock)}`,
-    );
-  }
-  const blockKeys = integerOption(owner, 'blockKeys', opts.blockKeys, 1, 2 ** 24, 4096);
-  // The options permit blocks share with the cluster client (permit-blocks.ts).
-  const blocks = blockSettings(owner, opts, 'fleet mode', ['blockKeys']);
-  return {
-    opts,
-    common: {
-      block: blocks.block,
-      maxBlock: blocks.maxBlock,
-      blockTtlMs: blocks.blockTtlMs,
-      blockKeys,
-      leaseAhead: blocks.leaseAhead,
-      blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
-      options: opts,
-      adapter,
-      prefix,
-      timeoutMs,
-      whenUnavailable: policy as WhenUnavailable,
-      queueLimit,
-      clock: clock as ManualClock | undefined,
-    },
-  };
-}
-
-/**
- * What a Redis limiter's acquire() resolves with: a Lease whose release() returns a promise
- * (Concurrency: it rejects when Redis cannot be reached; rate limiters: resolves at once).
- */
-export interface RedisLease extends Lease {
-  release(): Promise<void>;
-}
-
-/** What attach() opens in another thread: a Redis limiter's options and shared blocks. */
-export interface RedisHandle {
-  readonly kind: 'atomic-limiter/redis';
-  readonly algorithm: AlgorithmName;
-  readonly options: Record<string, unknown>;
-  readonly clock: ManualClock['handle'] | undefined;
-  readonly blocks: BlocksHandle | undefined;
-}
-
-/** A refusal or grant as the scripts report it. */
-interface Reply {
-  allowed: boolean;
-  remaining: number;
-  retryAfterUs: number;
-  untilFreshUs: number;
-  nowUs: number;
-  /** Concurrency: µs until the earliest lease expires (−1: none). A lease ('b'): permits granted. */
-  hintUs: number;
-  /** A lease ('b'): µs its permits keep counting where they were counted (LeaseReply). */
-  countedUs: number;
-}
-
-/** Slack added to TTLs under a ManualClock, whose time does not follow Redis's. */
-export const MANUAL_SLACK_MS = 3_600_000;
 const SLACK_ARG = String(MANUAL_SLACK_MS);
-/**
- * Slack added to TTLs on Redis time. A script computes a TTL from `TIME`, but Redis counts
- * it from the time its event loop last cached, which trails `TIME` when the server was
- * descheduled between reading a command and running it (a loaded host: a key then
- * expired a few ms before its state ended, seen by test/redis-ttl.test.ts). A key living
- * 25 ms longer than its state needs costs nothing.
- */
-export const REDIS_TIME_SLACK_MS = 25;
 const REDIS_SLACK_ARG = String(REDIS_TIME_SLACK_MS);
 /** The scripts carry their limiter's parameters in their source: no ARGV[6…]. */
 const NO_PARAMS: readonly string[] = [];
@@ -263,8 +76,8 @@ export abstract class RedisLimiter {
   /** @internal */
   protected readonly runner: Runner;
   protected closed = false;
-  /** @internal Waiters of this process per key, in arrival order; the head is the one asking Redis. */
-  private readonly lines = new Map<string, Waiter[]>();
+  /** @internal This process's waiters per key (line.ts). */
+  private readonly line = new WaitingLine();
   /** @internal */
   private readonly waiters = new Set<Waiter>();
   /** @internal */
@@ -323,7 +136,7 @@ export abstract class RedisLimiter {
       );
     }
     const most = leasesGrow ? c.maxBlock : c.block;
-    // What fleet mode asks of this limiter (fleet-mode.ts), bound once.
+    // What fleet mode asks of this limiter (fleet/fleet.ts), bound once.
     const host = {
       limit: this.limit,
       block: this.block,
@@ -503,79 +316,41 @@ export abstract class RedisLimiter {
     return undefined as ((reply: unknown) => void) | undefined;
   }
 
-  /** @internal */
-  protected checkPermits(method: string, permits: unknown): void {
+  /** @internal Throws unless the limiter is open and `permits` is what the limit allows. */
+  protected checkCall(method: string, permits: unknown): void {
     if (this.closed) throw new LimiterClosedError();
-    if (
-      typeof permits !== 'number' ||
-      !(permits >= 1 && permits <= this.limit) ||
-      (permits | 0) !== permits
-    ) {
-      throw permitsError(method, permits, this.limit);
-    }
+    checkPermits(method, permits, this.limit);
   }
 
   /** @internal An error naming the script for a reply that is not what it returns. */
   protected badReply(reply: unknown): Error {
-    let text: string;
-    try {
-      text = JSON.stringify(reply) ?? String(reply);
-    } catch {
-      text = String(reply);
-    }
-    return new Error(
-      `atomic-limiter/redis: script ${this.script.name} returned an unexpected reply: ${text.slice(0, 200)}`,
-    );
+    return badReply(this.script.name, reply);
   }
 
   /** @internal The number at `reply[i]` (scripts send numbers as strings or integers). */
   protected num(reply: unknown, i: number): number {
-    if (!Array.isArray(reply) || reply.length <= i) throw this.badReply(reply);
-    const v = reply[i];
-    if (typeof v === 'number') return v;
-    if (typeof v === 'string') {
-      if (v === 'inf') return Number.POSITIVE_INFINITY;
-      const n = Number(v);
-      if (v !== '' && !Number.isNaN(n)) return n;
-    }
-    throw this.badReply(reply);
+    return replyNumber(this.script.name, reply, i);
   }
 
   /** @internal */
   protected parse(reply: unknown): Reply {
-    if (!Array.isArray(reply) || reply.length < 5) throw this.badReply(reply);
-    const flag = this.num(reply, 0);
-    if (flag !== 0 && flag !== 1) throw this.badReply(reply);
-    return {
-      allowed: flag === 1,
-      remaining: this.num(reply, 1),
-      retryAfterUs: this.num(reply, 2),
-      untilFreshUs: this.num(reply, 3),
-      nowUs: this.num(reply, 4),
-      hintUs: reply.length > 5 ? this.num(reply, 5) : 0,
-      countedUs: reply.length > 6 ? this.num(reply, 6) : Number.POSITIVE_INFINITY,
-    };
+    return parseReply(this.script.name, reply);
   }
 
   /** @internal */
   protected decision(r: Reply): Decision {
-    // The same object, field for field, as the in-memory consume().
-    const d: Decision = {
-      allowed: r.allowed,
-      remaining: r.remaining,
-      limit: this.limit,
-      retryAfterMs: r.allowed ? 0 : r.retryAfterUs / 1000,
-      resetAfterMs: r.untilFreshUs / 1000,
-    };
-    return r.allowed ? d : { ...d, reason: 'limited' };
+    return decisionOf(r, this.limit);
+  }
+
+  /** @internal What the unavailability policy reads of this limiter (on a failure only). */
+  private policyHost(): PolicyHost {
+    const { owner, limit, timeoutMs, whenUnavailable } = this;
+    return { owner, limit, timeoutMs, whenUnavailable };
   }
 
   /** @internal */
   protected unavailableError(error: unknown): unknown {
-    if (!(error instanceof Unavailable)) return error;
-    return new BackendUnavailableError(`${this.owner}: Redis is unavailable: ${error.message}`, {
-      cause: error.cause ?? error,
-    });
+    return unavailableError(this.owner, error);
   }
 
   /** @internal The failure policy, for a call whose answer Redis could not give. */
@@ -584,37 +359,14 @@ export abstract class RedisLimiter {
     key: Key | undefined,
     permits: number,
   ): Decision | PromiseLike<Decision> {
-    if (!(error instanceof Unavailable)) throw error;
-    const policy = this.whenUnavailable;
-    if (policy === 'allow') {
-      return {
-        allowed: true,
-        remaining: this.limit - permits,
-        limit: this.limit,
-        retryAfterMs: 0,
-        resetAfterMs: 0,
-        reason: 'unavailable',
-      };
-    }
-    if (policy === 'deny') {
-      return {
-        allowed: false,
-        remaining: 0,
-        limit: this.limit,
-        retryAfterMs: this.timeoutMs,
-        resetAfterMs: 0,
-        reason: 'unavailable',
-      };
-    }
-    if (policy === 'throw') throw this.unavailableError(error);
-    return policy.consume(key, permits);
+    return decideUnavailable(this.policyHost(), error, key, permits);
   }
 
   /** Takes `permits` for `key` if the limit allows; never waits. */
   tryAcquire(key?: Key, permits = 1): Promise<boolean> {
     let tag: string;
     try {
-      this.checkPermits(this.owner, permits);
+      this.checkCall(this.owner, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
       return Promise.reject(error);
@@ -638,7 +390,7 @@ export abstract class RedisLimiter {
   consume(key?: Key, permits = 1): Promise<Decision> {
     let tag: string;
     try {
-      this.checkPermits(this.owner, permits);
+      this.checkCall(this.owner, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
       return Promise.reject(error);
@@ -659,7 +411,7 @@ export abstract class RedisLimiter {
   refund(key?: Key, permits = 1): Promise<void> {
     let tag: string;
     try {
-      this.checkPermits(`${this.owner}.refund`, permits);
+      this.checkCall(`${this.owner}.refund`, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
       return Promise.reject(error);
@@ -774,7 +526,7 @@ export abstract class RedisLimiter {
     let w: Waiter;
     try {
       const { signal, timeoutMs } = acquireOptions(this.owner, options);
-      this.checkPermits(this.owner, permits);
+      this.checkCall(this.owner, permits);
       tag = tagOf(this.owner, key);
       if (signal?.aborted) return Promise.reject(signal.reason);
       w = new Waiter(tag, permits, signal, timeoutMs);
@@ -794,37 +546,10 @@ export abstract class RedisLimiter {
         this.waiters.delete(w);
         w.finish();
         if (error instanceof Unavailable)
-          return this.acquireUnavailable(error, key, permits, options, deadline);
+          return acquireUnavailable(this.policyHost(), error, key, permits, options, deadline);
         throw error;
       },
     );
-  }
-
-  /** @internal */
-  private acquireUnavailable(
-    error: Unavailable,
-    key: Key | undefined,
-    permits: number,
-    options: AcquireOptions,
-    deadline: number,
-  ): RedisLease | PromiseLike<RedisLease> {
-    const policy = this.whenUnavailable;
-    if (policy === 'allow') return NO_OP_LEASE;
-    if (typeof policy === 'object' && typeof policy.acquire === 'function') {
-      let rest = options;
-      if (deadline !== 0) {
-        const left = Math.floor(deadline - performance.now());
-        if (left <= 0) throw new DOMException('The operation timed out.', 'TimeoutError');
-        rest = { ...options, timeoutMs: left };
-      }
-      return Promise.resolve(policy.acquire(key, permits, rest)).then(
-        (lease): RedisLease => ({
-          release: async () => lease.release(),
-          [Symbol.dispose]: () => lease[Symbol.dispose](),
-        }),
-      );
-    }
-    throw this.unavailableError(error);
   }
 
   /** @internal How this algorithm waits; the default waits in line and retries after retryAfterMs. */
@@ -839,9 +564,7 @@ export abstract class RedisLimiter {
 
   /** @internal Permits this process has waiting for `tag`. */
   protected queuedPermits(tag: string): number {
-    let n = 0;
-    for (const w of this.lines.get(tag) ?? []) n += w.permits;
-    return n;
+    return this.line.queued(tag);
   }
 
   /**
@@ -850,41 +573,14 @@ export abstract class RedisLimiter {
    * published or the earliest lease expires). Across processes heads race: see README.
    * @internal
    */
-  private async waitInLine(w: Waiter): Promise<RedisLease> {
-    const line = this.lines.get(w.tag);
-    if (!line || line.length === 0) {
-      // Nobody of ours waits: one try before queueing.
-      const r = await this.attempt(w);
-      if (r.lease) return r.lease;
-    }
-    if (this.queueLimit === 0) {
-      throw new QueueFullError(`${this.owner}: option "queueLimit" is 0, so acquire() never waits`);
-    }
-    if (this.queuedPermits(w.tag) + w.permits > this.queueLimit) {
-      throw new QueueFullError(
-        `${this.owner}: ${this.queuedPermits(w.tag)} permits already wait for this key (option "queueLimit" is ${this.queueLimit})`,
-      );
-    }
-    const mine = this.lines.get(w.tag) ?? [];
-    this.lines.set(w.tag, mine);
-    mine.push(w);
-    try {
-      // Wait for our turn: the head leaving wakes the next one.
-      while (mine[0] !== w) {
-        await w.race(new Promise<void>((resolve) => (w.wake = resolve)));
-      }
-      for (;;) {
-        const r = await this.attempt(w);
-        if (r.lease) return r.lease;
-        await w.race(this.pause(w, r.reply!));
-      }
-    } finally {
-      const i = mine.indexOf(w);
-      if (i >= 0) mine.splice(i, 1);
-      if (mine.length === 0) this.lines.delete(w.tag);
-      else if (i === 0) mine[0]!.wake?.();
-    }
+  private waitInLine(w: Waiter): Promise<RedisLease> {
+    return this.line.wait(w, this.owner, this.queueLimit, this.attemptFn, this.pauseFn);
   }
+
+  /** @internal attempt() and pause(), bound once. */
+  private readonly attemptFn = (w: Waiter) => this.attempt(w);
+  /** @internal */
+  private readonly pauseFn = (w: Waiter, r: Reply) => this.pause(w, r);
 
   /** @internal One waiter's try; a grant that lands after the waiter was cancelled is given back. */
   private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
@@ -913,13 +609,3 @@ export abstract class RedisLimiter {
     return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000, w);
   }
 }
-
-/** A give-back that could not reach Redis, where nobody awaits it: a process warning. */
-export function reportLost(error: unknown): void {
-  warnGiveBackFailed('atomic-limiter/redis', 'ATOMIC_LIMITER_REDIS_GIVE_BACK', error);
-}
-
-export const NO_OP_LEASE: RedisLease = Object.freeze({
-  release: (): Promise<void> => Promise.resolve(),
-  [Symbol.dispose](): void {},
-});

@@ -10,9 +10,7 @@
  *   run would decide it (Redis runs a script atomically: nothing comes between them).
  *
  * Every form carries the limiter's parameters as constants in its source (one script, one
- * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL).
- *
- * The locals every fragment may read: NOW (µs), P (permits), EXTRA (a refund's taking time
+ * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The locals every fragment may read: NOW (µs), P (permits), EXTRA (a refund's taking time
  * or a lease id; '' when none), OP, SERVER (true when NOW is Redis TIME: only then may a
  * write keep the key's TTL, since every writer sets a TTL from Redis's clock), LEAST (a
  * lease's least), K1 and K2 (the call's keys), SLACK_MS (the TTL slack), adm and rej (the
@@ -20,14 +18,13 @@
  * saved is fresh again), avail (permits a call could take now).
  */
 
-/** The ops of the driver (README of the runner: base.ts call()). */
+/** The driver's ops (composeScript()). */
 export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
 
 /** One algorithm's rule, as Lua fragments on the locals named above. */
 export interface Rule {
-  /** Names the script (and its forms) in errors and in SCRIPT lists. */
+  /** Names the script (and its forms) in errors. */
   readonly name: string;
-  /** Lua: the limiter's constants. */
   readonly consts: string;
   /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
   readonly load: string;
@@ -50,7 +47,6 @@ export interface Rule {
   readonly counted: string;
   /** Lua: P permits given back, taken at TAKEN (µs); then saved. */
   readonly give: string;
-  /** Lua: the key's state forgotten. */
   readonly drop: string;
   /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
   readonly hint?: string;
@@ -69,20 +65,15 @@ export interface Composed {
   single(op: 't' | 'c' | 'b'): string;
 }
 
-/**
- * A number as a Lua literal that reads back as the same double: JavaScript's shortest
- * round-trip form is one Lua's strtod() reads exactly (what tonumber() of the same string
- * as an argument would give).
- */
+/** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
 export function luaNumber(x: number): string {
   if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
   return String(x);
 }
 
 /**
- * Lua: `name` turned into a reply figure in place: integers stay numbers (integer replies,
- * exact), the rest become '%.17g' strings (Redis would truncate a Lua number) — inline,
- * since a function would be built on every run.
+ * Lua: `name` made a reply figure in place: integers stay numbers (exact integer replies), the
+ * rest '%.17g' strings (Redis would truncate a Lua number); inline: a function is built per run.
  */
 export function toReply(name: string): string {
   return `if not (${name} == math.floor(${name}) and ${name} > -9e15 and ${name} < 9e15) then
@@ -380,16 +371,4 @@ ${rule.load}
 ${decide(rule, [op])}`;
   };
   return { driver, batch, single };
-}
-
-/**
- * The ARGV of a single-call script for a call's head (op, time, permits, extra): a lease's
- * ('b') least, most and time; the others' permits and time, trailing defaults omitted.
- */
-export function singleArgs(head: readonly string[]): string[] {
-  const time = head[1]!;
-  const permits = head[2]!;
-  if (head[0] === 'b') return time === '' ? [head[3]!, permits] : [head[3]!, permits, time];
-  if (time !== '') return [permits, time];
-  return permits === '1' ? [] : [permits];
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { MAX_WIDE_CONCURRENCY } from '../algorithms/concurrency.js';
 import type { Key } from '../limiter.js';
-import { integerOption, permitsError, rangeError, typeError } from '../validate.js';
+import { integerOption, isPermits, permitsError, rangeError, typeError } from '../validate.js';
 import {
   type RedisLease,
   RedisLimiter,
@@ -93,7 +93,7 @@ export class Concurrency extends RedisLimiter {
   release(key?: Key, permits = 1): Promise<void> {
     let tag: string;
     try {
-      this.checkPermits('Concurrency.release', permits);
+      this.checkCall('Concurrency.release', permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
       return Promise.reject(error);
@@ -116,8 +116,10 @@ export class Concurrency extends RedisLimiter {
 
   /** @internal Releases one lease by its id; a lease that already expired releases nothing. */
   private releaseLease(tag: string, permits: number, id: string): Promise<void> {
-    if (!(permits >= 1))
-      return Promise.reject(permitsError('Concurrency.release', permits, this.limit));
+    // A lease holds what it was granted, whatever the limit is now.
+    if (!isPermits(permits, MAX_WIDE_CONCURRENCY)) {
+      return Promise.reject(permitsError('Concurrency.release', permits, MAX_WIDE_CONCURRENCY));
+    }
     // After close() too: a lease taken is always given back.
     return this.call('l', tag, permits, id, true).then(
       (reply) => {

@@ -14,7 +14,7 @@ export type {
 } from './base.js';
 export { Concurrency, type ConcurrencyOptions } from './concurrency.js';
 export { FixedWindow, type FixedWindowOptions } from './fixed-window.js';
-export { type AttachOptions, attach } from './fleet.js';
+export { type AttachOptions, attach } from './fleet/attach.js';
 export { LeakyBucket, type LeakyBucketOptions } from './leaky-bucket.js';
 export { SlidingLog, type SlidingLogOptions } from './sliding-log.js';
 export { SlidingWindow, type SlidingWindowOptions } from './sliding-window.js';

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { DeadlineTimer, due } from '../deadlines.js';
 import type { Adapter, Command } from './client.js';
-import { singleArgs } from './compose.lua.js';
 import { TRANSIENT } from './health.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
@@ -133,7 +132,7 @@ export const MAX_BATCH = 128;
  * have run; running it again could charge twice, so those are reported, never replayed.
  *
  * Calls of one tick that share a script, its parameters and a hash slot go out as ONE
- * `EVALSHA` of the script's batch form (batch.lua.ts), which decides them in order, each as
+ * `EVALSHA` of the script's batch form (compose.lua.ts), which decides them in order, each as
  * its own call would be decided: one command, one script run and one `TIME` for all of
  * them. A call alone goes as its own `EVALSHA`. A batch whose reply is lost or late fails
  * each of its calls, as if each had been sent alone.
@@ -524,4 +523,16 @@ export class Runner {
     }
     return next;
   }
+}
+
+/**
+ * The ARGV of a single-call script for a call's head (op, time, permits, extra): a lease's
+ * ('b') least, most and time; the others' permits and time, trailing defaults omitted.
+ */
+export function singleArgs(head: readonly string[]): string[] {
+  const time = head[1]!;
+  const permits = head[2]!;
+  if (head[0] === 'b') return time === '' ? [head[3]!, permits] : [head[3]!, permits, time];
+  if (time !== '') return [permits, time];
+  return permits === '1' ? [] : [permits];
 }

@@ -1,14 +1,9 @@
 /**
  * How a bucket's or a window's state is stored in its key: a version byte (2), the writer's
- * settings (Geometry), then the fields, as little-endian doubles (struct.pack '<B' + 'd' × n). The shared scripts,
- * their batch form and the single-call scripts read and write it through these snippets,
- * so a key may pass from one to another.
- *
- * Why binary: `struct.unpack` / `struct.pack` are one C call each, where the text form
- * cost a `string.match`, a `tonumber` per field and a `string.format` — measured as the
- * largest part of a single call's Lua work in Redis. Doubles hold every figure exactly
- * (integers below 2^53). The version byte and the length make a value of another format
- * (another program's, or an older one) an error naming the key, never a misread.
+ * settings (Geometry), then the fields, as little-endian doubles (struct.pack '<B' + 'd' × n):
+ * one C call to read or write, where text needs a parse and a format per field. Doubles hold
+ * every figure exactly (integers below 2^53). The version byte and the length make a value
+ * of another format (another program's, or an older one) an error naming the key.
  */
 
 /**

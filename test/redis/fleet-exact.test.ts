@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/index.js';
-import { Blocks } from '../../src/redis/blocks.js';
+import { Blocks } from '../../src/redis/fleet/blocks.js';
 import { FixedWindow, SlidingLog, SlidingWindow } from '../../src/redis/index.js';
 import { withRedisServer } from '../helpers/redis.js';
 

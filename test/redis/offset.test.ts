@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { OffsetBounds } from '../../src/redis/offset.js';
+import { OffsetBounds } from '../../src/redis/fleet/offset.js';
 
-// Fleet mode's bounds on the offset of Redis's clock (src/redis/offset.ts), by which a
+// Fleet mode's bounds on the offset of Redis's clock (src/redis/fleet/offset.ts), by which a
 // refusal read late is brought back to when Redis decided it. Times in ms; Redis's clock
 // here runs 5 000 ms ahead of the local one.
 const AHEAD = 5000;

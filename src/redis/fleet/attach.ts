@@ -1,12 +1,12 @@
-import { ManualClock } from '../clock.js';
-import { checkOptionsObject, show, typeError } from '../validate.js';
-import { BLOCKS, type RedisHandle, type RedisLimiter, type WhenUnavailable } from './base.js';
-import { FixedWindow } from './fixed-window.js';
-import { LeakyBucket } from './leaky-bucket.js';
-import { SlidingLog } from './sliding-log.js';
-import { SlidingWindow } from './sliding-window.js';
-import { TokenBucket } from './token-bucket.js';
-import { WarmingBucket } from './warming-bucket.js';
+import { ManualClock } from '../../clock.js';
+import { checkOptionsObject, show, typeError } from '../../validate.js';
+import { BLOCKS, type RedisHandle, type RedisLimiter, type WhenUnavailable } from '../base.js';
+import { FixedWindow } from '../fixed-window.js';
+import { LeakyBucket } from '../leaky-bucket.js';
+import { SlidingLog } from '../sliding-log.js';
+import { SlidingWindow } from '../sliding-window.js';
+import { TokenBucket } from '../token-bucket.js';
+import { WarmingBucket } from '../warming-bucket.js';
 
 const CLASSES: Record<string, new (options: never) => RedisLimiter> = {
   TokenBucket,

@@ -1,6 +1,6 @@
-import { diff31 } from '../clock.js';
-import { hashKey } from '../engine/hash.js';
-import { grownLease, leaseAheadDue } from '../permit-blocks.js';
+import { diff31 } from '../../clock.js';
+import { hashKey } from '../../engine/hash.js';
+import { grownLease, leaseAheadDue } from '../../permit-blocks.js';
 
 /**
  * Fleet mode's shared memory: per key, the permits this process leased from Redis (a

@@ -1,10 +1,10 @@
-import { LimiterClosedError } from '../errors.js';
-import type { Key } from '../limiter.js';
-import type { Decision } from '../options.js';
-import { leaseAheadDue } from '../permit-blocks.js';
+import { LimiterClosedError } from '../../errors.js';
+import type { Key } from '../../limiter.js';
+import type { Decision } from '../../options.js';
+import { leaseAheadDue } from '../../permit-blocks.js';
+import { Unavailable } from '../runner.js';
 import { type Blocks, BOTH_AHEAD, I_FETCH } from './blocks.js';
 import { OffsetBounds } from './offset.js';
-import { Unavailable } from './runner.js';
 
 /**
  * Fleet mode's decisions (`block: n`): permits leased from Redis into this process's shared
