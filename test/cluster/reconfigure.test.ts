@@ -16,7 +16,13 @@ describe('atomic-limiter/cluster: a served limiter reconfigured in the primary',
   it("workers take up the primary's new limit and window: their permits checks, `limit` and HTTP policy fields follow, with or without a call of their own", async () => {
     const r = (await runScenario(SCENARIO, 'figures', 45_000)) as {
       before: { limit: number; policy: string; eight: Attempt };
-      raised: { eight: Attempt; limit: number; windowMs: number; policy: string };
+      raised: {
+        eight: Attempt;
+        blocked: Attempt;
+        limit: number;
+        windowMs: number;
+        policy: string;
+      };
       idle: { limit: number; windowMs: number };
       lowered: { four: Attempt; three: Attempt; limit: number; policy: string };
     };
@@ -26,6 +32,7 @@ describe('atomic-limiter/cluster: a served limiter reconfigured in the primary',
 
     // Raised to 10 per 30 s: 8 permits, above the limit the worker was told first, pass.
     expect(r.raised.eight).toEqual({ allowed: true, limit: 10 });
+    expect(r.raised.blocked).toEqual({ allowed: true, limit: 10 }); // through a permit block
     expect(r.raised.limit).toBe(10);
     expect(r.raised.windowMs).toBe(30_000);
     expect(r.raised.policy).toBe('"10-in-30s";q=10;w=30');
