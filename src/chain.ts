@@ -2,7 +2,7 @@ import { warnGiveBackFailed } from './errors.js';
 import type { Key } from './limiter.js';
 import { Limiter } from './limiter.js';
 import type { AcquireOptions, Decision, Lease } from './options.js';
-import { acquireOptions, checkPermits, show, typeError } from './validate.js';
+import { acquireOptions, checkPermits, isThenable, show, typeError } from './validate.js';
 
 /**
  * What `chain()` accepts: an in-memory limiter, a cluster client, a Redis limiter or another
@@ -43,10 +43,6 @@ type Maybe<T> = T | Promise<T>;
 
 /** Synchronous answers when every member is an in-memory limiter (or such a chain). */
 type Answer<M, T> = [M] extends [Limiter | Chain<Limiter>] ? T : Maybe<T>;
-
-function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
-}
 
 /**
  * A chain nested in another reports when each of its members took a call's permits, so
@@ -429,17 +425,21 @@ export class Chain<M extends ChainMember = ChainMember> {
     // One deadline for the whole call: each member waits only for what is left of it.
     const { timeoutMs } = acquireOptions('chain', options);
     const deadline = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
-    for (let i = 0; i < this.limiters.length; i++) {
-      const l = this.limiters[i]!;
+    // Every member is checked before any is asked: a member without acquire() found after
+    // others had granted would leave their permits taken.
+    this.limiters.forEach((l, i) => {
       if (typeof l.acquire !== 'function') {
         throw typeError(`chain.acquire: limiter ${i} has no acquire() method`);
       }
+    });
+    for (let i = 0; i < this.limiters.length; i++) {
+      const l = this.limiters[i]!;
       try {
         const left =
           deadline === undefined
             ? options
             : { ...options, timeoutMs: Math.max(0, deadline - performance.now()) };
-        const lease = await l.acquire(key, permits, left);
+        const lease = await l.acquire!(key, permits, left); // checked above
         if (l instanceof Limiter) times[i] = l.lastDecisionUs;
         else if (this.hasChains && l instanceof Chain) noteNested(times, i, lease);
         leases.push(lease);

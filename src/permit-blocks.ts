@@ -4,7 +4,7 @@
  * and spent locally at in-memory cost; the options, their defaults and the rules of when to
  * lease and how much are the same for both, and written here once. Where the blocks live
  * differs: in a worker process's own memory (cluster/client.ts), in a SharedArrayBuffer
- * spent by every thread of the process (redis/blocks.ts).
+ * spent by every thread of the process (redis/fleet/blocks.ts).
  */
 import { integerOption, rangeError, show, typeError } from './validate.js';
 

@@ -203,3 +203,8 @@ export function acquireOptions(
   }
   return { signal, timeoutMs };
 }
+
+/** A promise, or anything with a `then` method (what `await` would wait for). */
+export function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
+}

@@ -8,6 +8,7 @@ import { DeadlineTimer, due } from '../deadlines.js';
 import { ClusterTimeoutError, ClusterUnavailableError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AlgorithmName, Decision } from '../options.js';
+import type { Caller, Check, Pending } from './pending.js';
 import {
   ABORT,
   ACQUIRE,
@@ -35,44 +36,6 @@ import {
   type Value,
   type WireError,
 } from './protocol.js';
-
-/** What a client needs of itself here. */
-export interface Caller {
-  readonly name: string;
-  readonly timeoutMs: number;
-  readonly maxPending: number;
-  /** Whether the served limiter holds permits (Concurrency): late grants are released. */
-  readonly concurrency: boolean;
-}
-
-/** One call waiting for its answer. */
-export interface Pending {
-  resolve: (value: unknown) => void;
-  reject: (error: unknown) => void;
-  caller: Caller;
-  op: number;
-  key: Key | undefined;
-  permits: number;
-  /** Extra record value: TAKE's max, GIVE's taking time, ACQUIRE's timeoutMs (−1: none). */
-  extra: number;
-  /** Answered, timed out, aborted or rejected: a late answer only gives permits back. */
-  settled: boolean;
-  /** When its wait started (ms); −1: when its batch left. */
-  since: number;
-  /** ACQUIRE: its id, and its own timeout (the primary waits first). */
-  id: number;
-  timeoutMs: number;
-  /**
-   * ACQUIRE: the batch it left in (0: none yet) and the answered calls before it there, to
-   * tell whether the primary ran it when it refuses the batch.
-   */
-  batch: number;
-  at: number;
-  /** Runs once the description is known, before sending; a throw rejects the call. */
-  check: Check | undefined;
-}
-
-export type Check = (d: Description, key: Key | undefined, permits: number) => void;
 
 interface Batch {
   sentAt: number;
@@ -136,7 +99,7 @@ export class Channel {
     process.on('message', (msg: unknown) => {
       if (!isOurs(msg)) return;
       const m = msg as Message;
-      if (m.t === 'r') this.onResults(m.s, m.v, m.e);
+      if (m.t === 'r') this.onResults(m.s, m.v, m.e, m.g);
       else if (m.t === 'a') this.onAcquired(m.v);
       else if (m.t === 'ready') this.onReady(m.served);
     });
@@ -538,7 +501,12 @@ export class Channel {
     this.waitingForReady.clear();
   }
 
-  private onResults(s: number, v: unknown[], e: WireError | undefined): void {
+  private onResults(
+    s: number,
+    v: unknown[],
+    e: WireError | undefined,
+    g: unknown[] | undefined,
+  ): void {
     const batch = this.sent.get(s);
     // A batch of only acquire() calls is not tracked: it is answered by id, or refused.
     if (!batch) {
@@ -546,6 +514,7 @@ export class Channel {
       return;
     }
     this.sent.delete(s);
+    if (Array.isArray(g)) this.ranAnyway(batch, g);
     let i = 0;
     let answered = 0;
     for (const p of batch.calls) {
@@ -572,6 +541,25 @@ export class Channel {
       } else this.late(p, value);
     }
     if (e) this.refused(s, answered, fromWire(e));
+  }
+
+  /**
+   * A batch the primary refused whole, whose give-backs (release(), refund(), a block or a
+   * late grant given back) it ran all the same: `g` pairs a call's place in the batch with
+   * its answer (0, or an error). Those calls settle as they ran; the others reject after.
+   */
+  private ranAnyway(batch: Batch, g: unknown[]): void {
+    for (let j = 0; j + 1 < g.length; j += 2) {
+      const p = batch.calls[g[j] as number];
+      if (p === undefined || p.settled) continue;
+      const x = g[j + 1];
+      if (typeof x === 'object' && x !== null) this.settle(p, fromWire(x as WireError));
+      else {
+        p.settled = true;
+        this.inFlight--;
+        p.resolve(undefined);
+      }
+    }
   }
 
   /**

@@ -18,13 +18,14 @@ import {
   acquireOptions,
   checkKey,
   checkOptionsObject,
-  checkPermits,
   integerOption,
   isPermits,
+  permitsError,
   positiveNumberOption,
   typeError,
 } from '../validate.js';
-import type { Caller, Channel, Check } from './channel.js';
+import type { Channel } from './channel.js';
+import type { Caller, Check } from './pending.js';
 import {
   CONSUME,
   type Description,
@@ -65,7 +66,11 @@ export interface ClusterLimiter {
   readonly name: string;
   /** The served limiter's algorithm ('TokenBucket', …); undefined until the primary told it. */
   readonly algorithm: AlgorithmName | undefined;
-  /** The served limiter's limit; undefined until known. */
+  /**
+   * The served limiter's limit; undefined until known. This and the figures below follow a
+   * reconfigure() of the primary's limiter: the primary announces the new ones to every
+   * worker, before any answer decided under them.
+   */
   readonly limit: number | undefined;
   /** FixedWindow, SlidingWindow, SlidingLog: the window; undefined otherwise or until known. */
   readonly windowMs: number | undefined;
@@ -176,6 +181,18 @@ const NO_OP_LEASE: Lease = Object.freeze({
   [Symbol.dispose](): void {},
 });
 
+/**
+ * The permits check, made in the worker before sending, with one difference: a whole count
+ * above the limit last described goes to the primary, whose limit may have been raised by a
+ * reconfigure() since (its answer brings the new figures; it refuses a count above its own
+ * limit with the same RangeError).
+ */
+function checkCount(owner: string, permits: unknown, limit: number): void {
+  if (!isPermits(permits, limit) && !(Number.isInteger(permits) && (permits as number) > limit)) {
+    throw permitsError(owner, permits, limit);
+  }
+}
+
 /** Checks connectCluster's options (before anything else: they are the caller's bug). */
 export function connectOptions(options: unknown): ConnectSettings {
   const owner = 'connectCluster';
@@ -217,7 +234,7 @@ export class Client implements ClusterLimiter, Caller {
   // with the same messages, as the in-memory limiter's.
   private readonly checkCall: Check = (d, key, permits) => {
     this.checkBlock(d);
-    checkPermits(d.algorithm, permits, d.limit);
+    checkCount(d.algorithm, permits, d.limit);
     checkKey(d.algorithm, key);
   };
   private readonly checkRelease: Check = (d, key, permits) => {
@@ -226,11 +243,11 @@ export class Client implements ClusterLimiter, Caller {
         `${d.algorithm}: release() is for Concurrency limiters; rate limiters have refund()`,
       );
     }
-    checkPermits('Concurrency.release', permits, d.limit);
+    checkCount('Concurrency.release', permits, d.limit);
     checkKey(d.algorithm, key);
   };
   private readonly checkRefund: Check = (d, key, permits) => {
-    checkPermits(`${d.algorithm}.refund`, permits, d.limit);
+    checkCount(`${d.algorithm}.refund`, permits, d.limit);
     checkKey(d.algorithm, key);
   };
   private readonly checkKeyOnly: Check = (d, key) => checkKey(d.algorithm, key);
@@ -268,6 +285,13 @@ export class Client implements ClusterLimiter, Caller {
   }
   get ratePerSecond(): number | undefined {
     return this.description?.ratePerSecond;
+  }
+  /**
+   * @internal The served limiter's options version, as last described: changes when the
+   * primary's limiter is reconfigured (HTTP's policy fields are read again then).
+   */
+  get optionsVersion(): number | undefined {
+    return this.description?.version;
   }
   get concurrency(): boolean {
     return this.description?.algorithm === 'Concurrency';

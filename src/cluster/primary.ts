@@ -9,12 +9,14 @@
  *
  * Back-pressure, per worker: answers the IPC channel has not written yet (the worker reads
  * them more slowly than it sends calls) are counted, and past MAX_QUEUED_VALUES or
- * MAX_QUEUED_MESSAGES a batch from that worker is refused whole (its calls reject with
+ * MAX_QUEUED_MESSAGES a batch from that worker is refused (its calls reject with
  * ClusterUnavailableError) instead of run: one worker cannot grow the primary's memory
- * without bound, nor take its time from the others.
+ * without bound, nor take its time from the others. Only its give-backs run, and settle
+ * their calls: a permit released is never lost to back-pressure.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
+import { H_CONFIG } from '../engine/layout.js';
 import { ClusterUnavailableError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Lease } from '../options.js';
@@ -48,7 +50,12 @@ type Releasable = AnyLimiter & { release(key?: Key, permits?: number): void };
 
 export interface Served {
   limiter: AnyLimiter;
+  /** What workers were last told; replaced when the limiter's options version moves. */
   description: Description;
+  /** Describes the limiter as it is now. */
+  describe(): Description;
+  /** Its buffer's header: the options' sequence lock (H_CONFIG) is waited on there. */
+  header: Int32Array;
   concurrency: boolean;
 }
 
@@ -144,6 +151,34 @@ export class Dispatcher {
       cluster.on('exit', this.onExit);
     }
     this.announce();
+    for (const [name, served] of entries) this.watch(name, served);
+  }
+
+  /**
+   * Tells every worker the new figures once `served` is reconfigured, by whichever thread or
+   * process: reconfigure() wakes the waiters on its options' sequence lock when it finishes.
+   * A pending waitAsync keeps no process alive, and costs nothing while nothing changes. The
+   * batches check too (run()), so that an answer decided under new options never reaches a
+   * worker before the figures do.
+   */
+  private watch(name: string, served: Served): void {
+    const result = Atomics.waitAsync(served.header, H_CONFIG, served.description.version);
+    const woken = () => {
+      if (this.named.get(name) !== served) return; // no longer served: stop watching
+      attempt(() => {
+        if (this.refreshed(served)) this.announce();
+      });
+      this.watch(name, served);
+    };
+    if (result.async) void result.value.then(woken);
+    else queueMicrotask(woken); // changed already (or under way: refreshed() waits for it)
+  }
+
+  /** Describes `served` again if its options changed since; true when they had. */
+  private refreshed(served: Served): boolean {
+    if (served.limiter.optionsVersion === served.description.version) return false;
+    served.description = served.describe();
+    return true;
   }
 
   remove(names: string[], served: Served[]): void {
@@ -224,17 +259,44 @@ export class Dispatcher {
   }
 
   /**
-   * Refuses batch `seq` of a worker whose answers pile up unread: none of its calls runs,
-   * and one small answer says so (the worker rejects them all, its acquire() calls too).
-   * Only its DROP and ABORT records run: they free what the worker holds or waits for and
-   * are answered by nothing, so the worker counts them done.
+   * Refuses batch `seq` of a worker whose answers pile up unread: its calls that take or
+   * read do not run, and one small answer says so (the worker rejects them, its acquire()
+   * calls too). Its give-backs run all the same — REFUND, RELEASE and GIVE records, DROP
+   * and ABORT: they free what the worker holds or waits for and add no load — and the
+   * refusal lists their answers (`g`), so the calls that made them settle as they ran.
    */
   private refuse(s: WorkerState, seq: number, c: Value[]): void {
+    const ran: unknown[] = [];
+    let served: Served | undefined;
+    let name = '';
+    let call = 0; // the calls before record i, numbered as the worker's batch holds them
     for (let i = 0; i < c.length; ) {
       const op = c[i];
-      const width = op === NAME || op === DROP || op === ABORT ? 2 : CALL_WIDTHS[op as number];
-      if (width === undefined) break; // malformed from here: nothing more to free
-      if (op === DROP || op === ABORT) this.run(s, c.slice(i, i + 2), []);
+      if (op === NAME || op === DROP || op === ABORT) {
+        const value = c[i + 1];
+        // Malformed from here: nothing more to free.
+        if (i + 2 > c.length || (op === NAME && typeof value !== 'string')) break;
+        if (op !== NAME) this.run(s, [op, value as Value], []);
+        else served = this.named.get((name = value as string));
+        i += 2;
+        continue;
+      }
+      const width = CALL_WIDTHS[op as number];
+      if (width === undefined || i + width > c.length) break;
+      if (op === REFUND || op === RELEASE || op === GIVE) {
+        const v: unknown[] = [];
+        if (served === undefined) v.push(toWire(this.notServed(name)));
+        else {
+          const rawKey = c[i + 1];
+          try {
+            this.call(s, served, op, rawKey === null ? undefined : (rawKey as Key), c, i, v);
+          } catch (error) {
+            v.push(toWire(error));
+          }
+        }
+        ran.push(call, v[0]);
+      }
+      if (op !== ACQUIRE) call++;
       i += width;
     }
     if (s.queuedMessages >= MAX_QUEUED_WITH_REFUSALS) return;
@@ -248,12 +310,13 @@ export class Dispatcher {
           `cluster primary: batch refused: ${s.queuedMessages} answers (${s.queuedValues} values) to this worker are still unread; it reads its answers more slowly than it sends calls`,
         ),
       ),
+      ...(ran.length > 0 ? { g: ran } : {}),
     });
   }
 
   /** Sends `msg` to `s`'s worker, counting it as queued until its channel has written it. */
-  private send(s: WorkerState, msg: Message & { v?: unknown[] }): void {
-    const values = msg.v === undefined ? 1 : msg.v.length + 1;
+  private send(s: WorkerState, msg: Message & { v?: unknown[]; g?: unknown[] }): void {
+    const values = (msg.v === undefined ? 1 : msg.v.length + 1) + (msg.g?.length ?? 0);
     s.queuedMessages++;
     s.queuedValues += values;
     const written = () => {
@@ -279,6 +342,8 @@ export class Dispatcher {
         if (typeof next !== 'string') return malformed(i, 'a name', next);
         name = next;
         served = this.named.get(name);
+        // Reconfigured and not announced yet: the figures go out before this batch's answers.
+        if (served !== undefined && this.refreshed(served)) this.announce();
         i += 2;
         continue;
       }

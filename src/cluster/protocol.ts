@@ -10,9 +10,12 @@
  *   { mark, t: 'hello' }                          which names do you serve?
  *   { mark, t: 'c', s, c: [record, …] }           batch number s; records below
  * Primary → worker
- *   { mark, t: 'ready', served: { name: Description } }   on hello and when servers change
+ *   { mark, t: 'ready', served: { name: Description } }   on hello, when servers change and
+ *                                                 when a served limiter was reconfigured
  *   { mark, t: 'r', s, v: [answer, …], e? }       answers of batch s, in call order; `e`: the
  *                                                 calls past the last answer were not run
+ *   { mark, t: 'r', s, v: [], e, g: [k, answer, …] }  batch s refused whole (back-pressure),
+ *                                                 but its give-backs ran: call k's answer
  *   { mark, t: 'a', v: [id, ok, value, …] }       acquire() outcomes: lease id or error
  *
  * Records (a key is null for the default key, else a string or a finite number):
@@ -30,7 +33,9 @@
  *   ACQUIRE id key permits timeoutMs(-1: none)   (answered later in an 'a' message)
  *   ABORT id                   (no answer)
  *   DROP leaseId               (no answer)
- * Any answer may instead be one error object { name, code?, message }.
+ * Any answer may instead be one error object { name, code?, message }. A refusal's `g` numbers
+ * the calls from 0 in batch order, counting every record but NAME, ACQUIRE, ABORT and DROP;
+ * its give-backs are REFUND, GIVE and RELEASE (DROP and ABORT run too, answered by nothing).
  */
 import {
   ClusterTimeoutError,
@@ -87,6 +92,8 @@ export type Value = string | number | null;
 /** What a worker learns about a served limiter: its algorithm and public options. */
 export interface Description {
   algorithm: AlgorithmName;
+  /** The limiter's options version: a reconfigure() changes it (and the figures below). */
+  version: number;
   limit: number;
   windowMs?: number;
   capacity?: number;
@@ -104,7 +111,7 @@ export type Message =
   | { mark: typeof MARK; t: 'hello' }
   | { mark: typeof MARK; t: 'ready'; served: Record<string, Description> }
   | { mark: typeof MARK; t: 'c'; s: number; c: Value[] }
-  | { mark: typeof MARK; t: 'r'; s: number; v: unknown[]; e?: WireError }
+  | { mark: typeof MARK; t: 'r'; s: number; v: unknown[]; e?: WireError; g?: unknown[] }
   | { mark: typeof MARK; t: 'a'; v: unknown[] };
 
 export function isOurs(msg: unknown): msg is { mark: typeof MARK; t: unknown } {

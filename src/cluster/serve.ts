@@ -5,6 +5,7 @@
 import cluster from 'node:cluster';
 import type { AnyLimiter } from '../attach.js';
 import { headerAlgo } from '../engine/buffer.js';
+import { HEADER_WORDS } from '../engine/layout.js';
 import type { AlgorithmName } from '../options.js';
 import { show, typeError } from '../validate.js';
 import { dispatcher, type Served } from './primary.js';
@@ -57,14 +58,27 @@ function describe(name: string, limiter: unknown): Served {
     throw typeError(`serveCluster: "${name}": ${(error as Error).message}`);
   }
   if (!algorithm) throw typeError(`serveCluster: "${name}" holds an unknown algorithm`);
-  const description: Description = { algorithm, limit: l.limit };
-  for (const option of OPTION_NAMES) {
-    const value = l[option];
-    if (typeof value === 'number') description[option] = value;
-  }
+  const known = algorithm;
+  // The limiter's options version first: reading it takes up a reconfigure() made on another
+  // thread, so the figures read after it are that version's.
+  const figures = (): Description => {
+    const version = l.optionsVersion;
+    const description: Description = {
+      algorithm: known,
+      version: typeof version === 'number' ? version : 0,
+      limit: l.limit as number,
+    };
+    for (const option of OPTION_NAMES) {
+      const value = l[option];
+      if (typeof value === 'number') description[option] = value;
+    }
+    return description;
+  };
   return {
     limiter: limiter as AnyLimiter,
-    description,
+    description: figures(),
+    describe: figures,
+    header: new Int32Array(handle.buffer, 0, HEADER_WORDS),
     concurrency: algorithm === 'Concurrency',
   };
 }

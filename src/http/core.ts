@@ -1,23 +1,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { types } from 'node:util';
-import { QueueFullError, warnGiveBackFailed } from '../errors.js';
+import { QueueFullError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
-import { isKey, isPermits, rangeError, show, typeError } from '../validate.js';
+import { isKey, isPermits, isThenable, rangeError, show, typeError } from '../validate.js';
 import { clientAddress } from './address.js';
 import { docsAnchor, noAddressError } from './client-key.js';
-import {
-  flattenDecisions,
-  flattenLimiters,
-  HeaderWriter,
-  isChain,
-  type LimiterFace,
-  retryAfterSeconds,
-  retryAfterWaited,
-} from './headers.js';
-import type { Config, HttpLimiter } from './options.js';
-import { isChainOf, isInMemory, type Plan } from './plan.js';
+import { closed, giveBack, release, releaseLate, tookFrom, whenGone } from './give-back.js';
+import { HeaderWriter, type LimiterFace, retryAfterSeconds, retryAfterWaited } from './headers.js';
+import type { Config } from './options.js';
+import type { Plan } from './plan.js';
 
 /**
  * The one decision path every server style shares. `run()` answers synchronously while
@@ -72,65 +65,6 @@ export interface Host<Req, Res> {
   answered(res: Res): boolean;
 }
 
-/** The client is gone (or the response ended) when this is true. */
-function closed(res: ServerResponse): boolean {
-  return res.destroyed || res.writableEnded;
-}
-
-/**
- * Calls `f` once, when response `res` closes (it finished, or its connection went away) or,
- * first, when the connection of request `req` closes; at once if either already has.
- * Returns a function that detaches both listeners. The connection is watched because a
- * response queued behind another on a pipelined connection has no socket until the one
- * ahead finishes, and never emits 'close' when the connection dies first: permits held for
- * it would never come back. (Its listener goes when the response closes: a keep-alive
- * connection serves many.)
- */
-function whenGone(req: IncomingMessage, res: ServerResponse, f: () => void): () => void {
-  const socket = req.socket as IncomingMessage['socket'] | null;
-  let done = false;
-  const detach = (): void => {
-    done = true;
-    res.off('close', gone);
-    if (socket) socketWatchers.get(socket)?.delete(gone);
-  };
-  function gone(): void {
-    if (done) return;
-    detach();
-    f();
-  }
-  if (res.closed || socket == null || socket.destroyed) {
-    gone();
-    return detach;
-  }
-  res.on('close', gone);
-  let watchers = socketWatchers.get(socket);
-  if (watchers === undefined) {
-    // One listener per connection, however many of its requests are held (a pipelined
-    // connection may hold many: a listener each would pass EventEmitter's threshold).
-    const set = new Set<() => void>();
-    watchers = set;
-    socketWatchers.set(socket, set);
-    socket.once('close', () => {
-      socketWatchers.delete(socket);
-      for (const g of set) g();
-    });
-  }
-  watchers.add(gone);
-  return detach;
-}
-
-/** whenGone()'s callbacks waiting for a connection to close, by connection. */
-const socketWatchers = new WeakMap<object, Set<() => void>>();
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as { then?: unknown }).then === 'function'
-  );
-}
-
 /**
  * What goes to a framework's error path: an Error as it is; any other value thrown or
  * rejected with, wrapped (as `cause`). Express, Connect and Fastify take `next(undefined)`
@@ -155,88 +89,13 @@ function markLimiterError(owner: string, thrown: unknown): Error {
   return error;
 }
 
-const NONE: readonly LimiterFace[] = [];
-
 const MAX_WARNINGS = 20;
-
-/**
- * The limiters whose permits decision `d` took, to release: a Concurrency limiter, or a
- * chain's Concurrency members, unless allowed without taking anything — with no slot
- * (`whenFull: 'allow'`) or no backend (`whenUnavailable: 'allow'`): releasing those
- * would free permits that other requests hold.
- */
-function tookFrom(plan: Plan, d: Decision): readonly LimiterFace[] {
-  const limiter = plan.limiter as LimiterFace;
-  if (!isChain(limiter)) return d.reason === undefined ? plan.self : NONE;
-  const members = flattenLimiters(limiter);
-  const decisions = flattenDecisions(limiter, d);
-  return members.filter(
-    (m, i) => m.algorithm === 'Concurrency' && decisions[i]?.allowed && !decisions[i]!.reason,
-  );
-}
-
-function release(key: Key, permits: number, from: readonly LimiterFace[]): void {
-  for (const l of from) {
-    releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
-  }
-}
-
-/** Gives a finished request's permits back (see Engine.refundWhenDone). */
-function giveBack(
-  limiter: HttpLimiter,
-  key: Key,
-  permits: number,
-  d: Decision | Lease,
-  takenUs: number,
-): void {
-  if (isChainOf(limiter)) {
-    const members = flattenLimiters(limiter);
-    const times = limiter.takenTimes(d);
-    // A lease (wait) has no member decisions: every member took.
-    const decisions = flattenDecisions(limiter, d as Decision);
-    members.forEach((m, i) => {
-      // Held permits come back at close; a member that took nothing has nothing to give.
-      if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
-      refundOne(m, key, permits, times[i]!);
-    });
-    return;
-  }
-  if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
-}
-
-/** Gives permits back to one limiter (not a chain), to the window of `takenUs` in memory. */
-function refundOne(l: unknown, key: Key, permits: number, takenUs: number): void {
-  if (isInMemory(l)) releaseLate(() => l.refundTaken(key, permits, takenUs));
-  else {
-    const r = l as { refund?(k: Key, p: number): unknown };
-    if (typeof r.refund === 'function') releaseLate(() => r.refund!(key, permits));
-  }
-}
 
 /**
  * `Retry-After` of the 503 sent when the limiter's backend cannot be reached: when it
  * returns is unknown, so a short wait, as a hint to come back soon rather than hammer.
  */
 const UNAVAILABLE_RETRY_AFTER = '1';
-
-/** Reports a failure that has no request left to go to (a release after the response). */
-function reportLate(error: unknown): void {
-  warnGiveBackFailed('atomic-limiter/http', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
-}
-
-/**
- * Gives permits back where nobody awaits the result: a release that throws, or answers
- * with a promise that rejects (a Redis lease while Redis is down), becomes a process
- * warning, never an unhandled rejection.
- */
-function releaseLate(release: () => unknown): void {
-  try {
-    const r = release();
-    if (isThenable(r)) r.then(undefined, reportLate);
-  } catch (error) {
-    reportLate(error);
-  }
-}
 
 export class Engine<Req, Res> {
   private warnedNoAddress = false;

@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 
 /** The fixture that decides in a child process on a limiter in host memory. */
-const DECIDE = new URL('../host/decide.mjs', import.meta.url).pathname;
+const DECIDE = new URL('../fixtures/host/decide.mjs', import.meta.url).pathname;
 
-/** What a decide.mjs process is told (see test/host/decide.mjs). */
+/** What a decide.mjs process is told (see test/fixtures/host/decide.mjs). */
 export interface DecideSpec {
   cls: string;
   options: Record<string, unknown>;
@@ -66,7 +67,7 @@ export function killDeciders(): void {
   for (const child of children) child.kill('SIGKILL');
 }
 
-/** A region name no other test run uses. */
+/** A region name no other test run uses (unique, not random input: no seed wanted). */
 export function regionName(what: string): string {
-  return `test-${what}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  return `test-${what}-${process.pid}-${randomBytes(4).toString('hex')}`;
 }

@@ -1,4 +1,16 @@
-import { Worker } from 'node:worker_threads';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
+
+/** test/fixtures/worker.mjs: every worker thread of the tests runs a named scenario there. */
+export const WORKER = new URL('../fixtures/worker.mjs', import.meta.url);
+
+/**
+ * A worker thread running `scenario` ("<module>:<name>", a function of
+ * test/fixtures/scenarios/<module>.mjs) with `options.workerData` plus the scenario's name.
+ */
+export function scenarioWorker(scenario: string, options: WorkerOptions = {}): Worker {
+  const data = options.workerData as Record<string, unknown> | undefined;
+  return new Worker(WORKER, { ...options, workerData: { ...data, scenario } });
+}
 
 /** What every worker started here finds in `workerData`, besides the caller's data. */
 export interface ThreadContext {
@@ -6,7 +18,7 @@ export interface ThreadContext {
   readonly index: number;
   /** How many workers share the barrier. */
   readonly count: number;
-  /** Word 0 counts arrivals; `arrive()` in test/workers/lib.mjs waits for all `count`. */
+  /** Word 0 counts arrivals; `arrive()` in test/fixtures/scenarios/lib.mjs waits for all `count`. */
   readonly barrier: SharedArrayBuffer;
 }
 
@@ -26,11 +38,12 @@ export interface WorkerGroup<R> {
 }
 
 /**
- * Starts `count` workers on `script` with workerData `{ ...data, index, count, barrier }`.
- * Workers call `arrive()` (test/workers/lib.mjs) to start together.
+ * Starts `count` workers running `scenario` (see scenarioWorker) with workerData
+ * `{ ...data, index, count, barrier }`. Workers call `arrive()`
+ * (test/fixtures/scenarios/lib.mjs) to start together.
  */
 export function startWorkers<R = unknown>(
-  script: URL,
+  scenario: string,
   count: number,
   data: Record<string, unknown> = {},
 ): WorkerGroup<R> {
@@ -40,7 +53,7 @@ export function startWorkers<R = unknown>(
   const settled: Promise<R>[] = [];
   for (let index = 0; index < count; index++) {
     const context: ThreadContext = { index, count, barrier };
-    const worker = new Worker(script, { workerData: { ...data, ...context } });
+    const worker = scenarioWorker(scenario, { workerData: { ...data, ...context } });
     workers.push(worker);
     exits.push(new Promise((resolve) => worker.once('exit', resolve)));
     settled.push(
@@ -72,15 +85,15 @@ export function startWorkers<R = unknown>(
 }
 
 /**
- * Runs `count` workers on `script` to completion (see startWorkers) and returns one
+ * Runs `count` workers on `scenario` to completion (see startWorkers) and returns one
  * result per worker, in index order. Every worker has exited when this settles.
  */
 export async function runWorkers<R = unknown>(
-  script: URL,
+  scenario: string,
   count: number,
   data: Record<string, unknown> = {},
 ): Promise<R[]> {
-  const group = startWorkers<R>(script, count, data);
+  const group = startWorkers<R>(scenario, count, data);
   try {
     return await group.results;
   } finally {
@@ -102,9 +115,4 @@ export async function waitForCount(words: Int32Array, index: number, target: num
     if (seen >= target) return;
     await waitAsync(words, index, seen).value;
   }
-}
-
-/** URL of a script in test/workers/. */
-export function workerScript(name: string): URL {
-  return new URL(`../workers/${name}`, import.meta.url);
 }

@@ -1,0 +1,135 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { Concurrency, ManualClock, TokenBucket } from '../../src/index.js';
+import { regionName } from '../helpers/host.js';
+
+// acquire() on host memory: waiters of several processes in one FIFO queue, woken by a
+// release, a refund or time moving in another process (test/host/wait.mjs).
+
+const WAIT = new URL('../fixtures/host/wait.mjs', import.meta.url).pathname;
+const regions: string[] = [];
+const children = new Set<ChildProcess>();
+function region(what: string): string {
+  const name = regionName(what);
+  regions.push(name);
+  return name;
+}
+afterEach(() => {
+  for (const child of children) child.kill('SIGKILL');
+  children.clear();
+});
+afterAll(() => {
+  for (const name of regions) removeHostMemory(name);
+});
+
+interface Waiter {
+  send(line: string): void;
+  /** The next line it prints. */
+  next(): Promise<string>;
+}
+
+async function waiter(spec: object): Promise<Waiter> {
+  const child = spawn(process.execPath, [WAIT, JSON.stringify(spec)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  children.add(child);
+  const lines: string[] = [];
+  const readers: ((line: string) => void)[] = [];
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    const reader = readers.shift();
+    if (reader) reader(line);
+    else lines.push(line);
+  });
+  const w: Waiter = {
+    send: (line) => child.stdin!.write(`${line}\n`),
+    next: () =>
+      lines.length > 0
+        ? Promise.resolve(lines.shift()!)
+        : new Promise((resolve) => readers.push(resolve)),
+  };
+  expect(await w.next()).toBe('ready');
+  return w;
+}
+
+const tick = () => new Promise((r) => setTimeout(r, 10));
+async function until(f: () => boolean): Promise<void> {
+  while (!f()) await tick();
+}
+
+describe('acquire() across processes on host memory', () => {
+  it('waiters of three processes are served in the order they queued, each woken by a release elsewhere', async () => {
+    const name = region('fifo');
+    const options = { limit: 1, keys: 16, queueLimit: 10 };
+    const here = new Concurrency({ ...options, memory: hostMemory(name) });
+    expect(here.tryAcquire('k')).toBe(true);
+    const spec = { cls: 'Concurrency', options, region: name };
+    const [a, b, c] = await Promise.all([waiter(spec), waiter(spec), waiter(spec)]);
+    let queued = 0;
+    for (const w of [a!, b!, c!]) {
+      w.send('acquire -');
+      queued++;
+      await until(() => here.stats('k').queued === queued);
+    }
+    const order: string[] = [];
+    const served = (label: string, w: Waiter) =>
+      w.next().then((line) => {
+        order.push(`${label} ${line}`);
+      });
+    const aDone = served('a', a!);
+    here.release('k'); // this process releases: a, in another process, is woken
+    await aDone;
+    const bDone = served('b', b!);
+    a!.send('release');
+    expect(await a!.next()).toBe('released');
+    await bDone;
+    const cDone = served('c', c!);
+    b!.send('release');
+    await cDone;
+    expect(order).toEqual(['a acquired', 'b acquired', 'c acquired']);
+    expect(here.stats('k').queued).toBe(0);
+    expect(here.tryAcquire('k')).toBe(false); // c holds the permit
+  });
+
+  it('a waiter in another process times out, and leaves the queue', async () => {
+    const name = region('timeout');
+    const options = { limit: 1, keys: 16, queueLimit: 10 };
+    const here = new Concurrency({ ...options, memory: hostMemory(name) });
+    expect(here.tryAcquire('k')).toBe(true);
+    const w = await waiter({ cls: 'Concurrency', options, region: name });
+    w.send('acquire 100');
+    expect(await w.next()).toBe('rejected TimeoutError');
+    expect(here.stats('k').queued).toBe(0);
+  });
+
+  it('a waiter in another process is woken when time moves on a shared ManualClock', async () => {
+    const name = region('time');
+    const clockName = region('time-clock');
+    const clock = new ManualClock(0, { memory: hostMemory(clockName) });
+    const options = { capacity: 1, refillPerSecond: 1, keys: 16, queueLimit: 10 };
+    const here = new TokenBucket({ ...options, clock, memory: hostMemory(name) });
+    expect(here.tryAcquire('k')).toBe(true);
+    const w = await waiter({ cls: 'TokenBucket', options, region: name, clockRegion: clockName });
+    w.send('acquire -');
+    await until(() => here.stats('k').queued === 1);
+    const line = w.next();
+    clock.advance(1000); // one token: the waiter in the other process takes it
+    expect(await line).toBe('acquired');
+    expect(here.tryAcquire('k')).toBe(false);
+  });
+
+  it('a waiter here is woken by a release in another process', async () => {
+    const name = region('here');
+    const options = { limit: 1, keys: 16, queueLimit: 10 };
+    const here = new Concurrency({ ...options, memory: hostMemory(name) });
+    const holder = await waiter({ cls: 'Concurrency', options, region: name });
+    holder.send('acquire -');
+    expect(await holder.next()).toBe('acquired');
+    const lease = here.acquire('k');
+    await until(() => here.stats('k').queued === 1);
+    holder.send('release');
+    await lease; // settles only if the other process's release woke this one
+    expect(here.stats('k').queued).toBe(0);
+  });
+});

@@ -1,0 +1,284 @@
+import http from 'node:http';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import Fastify from 'fastify';
+import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { fastifyRateLimit, rateLimit } from '../../src/http/index.js';
+import { chain, FixedWindow, ManualClock } from '../../src/index.js';
+import * as redisLimiters from '../../src/redis/index.js';
+import { listen, rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
+import { RedisServer, withRedisServer } from '../helpers/redis.js';
+
+const warnings = watchWarnings();
+
+// The parts together: a Redis limiter behind the HTTP middleware, and chain()
+// mixing a Redis limiter with an in-memory one, against a real redis-server.
+
+describe('Redis limiters with chain() and the HTTP middleware', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  it('Express in front of a Redis TokenBucket: exactly 5 × 200, then 429 with the exact Retry-After', async () => {
+    const clock = new ManualClock();
+    const limiter = new redisLimiters.TokenBucket({
+      redis,
+      prefix: 'http-test',
+      capacity: 5,
+      refillPerSecond: 1,
+      clock,
+    });
+    const app = express();
+    const errors: unknown[] = [];
+    app.use(rateLimit({ limiter, key: () => 'one-client' }));
+    app.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+      errors.push(err);
+      res.status(500).send('error');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const replies = await sequence(port, 7);
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+      expect(rateFields(replies[5]!.headers)).toEqual({
+        'ratelimit-policy': '"5-in-5s";q=5;w=5',
+        ratelimit: '"5-in-5s";r=0;t=5',
+        'retry-after': '1',
+      });
+      expect(errors).toEqual([]);
+    } finally {
+      await close();
+      limiter.close();
+    }
+  });
+
+  it('wait with a Redis Concurrency: a lease that cannot be given back (Redis gone) is a warning, not a crash', async () => {
+    // A server of its own, stopped while a request that waited for its lease is in its
+    // handler; a client that does not reconnect, so the release fails at once.
+    const lone = await RedisServer.start();
+    const client = new Redis(lone.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: () => null,
+    });
+    client.on('error', () => {});
+    const limiter = new redisLimiters.Concurrency({
+      redis: client,
+      prefix: 'http-wait-test',
+      limit: 1,
+      queueLimit: 4,
+    });
+    const gates: (() => void)[] = [];
+    const app = express();
+    const errors: unknown[] = [];
+    app.use(rateLimit({ limiter, key: () => 'k', wait: { timeoutMs: 30_000 } }));
+    app.get('/', (_req, res) => {
+      gates.push(() => res.send('ok'));
+    });
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+      errors.push(err);
+      res.status(500).send('error');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      const first = request(port);
+      await until(() => gates.length === 1, 'the first request in its handler');
+      const waited = request(port);
+      // The second waits for the first's lease: released when the first response closes.
+      while ((await limiter.stats('k')).queued !== 1) await new Promise((r) => setImmediate(r));
+      gates.shift()!();
+      expect((await first).status).toBe(200);
+      await until(() => gates.length === 1, 'the waited request in its handler');
+      await lone.stop();
+      await until(() => client.status === 'end', 'the client gave up on Redis');
+      gates.shift()!();
+      expect((await waited).status).toBe(200);
+      const failed = () => warnings.expected('ATOMIC_LIMITER_RELEASE_FAILED');
+      await until(() => failed().length > 0, 'the failed release reported');
+      expect(failed()).toHaveLength(1);
+      expect(failed()[0]!.message).toMatch(
+        /permits could not be given back: .*Redis is unavailable/,
+      );
+      expect(errors).toEqual([]);
+    } finally {
+      for (const g of gates) g();
+      await close();
+      limiter.close();
+      client.disconnect();
+      await lone.close();
+    }
+  });
+
+  it('chain(redis, memory) grants from both or neither, and answers with a promise', async () => {
+    const clock = new ManualClock();
+    const shared = new redisLimiters.FixedWindow({
+      redis,
+      prefix: 'chain-test',
+      limit: 3,
+      windowMs: 60_000,
+      clock,
+    });
+    const local = new FixedWindow({ limit: 5, windowMs: 60_000, clock });
+    const both = chain(local, shared);
+    const decisions = [];
+    for (let i = 0; i < 5; i++) {
+      const d = both.consume('k');
+      expect(d).toBeInstanceOf(Promise);
+      decisions.push(await d);
+    }
+    expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, false, false]);
+    expect(decisions[0]!.decisions).toHaveLength(2);
+    // The refused attempts gave the in-memory window its permits back.
+    expect(local.stats('k')).toMatchObject({ available: 2 });
+    expect(await shared.stats('k')).toMatchObject({ available: 0 });
+    expect(decisions[3]).toMatchObject({ allowed: false, reason: 'limited', limit: 3 });
+    shared.close();
+  });
+
+  it('Redis down: Express, Fastify and node:http answer 503 with Retry-After and no stack trace; onError can take over', async () => {
+    const lone = await RedisServer.start();
+    const client = new Redis(lone.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: () => null,
+      enableOfflineQueue: false,
+    });
+    client.on('error', () => {});
+    await new Promise((resolve) => client.once('ready', resolve));
+    const limiter = new redisLimiters.TokenBucket({
+      redis: client,
+      prefix: 'http-down-test',
+      capacity: 5,
+      refillPerSecond: 1,
+    });
+    const closers: (() => Promise<void>)[] = [];
+    try {
+      const expressErrors: unknown[] = [];
+      const app = express();
+      app.get('/', rateLimit({ limiter, key: () => 'k' }));
+      const logged: string[] = [];
+      app.get(
+        '/logged',
+        rateLimit({ limiter, key: () => 'k', onError: (e) => void logged.push(e.name) }),
+      );
+      app.get('/open', rateLimit({ limiter, key: () => 'k', onError: () => true }));
+      app.get(/.*/, (_req, res) => {
+        res.send('ok');
+      });
+      app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+        expressErrors.push(err);
+        res.status(500).send('error');
+      });
+      const e = await listen(http.createServer(app));
+      closers.push(e.close);
+
+      const fastify = Fastify();
+      await fastify.register(fastifyRateLimit, { limiter, key: () => 'k' });
+      fastify.get('/', async () => 'ok');
+      await fastify.listen({ port: 0, host: '127.0.0.1' });
+      closers.push(() => fastify.close());
+      const fastifyPort = (fastify.server.address() as { port: number }).port;
+
+      const limit = rateLimit({ limiter, key: () => 'k' });
+      const n = await listen(
+        http.createServer(async (req, res) => {
+          if (await limit(req, res)) res.end('ok');
+        }),
+      );
+      closers.push(n.close);
+
+      // Up: each serves.
+      for (const port of [e.port, fastifyPort, n.port])
+        expect((await request(port)).status).toBe(200);
+      await lone.stop();
+      await until(() => client.status === 'end', 'the client gave up on Redis');
+      for (const port of [e.port, fastifyPort, n.port]) {
+        const r = await request(port);
+        expect([r.status, r.headers['retry-after'], r.body]).toEqual([
+          503,
+          '1',
+          'Service Unavailable',
+        ]);
+      }
+      expect(expressErrors).toEqual([]);
+      // onError that only logs: still the 503; one that returns true lets the request on.
+      expect((await request(e.port, { path: '/logged' })).status).toBe(503);
+      expect(logged).toEqual(['BackendUnavailableError']);
+      expect((await request(e.port, { path: '/open' })).status).toBe(200);
+      // Once per message per middleware, where operators see it.
+      const reported = warnings.expected('ATOMIC_LIMITER_HTTP_ERROR');
+      expect(reported.map((w) => w.message.replace(/: Redis is unavailable.*/, ''))).toEqual([
+        'rateLimit: answered 503: TokenBucket',
+        'fastifyRateLimit: answered 503: TokenBucket',
+        'rateLimit: answered 503: TokenBucket',
+      ]);
+    } finally {
+      for (const c of closers) await c();
+      limiter.close();
+      client.disconnect();
+      await lone.close();
+    }
+  });
+
+  it('refundWhen gives a Redis limiter its permits back when the response finishes', async () => {
+    const clock = new ManualClock();
+    const limiter = new redisLimiters.SlidingWindow({
+      redis,
+      prefix: 'http-refund-test',
+      limit: 2,
+      windowMs: 60_000,
+      clock,
+    });
+    const limit = rateLimit({
+      limiter,
+      key: () => 'u',
+      refundWhen: (_req, res) => res.statusCode < 400,
+    });
+    const server = http.createServer(async (req, res) => {
+      if (!(await limit(req, res))) return;
+      res.statusCode = req.headers['x-fail'] ? 401 : 200;
+      res.end();
+    });
+    const { port, close } = await listen(server);
+    try {
+      for (let i = 0; i < 4; i++) {
+        expect((await request(port)).status).toBe(200);
+        // Each success back before the next request.
+        while ((await limiter.stats('u')).available !== 2) {
+          await new Promise((r) => setImmediate(r));
+        }
+      }
+      const failing = { headers: { 'x-fail': '1' } };
+      expect((await sequence(port, 3, failing)).map((r) => r.status)).toEqual([401, 401, 429]);
+    } finally {
+      await close();
+      limiter.close();
+    }
+  });
+
+  it('a chain with a Redis member refuses with the time at which every member admits, in either order', async () => {
+    const clock = new ManualClock();
+    const remote = new redisLimiters.FixedWindow({
+      redis,
+      prefix: 'chain-retry-test',
+      limit: 1,
+      windowMs: 60_000,
+      clock,
+    });
+    const local = new FixedWindow({ limit: 1, windowMs: 1000, clock });
+    expect((await remote.consume('k')).allowed).toBe(true);
+    expect(local.tryAcquire('k')).toBe(true);
+    for (const both of [chain(local, remote), chain(remote, local)]) {
+      const d = await both.consume('k');
+      expect(d).toMatchObject({ allowed: false, retryAfterMs: 60_000 });
+      expect(d.decisions.map((x) => x.retryAfterMs).sort((a, b) => a - b)).toEqual([1000, 60_000]);
+    }
+    // A member that grants while another refuses gives its permit back (Redis too).
+    clock.advance(1000);
+    const d = await chain(local, remote).consume('k');
+    expect(d.allowed).toBe(false);
+    expect(local.stats('k').available).toBe(1);
+    remote.close();
+  });
+});
