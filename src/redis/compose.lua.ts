@@ -144,15 +144,21 @@ ${body}`;
 }
 
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
-function decide(rule: Rule, ops: readonly Op[], ret: Ret, tryRet: Ret): string {
+function decide(
+  rule: Rule,
+  ops: readonly Op[],
+  ret: Ret,
+  tryRet: Ret,
+  decision: (fields: string) => string = (f) => ret(`{${f}}`),
+): string {
   const has = (o: Op) => ops.includes(o);
   const only = ops.length === 1;
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
   const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = `{0, avail, retry, fresh, now, ${rule.hint ?? '0'}}`;
+  const refusedReply = decision(`0, avail, retry, fresh, now, ${rule.hint ?? '0'}`);
   const grantedReply = (lease: boolean) =>
-    lease ? '{1, avail, 0, fresh, now, got, counted}' : '{1, avail, 0, fresh, now}';
+    decision(lease ? '1, avail, 0, fresh, now, got, counted' : '1, avail, 0, fresh, now');
   return `${verdict(rule, lease)}
 if ok then
   ${rule.take('got')}
@@ -185,16 +191,16 @@ ${toReply('now')}
 if ok then
   ${
     !has('b')
-      ? `return ${ret(grantedReply(false))}`
+      ? `return ${grantedReply(false)}`
       : `local counted = ${rule.counted}
   ${toReply('counted')}
-  ${only ? `return ${ret(grantedReply(true))}` : `if OP == 'b' then return ${ret(grantedReply(true))} end\n  return ${ret(grantedReply(false))}`}`
+  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`
   }
 end
 ${rule.retry}
 ${RETRY_SEARCH}
 ${toReply('retry')}
-return ${ret(refusedReply)}`
+return ${refusedReply}`
 }`;
 }
 
@@ -346,8 +352,10 @@ ${nowFrom('ARGV[4]', 'not ARGV[4]')}`
         : `local P = 1
 if ARGV[2] then P = tonumber(ARGV[2]) end
 ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
-    // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict: no table.
+    // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict, and a decision
+    // as one flat table, the token first: Redis converts every table of a reply at a cost.
     const tryRet: Ret = rule.guarded ? bare : (x) => `tonumber(TOKEN) * 2 + ${x}`;
+    const flat = rule.guarded ? undefined : (f: string) => `{TOKEN, ${f}}`;
     return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K1, K2 = KEYS[1], KEYS[2]
 local TOKEN = ARGV[1]
@@ -355,7 +363,7 @@ ${consts}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load}\n${decide(rule, [op], ret, tryRet)}`)}`;
+${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flat)}`)}`;
   };
   return { driver, batch, single };
 }

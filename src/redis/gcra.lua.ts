@@ -29,19 +29,14 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 }
 
 /**
- * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
- * arrival time (tat) in units of 1/K of the emission interval, counted from time 0 (the
- * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill, rounded up to the
- * bucket's step, so a state ending in the stored one's step keeps its TTL.
- *
- * A bucket past 10^6 per second (scale > 1: a unit under 1 µs) cannot count Redis TIME's
- * µs since 1970 in units exactly in a double, so its key counts from an origin E of its own,
- * stored as a fourth field: 0 while time in units stays under 2^51 (a ManualClock's: the
- * in-memory figures), else a multiple of 2^36 µs at or before the key's first write. A key
- * kept busy until its units since the origin pass 2^51 (26 days at 10^9 per second) moves
- * its origin forward, keeping what is ahead, one unit stricter (the rounding of a unit's
- * fraction may move it by less than one: never earlier); a TAT already passed is no TAT.
+ * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts): the theoretical arrival time
+ * (tat) in units of 1/K of the emission interval, from time 0 (the in-memory figures when
+ * its epoch is 0). Stored as tat, admitted, rejected (state.lua.ts) with a TTL of the time
+ * to refill, rounded up to the bucket's step: a state ending in the stored one's step keeps
+ * its TTL. Past 10^6 per second (a unit under 1 µs) Redis TIME's µs in units are not exact
+ * in a double, so the key counts from an origin E, a fourth field: 0 while units stay under
+ * 2^51 (a ManualClock's), else a multiple of 2^36 µs at or before its first write, moved
+ * forward once units pass 2^51, what is ahead kept, one unit stricter, never earlier.
  */
 export function gcraRule(p: GcraParams): Rule {
   const fast = p.scale > 1;

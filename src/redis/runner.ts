@@ -516,7 +516,10 @@ export class Runner {
 /** The reply a command's `tokened` reply carries, or FOREIGN if it is not the command's own. */
 function untoken(tokened: unknown, token: string): unknown {
   if (Array.isArray(tokened)) {
-    return tokened.length === 2 && tokened[0] === token ? tokened[1] : FOREIGN;
+    if (tokened[0] !== token) return FOREIGN;
+    // {token, reply}, or a single-call decision's flat {token, field, …} (five or more).
+    if (tokened.length === 2) return tokened[1];
+    return tokened.length > 5 ? tokened.slice(1) : FOREIGN;
   }
   // A single-call tryAcquire(): token × 2 + verdict.
   if (typeof tokened === 'number') {
