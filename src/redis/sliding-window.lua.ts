@@ -13,14 +13,11 @@ export interface SlidingParams {
 
 /**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
- * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, computed multiplied by windowUs
- * as in memory so that every figure is exact in doubles — while limit × windowUs is below
- * 2^53. Past that (a wide window: millions per day) the weighted count is compared in
- * doubles, held a hair stricter than its rounding error (relative 2^-52), exactly as the
- * in-memory wide table does, operation for operation so that doubles round alike. A wide
- * window's previous count is read rounded up to a multiple of its quantum, never past the
- * limit (wideSlidingBits()). Stored as window, prev, curr, admitted, rejected (state.lua.ts)
- * with a TTL until both windows are empty.
+ * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
+ * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
+ * window) compared in doubles a hair stricter than their rounding, operation for operation
+ * as the in-memory wide table, whose previous count is read rounded up to its quantum.
+ * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
  */
 export function slidingWindowRule(p: SlidingParams): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
