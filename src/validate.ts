@@ -71,19 +71,25 @@ export function integerOption(
   return value;
 }
 
+/**
+ * A finite number from `min` (or, `aboveMin`, strictly above it) to `max`, or a TypeError /
+ * RangeError naming the option.
+ */
 export function positiveNumberOption(
   owner: string,
   name: string,
   value: unknown,
   min: number,
   max: number,
+  aboveMin = false,
 ): number {
   if (typeof value !== 'number') {
     throw typeError(`${owner}: option "${name}" must be a number, got ${show(value)}`);
   }
-  if (!Number.isFinite(value) || value < min || value > max) {
+  if (!Number.isFinite(value) || (aboveMin ? value <= min : value < min) || value > max) {
+    const from = aboveMin ? `above ${min} and at most` : `from ${min} to`;
     throw rangeError(
-      `${owner}: option "${name}" must be a finite number from ${min} to ${max}, got ${show(value)}`,
+      `${owner}: option "${name}" must be a finite number ${from} ${max}, got ${show(value)}`,
     );
   }
   return value;

@@ -4,7 +4,7 @@ import { REJECT, STAMP_US, W_FRESH } from '../engine/layout.js';
 import { NO_SLOT } from '../engine/table.js';
 import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { positiveNumberOption, rangeError, show, typeError } from '../validate.js';
+import { positiveNumberOption } from '../validate.js';
 import { MAX_WIDE_RATE_PER_SECOND, MIN_RATE_PER_SECOND } from './gcra.js';
 import { ALGO_WARMING_BUCKET } from './ids.js';
 
@@ -45,31 +45,12 @@ export function readWarmingOptions(
     MIN_RATE_PER_SECOND,
     MAX_WIDE_RATE_PER_SECOND,
   );
-  const warmupMs = aboveOption(owner, 'warmupMs', opts.warmupMs, 0, MAX_WARMUP_MS);
+  const warmupMs = positiveNumberOption(owner, 'warmupMs', opts.warmupMs, 0, MAX_WARMUP_MS, true);
   const coldFactor =
     opts.coldFactor === undefined
       ? 3
-      : aboveOption(owner, 'coldFactor', opts.coldFactor, 1, MAX_COLD_FACTOR);
+      : positiveNumberOption(owner, 'coldFactor', opts.coldFactor, 1, MAX_COLD_FACTOR, true);
   return { rate, warmupMs, coldFactor };
-}
-
-/** A finite number strictly above `min`, at most `max`, or a TypeError / RangeError naming it. */
-function aboveOption(
-  owner: string,
-  name: string,
-  value: unknown,
-  min: number,
-  max: number,
-): number {
-  if (typeof value !== 'number') {
-    throw typeError(`${owner}: option "${name}" must be a number, got ${show(value)}`);
-  }
-  if (!Number.isFinite(value) || value <= min || value > max) {
-    throw rangeError(
-      `${owner}: option "${name}" must be a finite number above ${min} and at most ${max}, got ${show(value)}`,
-    );
-  }
-  return value;
 }
 
 /**
