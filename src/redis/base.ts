@@ -4,7 +4,7 @@ import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Stats } from '../options.js';
 import { acquireOptions, checkPermits, rangeError, show } from '../validate.js';
 import type { Adapter } from './client.js';
-import { composeScript, type Rule } from './compose.lua.js';
+import { composeScript } from './compose.lua.js';
 import { Blocks } from './fleet/blocks.js';
 import { Fleet } from './fleet/fleet.js';
 import { slotOf, tagOf } from './keys.js';
@@ -18,6 +18,7 @@ import {
   type WhenUnavailable,
 } from './options.js';
 import { badReply, decisionOf, parseReply, type Reply, replyNumber } from './replies.js';
+import type { Rule } from './rule.js';
 import { failedFast, Runner, Script, Unavailable } from './runner.js';
 import {
   acquireUnavailable,

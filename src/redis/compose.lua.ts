@@ -1,8 +1,8 @@
+import type { Composed, Op, Ret, Rule } from './rule.js';
+
 /**
- * The one composer of every Redis script. An algorithm states its rule once, as named Lua
- * fragments on plain locals (Rule); composeScript() builds from them each form a limiter
- * runs:
- *
+ * The one composer of every Redis script: composeScript() builds from an algorithm's rule
+ * (rule.ts) each form a limiter runs:
  * - `single(op)`: one tryAcquire() ('t'), consume() ('c') or fleet lease ('b') call, the
  *   hot path: no function built on the grant path, the fewest `redis.call`s and arguments.
  * - `driver`: every op, chosen by ARGV[1].
@@ -10,59 +10,23 @@
  *   run would decide it (Redis runs a script atomically: nothing comes between them).
  *
  * Every form carries the limiter's parameters as constants in its source (one script, one
- * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The locals every fragment may read: NOW (µs), P (permits), EXTRA (a refund's taking time
- * or a lease id; '' when none), OP, SERVER (true when NOW is Redis TIME: only then may a
- * write keep the key's TTL, since every writer sets a TTL from Redis's clock), LEAST (a
- * lease's least), K1 and K2 (the call's keys), SLACK_MS (the TTL slack), adm and rej (the
- * key's counts, declared by `load`), ok and got (the verdict), fresh (µs until the state
- * saved is fresh again), avail (permits a call could take now).
+ * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The
+ * fragments' locals: rule.ts.
  */
 
-/** The driver's ops (composeScript()). */
-export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
+/**
+ * Lua: the error text of a failed call ends with its token (the runner takes an error
+ * reply as the call's own only then); none inside a batch, whose reply carries it.
+ */
+export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
-/** One algorithm's rule, as Lua fragments on the locals named above. */
-export interface Rule {
-  /** Names the script (and its forms) in errors. */
-  readonly name: string;
-  readonly consts: string;
-  /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
-  readonly load: string;
-  /** Lua condition: `x` permits may be granted at NOW. */
-  fits(x: string): string;
-  /** Lua: counts `x` permits granted at NOW into the state. */
-  take(x: string): string;
-  /** Lua: sets `fresh`, the µs until the state (as it would be saved) is fresh. */
-  readonly fresh: string;
-  /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
-  readonly save: string;
-  /** Lua: sets `avail` (after save: of the state saved). */
-  readonly avail: string;
-  /**
-   * Lua: defines `grants(r)` (P permits would be granted at NOW + r, the state as loaded)
-   * and `guess` (µs from NOW: where the retry search starts).
-   */
-  readonly retry: string;
-  /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
-  readonly counted: string;
-  /** Lua: P permits given back, taken at TAKEN (µs); then saved. */
-  readonly give: string;
-  readonly drop: string;
-  /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
-  readonly hint?: string;
-  /** Lua: release() of a lease (replies itself). */
-  readonly release?: string;
-  /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
-  readonly reserve?: string;
-  /** Lua: after a grant or refusal is saved (Concurrency publishes here). */
-  readonly after?: string;
-}
-
-/** The forms of one limiter's script. */
-export interface Composed {
-  readonly driver: string;
-  readonly batch: string;
-  single(op: 't' | 'c' | 'b'): string;
+/**
+ * Lua: `local v`, GET of `key`; a key of another type is an error carrying the token (read
+ * by redis.pcall: a raised error of redis.call could not carry it).
+ */
+export function getKey(key: string): string {
+  return `local v = redis.pcall('GET', ${key})
+if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
 }
 
 /** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
@@ -180,15 +144,21 @@ ${body}`;
 }
 
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
-function decide(rule: Rule, ops: readonly Op[]): string {
+function decide(
+  rule: Rule,
+  ops: readonly Op[],
+  ret: Ret,
+  tryRet: Ret,
+  decision: (fields: string) => string = (f) => ret(`{${f}}`),
+): string {
   const has = (o: Op) => ops.includes(o);
   const only = ops.length === 1;
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
   const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = `{0, avail, retry, fresh, now, ${rule.hint ?? '0'}}`;
+  const refusedReply = decision(`0, avail, retry, fresh, now, ${rule.hint ?? '0'}`);
   const grantedReply = (lease: boolean) =>
-    lease ? '{1, avail, 0, fresh, now, got, counted}' : '{1, avail, 0, fresh, now}';
+    decision(lease ? '1, avail, 0, fresh, now, got, counted' : '1, avail, 0, fresh, now');
   return `${verdict(rule, lease)}
 if ok then
   ${rule.take('got')}
@@ -201,7 +171,7 @@ ${
     ? `if OP == 'q' and not ok then
   ${rule.retry}
   ${RETRY_SEARCH}
-  ${rule.reserve ?? 'return {0}'}
+  ${rule.reserve ? rule.reserve(ret) : `return ${ret('{0}')}`}
 end
 `
     : ''
@@ -209,7 +179,7 @@ end
 ${rule.fresh}
 ${rule.save}
 ${rule.after ?? ''}
-${has('t') ? (only ? 'if ok then return 1 end\nreturn 0' : "if OP == 't' then\n  if ok then return 1 end\n  return 0\nend") : ''}
+${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
   only && has('t')
     ? ''
@@ -235,35 +205,56 @@ return ${refusedReply}`
 }
 
 /** Lua: the driver's body for every op. */
-function driverBody(rule: Rule): string {
+function driverBody(rule: Rule, ret: Ret): string {
   return `${rule.load}
 if OP == 'x' then
   ${rule.drop}
-  return {1}
+  return ${ret('{1}')}
 elseif OP == 's' then
   local avail
   ${rule.avail}
   ${toReply('avail')}
   ${toReply('adm')}
   ${toReply('rej')}
-  return {avail, adm, rej}
+  return ${ret('{avail, adm, rej}')}
 elseif OP == 'r' then
   local TAKEN = NOW
   if EXTRA ~= '' then TAKEN = tonumber(EXTRA) end
   local ok = false
-  ${rule.give}
+  ${rule.give(ret)}
   local fresh = 0
   ${rule.fresh}
   ${rule.save}
-  return {1}
+  return ${ret('{1}')}
 elseif OP == 'l' then
-  ${rule.release ?? 'return {0}'}
+  ${rule.release ? rule.release(ret) : `return ${ret('{0}')}`}
 elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
-  return redis.error_reply('atomic-limiter: unknown op ' .. tostring(OP))
+  error(redis.error_reply('ERR atomic-limiter: unknown op ' .. tostring(OP) .. ${MARK}))
 end
 local LEAST
 if OP == 'b' then LEAST = tonumber(EXTRA) end
-${decide(rule, ['t', 'c', 'w', 'q', 'b'])}`;
+${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret)}`;
+}
+
+/** Lua: `r`, a failure (an error reply or a raised error), as an error's text. */
+const ERROR_TEXT = `if type(r) == 'table' then r = r.err end
+r = tostring(r)
+-- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
+if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end`;
+
+/**
+ * Lua: `body` run inside pcall, so that a raised error (a command on a key of another type)
+ * carries the token too: `{TOKEN, reply}`, or an error reply ending in ` [TOKEN]`.
+ */
+function guard(body: string): string {
+  return `local ok, r = pcall(function()
+local TOKEN
+${body}
+end)
+if ok and type(r) == 'table' and r.err then ok = false end
+if ok then return {TOKEN, r} end
+${ERROR_TEXT}
+return redis.error_reply(r .. ' [' .. TOKEN .. ']')`;
 }
 
 /** Lua: `local NOW, SERVER` from the time argument `arg` ('' or absent: Redis TIME). */
@@ -294,20 +285,26 @@ end`;
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
 ${rule.consts}`;
+  const bare: Ret = (x) => x;
+  const tokened: Ret = (x) => `{TOKEN, ${x}}`;
+  // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
+  const ret = rule.guarded ? bare : tokened;
+  const top = (body: string) => (rule.guarded ? guard(body) : body);
   const driver = `-- atomic-limiter:${rule.name}
 local K1, K2 = KEYS[1], KEYS[2]
+local TOKEN = ARGV[#ARGV]
 ${consts}
 local OP = ARGV[1]
 ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
-${driverBody(rule)}`;
+${top(driverBody(rule, ret))}`;
   const batch = `-- atomic-limiter:${rule.name}-batch
-local K1, K2
+local K1, K2, TOKEN
 ${consts}
 local OP, NOW, SERVER, P, EXTRA
 local function one()
-${driverBody(rule)}
+${driverBody(rule, bare)}
 end
 local runs = tonumber(ARGV[1])
 local nk = tonumber(ARGV[2])
@@ -335,40 +332,38 @@ for i = 0, runs - 1 do
   for c = 1, tonumber(ARGV[a]) do
     P = permits
     local ok, r = pcall(one)
-    if ok and type(r) == 'table' and r.err then
-      ok, r = false, r.err
-    elseif not ok and type(r) == 'table' then
-      r = r.err
-    end
     if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
+    if ok and type(r) == 'table' and r.err then ok = false end
     if not ok then
-      r = tostring(r)
-      -- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
-      if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
+      ${ERROR_TEXT}
       r = '!' .. r
     end
     done = done + 1
     replies[done] = r
   end
 end
-return replies`;
+return {ARGV[#ARGV], replies}`;
   const single = (op: 't' | 'c' | 'b') => {
     const args =
       op === 'b'
-        ? `local LEAST = tonumber(ARGV[1])
-local P = tonumber(ARGV[2])
-${nowFrom('ARGV[3]', 'not ARGV[3]')}`
+        ? `local LEAST = tonumber(ARGV[2])
+local P = tonumber(ARGV[3])
+${nowFrom('ARGV[4]', 'not ARGV[4]')}`
         : `local P = 1
-if ARGV[1] then P = tonumber(ARGV[1]) end
-${nowFrom('ARGV[2]', 'not ARGV[2]')}`;
+if ARGV[2] then P = tonumber(ARGV[2]) end
+${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
+    // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict, and a decision
+    // as one flat table, the token first: Redis converts every table of a reply at a cost.
+    const tryRet: Ret = rule.guarded ? bare : (x) => `tonumber(TOKEN) * 2 + ${x}`;
+    const flat = rule.guarded ? undefined : (f: string) => `{TOKEN, ${f}}`;
     return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K1, K2 = KEYS[1], KEYS[2]
+local TOKEN = ARGV[1]
 ${consts}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${rule.load}
-${decide(rule, [op])}`;
+${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flat)}`)}`;
   };
   return { driver, batch, single };
 }

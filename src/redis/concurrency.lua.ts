@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 
 /** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
 function luaString(s: string): string {
@@ -36,6 +37,7 @@ else
 end
 if freed then redis.call('PUBLISH', CHANNEL, tag()) end`;
   return {
+    guarded: true,
     name: 'concurrency',
     // free(n): frees n permits: those of tryAcquire()/consume() grants ('~') first, then
     // leases, each from the one granted first (a grant is split if need be). (A lease whose
@@ -121,21 +123,21 @@ local guess = math.huge`,
   return math.max(0, tonumber(first[2]) - NOW)
 end)()`,
     // refund(): like memory's giveBack, never below zero.
-    give: `if held == 0 then return {1} end
+    give: (ret) => `if held == 0 then return ${ret('{1}')} end
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
     // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
     // more are released than held.
-    release: `if EXTRA ~= '' then
-  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return {0} end
+    release: (ret) => `if EXTRA ~= '' then
+  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret('{0}')} end
 else
-  if held < P then return {-1, string.format('%.17g', held)} end
+  if held < P then return ${ret('{-1, string.format("%.17g", held)}')} end
   free(P)
 end
 held, freed = math.max(0, held - P), true
 ${save}
-return {1}`,
+return ${ret('{1}')}`,
     drop: `redis.call('DEL', K1, K2)
 redis.call('PUBLISH', CHANNEL, tag())`,
   };

@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 const GEO = windowGeometry('W');
@@ -22,7 +23,7 @@ local W = ${luaNumber(p.windowUs)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
     load: `local sw, sc, adm, rej
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v then
   ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow', GEO)}
 else
@@ -52,7 +53,7 @@ local guess = (win + 1) * W - NOW`,
     // Leased permits count in this window: spent after it ends they would be spent in the next.
     counted: '(win + 1) * W - NOW',
     // Permits go back to the window they were taken in; from a window that has passed, nowhere.
-    give: `if count == 0 or math.floor(TAKEN / W) ~= win then return {1} end
+    give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret('{1}')} end
 count = math.max(0, count - P)
 sw, sc = win, count`,
     drop: "redis.call('DEL', K1)",

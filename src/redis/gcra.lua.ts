@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
 
 const GEO = bucketGeometry('K', 'SCALE');
@@ -28,19 +29,14 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 }
 
 /**
- * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts). The state is the theoretical
- * arrival time (tat) in units of 1/K of the emission interval, counted from time 0 (the
- * in-memory class counts from its epoch: the same figures when that epoch is 0). Stored as
- * tat, admitted, rejected (state.lua.ts) with a TTL of the time to refill, rounded up to the
- * bucket's step, so a state ending in the stored one's step keeps its TTL.
- *
- * A bucket past 10^6 per second (scale > 1: a unit under 1 µs) cannot count Redis TIME's
- * µs since 1970 in units exactly in a double, so its key counts from an origin E of its own,
- * stored as a fourth field: 0 while time in units stays under 2^51 (a ManualClock's: the
- * in-memory figures), else a multiple of 2^36 µs at or before the key's first write. A key
- * kept busy until its units since the origin pass 2^51 (26 days at 10^9 per second) moves
- * its origin forward, keeping what is ahead, one unit stricter (the rounding of a unit's
- * fraction may move it by less than one: never earlier); a TAT already passed is no TAT.
+ * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts): the theoretical arrival time
+ * (tat) in units of 1/K of the emission interval, from time 0 (the in-memory figures when
+ * its epoch is 0). Stored as tat, admitted, rejected (state.lua.ts) with a TTL of the time
+ * to refill, rounded up to the bucket's step: a state ending in the stored one's step keeps
+ * its TTL. Past 10^6 per second (a unit under 1 µs) Redis TIME's µs in units are not exact
+ * in a double, so the key counts from an origin E, a fourth field: 0 while units stay under
+ * 2^51 (a ManualClock's), else a multiple of 2^36 µs at or before its first write, moved
+ * forward once units pass 2^51, what is ahead kept, one unit stricter, never earlier.
  */
 export function gcraRule(p: GcraParams): Rule {
   const fast = p.scale > 1;
@@ -68,7 +64,7 @@ local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
     // is no state: the key starts afresh.
     load: `local tat, adm, rej${fast ? ', E' : ''}
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
   ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO)}
 else
@@ -114,14 +110,16 @@ end
 local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
     // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
     counted: 'math.huge',
-    give: `if not (tat and tat > u) then return {1} end
+    give: (ret) => `if not (tat and tat > u) then return ${ret('{1}')} end
 tat = math.max(u, tat - P * K)`,
     drop: "redis.call('DEL', K1)",
     // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
     // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
     // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
     // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
-    reserve: `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
+    reserve: (
+      ret,
+    ) => `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge
 if full then
   rej = rej + P
@@ -134,7 +132,7 @@ end
 local fresh = 0
 ${fresh}
 ${save}
-if full then return {2, string.format('%.17g', retry)} end
-return {3, string.format('%.17g', retry), string.format('%.17g', NOW)}`,
+if full then return ${ret('{2, string.format("%.17g", retry)}')} end
+return ${ret('{3, string.format("%.17g", retry), string.format("%.17g", NOW)}')}`,
   };
 }

@@ -20,36 +20,11 @@ export class Script {
     batch?: string,
     readonly single = false,
   ) {
-    this.source = echoing(body);
+    this.source = body;
     this.sha = createHash('sha1').update(this.source).digest('hex');
     // Named as the script itself: an error names the algorithm's script either way.
     this.batch = batch === undefined ? undefined : new Script(name, batch);
   }
-}
-
-/**
- * Lua: `body` run so that its reply carries the call's token (the last ARGV, taken off
- * before the body reads ARGV): `{token, reply}`, or an error reply ending in ` [token]`.
- * A client that matches replies to the wrong commands (node-redis after a connection cut
- * kept commands written to the dying socket in its reply queue) hands a call another
- * command's reply — another key's grant, or an error of its own handshake — and only the
- * token tells. A raised error is caught to carry the token too; nothing else changes
- * (Redis keeps what the body wrote before failing either way).
- */
-function echoing(body: string): string {
-  return `local TOKEN = ARGV[#ARGV]
-ARGV[#ARGV] = nil
-local ok, r = pcall(function()
-${body}
-end)
-if ok and type(r) == 'table' and r.err then ok, r = false, r.err end
-if ok then return {TOKEN, r} end
-if type(r) == 'table' then r = r.err end
-r = tostring(r)
--- A Lua runtime error has no code: give it one, as Redis does for a failed EVALSHA.
-if not string.match(r, '^%u[%u%d_-]* ') then r = 'ERR ' .. r end
-return redis.error_reply(r .. ' [' .. TOKEN .. ']')
-`;
 }
 
 /**
@@ -59,11 +34,19 @@ return redis.error_reply(r .. ' [' .. TOKEN .. ']')
  */
 let lastToken = 0;
 function nextToken(): string {
-  lastToken = lastToken >= Number.MAX_SAFE_INTEGER ? 1 : lastToken + 1;
-  return lastToken.toString(36);
+  // Whole, and below 2^50: a single-call tryAcquire() replies token × 2 + verdict, exact.
+  lastToken = lastToken >= 2 ** 50 ? 1 : lastToken + 1;
+  return String(lastToken);
 }
 
-/** Why a reply is not taken: it is not its command's own (see echoing()). */
+/**
+ * Why a reply is not taken: it is not its command's own. Every command carries a token
+ * (compose.lua.ts), which its reply echoes: `{token, reply}`, a single-call tryAcquire()'s
+ * token × 2 + verdict, or an error reply whose text holds ` [token]`. A client that
+ * matches replies to the wrong commands (node-redis after a connection cut kept commands
+ * written to the dying socket in its reply queue) hands a call another command's reply —
+ * another key's grant, or an error of its own handshake — and only the token tells.
+ */
 const FOREIGN = 'the client handed this call a reply that is not its own';
 
 /** Why a call got no usable answer: Redis could not be reached in time. */
@@ -287,8 +270,9 @@ export class Runner {
     const token = nextToken();
     u.token = token;
     if (u.calls.length === 1 && u.script !== first.script.batch) {
-      const args = u.script.single ? singleArgs(first.head) : first.head.concat(first.params);
-      args.push(token);
+      const args = u.script.single
+        ? singleArgs(token, first.head)
+        : [...first.head, ...first.params, token];
       return { verb: u.verb, script, keys: first.keys, args, slot: first.slot };
     }
     // Each key's names go once; a run of equal calls (same keys, op, time, permits and
@@ -343,8 +327,7 @@ export class Runner {
   private sendAlone(p: Pending, script: Script, verb: 'EVALSHA' | 'EVAL'): void {
     let reply: Promise<unknown>;
     const token = nextToken();
-    const args = script.single ? singleArgs(p.head) : p.head.concat(p.params);
-    args.push(token);
+    const args = script.single ? singleArgs(token, p.head) : [...p.head, ...p.params, token];
     try {
       reply = this.adapter.sendOne({
         verb,
@@ -359,8 +342,9 @@ export class Runner {
     }
     reply.then(
       (r) => {
-        if (Array.isArray(r) && r.length === 2 && r[0] === token) this.settle(p, r[1]);
-        else this.foreign(p);
+        const reply = untoken(r, token);
+        if (reply === FOREIGN) this.foreign(p);
+        else this.settle(p, reply);
       },
       (error) => this.failAlone(p, script, verb, token, error),
     );
@@ -399,7 +383,7 @@ export class Runner {
       for (const u of units) this.failUnit(u, error);
       return;
     }
-    // A reply is taken only with its unit's token (echoing()).
+    // A reply is taken only with its unit's token (FOREIGN).
 
     units.forEach((u, i) => {
       replies[i]!.then(
@@ -410,11 +394,11 @@ export class Runner {
   }
 
   private settleUnit(u: Unit, tokened: unknown): void {
-    if (!(Array.isArray(tokened) && tokened.length === 2 && tokened[0] === u.token)) {
+    const reply = untoken(tokened, u.token!);
+    if (reply === FOREIGN) {
       for (const p of u.calls) this.foreign(p);
       return;
     }
-    const reply: unknown = tokened[1];
     if (u.script !== u.calls[0]!.script.batch) {
       this.settle(u.calls[0]!, reply);
       return;
@@ -474,7 +458,7 @@ export class Runner {
 
   /**
    * A call's command failed with `error`. An error reply is the script's own failure only
-   * when it carries the command's token (echoing()); any other error reply reached this
+   * when it carries the command's token (FOREIGN); any other error reply reached this
    * call by mistake (the client's own handshake, another command's) and says nothing of it.
    */
   private fail(p: Pending, token: string | undefined, error: unknown): void {
@@ -482,11 +466,15 @@ export class Runner {
     const message = error instanceof Error ? error.message : String(error);
     const mark = ` [${token}]`;
     if (REPLY.test(message) && !TRANSIENT.test(message)) {
-      if (token === undefined || !message.endsWith(mark)) {
+      // The mark ends the script's own text; an error the script raised has Redis's
+      // " script: <sha>, on @user_script:<line>." after it.
+      const at = token === undefined ? -1 : message.lastIndexOf(mark);
+      const end = at + mark.length;
+      if (at < 0 || (end !== message.length && !message.startsWith(' script: ', end))) {
         this.reject(p, new Unavailable(`${FOREIGN}: ${message}`, { cause: error }));
         return;
       }
-      this.failed(p, new Error(message.slice(0, -mark.length), { cause: error }));
+      this.failed(p, new Error(message.slice(0, at), { cause: error }));
     } else {
       this.reject(p, new Unavailable(message, { cause: error }));
     }
@@ -525,14 +513,33 @@ export class Runner {
   }
 }
 
+/** The reply a command's `tokened` reply carries, or FOREIGN if it is not the command's own. */
+function untoken(tokened: unknown, token: string): unknown {
+  if (Array.isArray(tokened)) {
+    if (tokened[0] !== token) return FOREIGN;
+    // {token, reply}, or a single-call decision's flat {token, field, …} (five or more).
+    if (tokened.length === 2) return tokened[1];
+    return tokened.length > 5 ? tokened.slice(1) : FOREIGN;
+  }
+  // A single-call tryAcquire(): token × 2 + verdict.
+  if (typeof tokened === 'number') {
+    const verdict = tokened - 2 * Number(token);
+    if (verdict === 0 || verdict === 1) return verdict;
+  }
+  return FOREIGN;
+}
+
 /**
- * The ARGV of a single-call script for a call's head (op, time, permits, extra): a lease's
- * ('b') least, most and time; the others' permits and time, trailing defaults omitted.
+ * The ARGV of a single-call script for a call's head (op, time, permits, extra): its token,
+ * then a lease's ('b') least, most and time, the others' permits and time, trailing
+ * defaults omitted.
  */
-export function singleArgs(head: readonly string[]): string[] {
+export function singleArgs(token: string, head: readonly string[]): string[] {
   const time = head[1]!;
   const permits = head[2]!;
-  if (head[0] === 'b') return time === '' ? [head[3]!, permits] : [head[3]!, permits, time];
-  if (time !== '') return [permits, time];
-  return permits === '1' ? [] : [permits];
+  if (head[0] === 'b') {
+    return time === '' ? [token, head[3]!, permits] : [token, head[3]!, permits, time];
+  }
+  if (time !== '') return [token, permits, time];
+  return permits === '1' ? [token] : [token, permits];
 }

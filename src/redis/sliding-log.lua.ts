@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
 function entry(i: string): string {
@@ -29,6 +30,7 @@ end`;
  */
 export function slidingLogRule(p: { readonly limit: number; readonly windowUs: number }): Rule {
   return {
+    guarded: true,
     name: 'sliding-log',
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local W = ${luaNumber(p.windowUs)}`,
@@ -96,13 +98,13 @@ local guess = e + W - NOW`,
     // may be another process's, and dropping them would free room ahead of the window).
     // Fewer found (a block's permits of two leases share the older stamp): the rest stay
     // counted, the safe direction. Permits refunded as taken just now are the newest entries.
-    give: `if EXTRA ~= '' then
-  if TAKEN <= NOW - W then return {1} end
+    give: (ret) => `if EXTRA ~= '' then
+  if TAKEN <= NOW - W then return ${ret('{1}')} end
   redis.call('LREM', K1, -P, string.format('%.17g', TAKEN))
 else
   local k = 0
   while k < P and ${entry('k')} > NOW - W do k = k + 1 end
-  if k == 0 then return {1} end
+  if k == 0 then return ${ret('{1}')} end
   redis.call('LPOP', K1, k)
 end`,
     drop: "redis.call('DEL', K1, K2)",

@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { checkSegmentsTag, segmentsTag } from './state.lua.js';
 
 /** A segmented SlidingWindow's parameters. */
@@ -47,7 +48,7 @@ local N = ${luaNumber(p.segments)}`,
     load: `local seg, adm, rej = nil, 0, 0
 local cs = {}
 local i = 1
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0].
   i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`)}
@@ -105,10 +106,10 @@ end`,
     // segment late.
     counted: '(cur + 1) * S - NOW',
     // Credit the segment the permits were taken in, if it is still in the window.
-    give: `local at = math.floor(TAKEN / S) - cur + N
+    give: (ret) => `local at = math.floor(TAKEN / S) - cur + N
 local c = 0
 if at >= 1 and at + shift <= N then c = tonumber(cs[at + shift]) end
-if at > N or c == 0 then return {1} end
+if at > N or c == 0 then return ${ret('{1}')} end
 ${roll}
 cs[at] = math.max(0, c - P)`,
     drop: "redis.call('DEL', K1)",

@@ -1,5 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { luaNumber, type Rule, saveState, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
@@ -12,14 +13,11 @@ export interface SlidingParams {
 
 /**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
- * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, computed multiplied by windowUs
- * as in memory so that every figure is exact in doubles — while limit × windowUs is below
- * 2^53. Past that (a wide window: millions per day) the weighted count is compared in
- * doubles, held a hair stricter than its rounding error (relative 2^-52), exactly as the
- * in-memory wide table does, operation for operation so that doubles round alike. A wide
- * window's previous count is read rounded up to a multiple of its quantum, never past the
- * limit (wideSlidingBits()). Stored as window, prev, curr, admitted, rejected (state.lua.ts)
- * with a TTL until both windows are empty.
+ * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
+ * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
+ * window) compared in doubles a hair stricter than their rounding, operation for operation
+ * as the in-memory wide table, whose previous count is read rounded up to its quantum.
+ * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
  */
 export function slidingWindowRule(p: SlidingParams): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
@@ -38,7 +36,7 @@ local Q = ${luaNumber(p.prevQuantum)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
     load: `local sw, sp, sc, adm, rej
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v then
   ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo)}
 else
@@ -102,13 +100,13 @@ end`,
     // the previous window's, less and less.
     counted: '(win + 1) * W - NOW',
     // Credit the window the permits were taken in (the current or the previous one).
-    give: `local tw = math.floor(TAKEN / W)
+    give: (ret) => `local tw = math.floor(TAKEN / W)
 if tw == win and curr > 0 then
   curr = math.max(0, curr - P)
 elseif tw == win - 1 and prev > 0 then
   prev = math.max(0, prev - P)
 else
-  return {1}
+  return ${ret('{1}')}
 end
 sw, sp, sc = win, prev, curr`,
     drop: "redis.call('DEL', K1)",

@@ -1,3 +1,5 @@
+import { MARK } from './compose.lua.js';
+
 /**
  * How a bucket's or a window's state is stored in its key: a version byte (2), the writer's
  * settings (Geometry), then the fields, as little-endian doubles (struct.pack '<B' + 'd' × n):
@@ -53,23 +55,23 @@ export function decodeState(
   const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
   const stored = geo.values.map((_, i) => `g${i + 1}`);
   const differs = geo.values.map((x, i) => `${stored[i]} ~= ${x}`).join(' or ');
-  const skip = Array(n + 1)
-    .fill('_')
-    .join(', ');
-  // The length first: unpack() of a shorter string fails with a message of its own.
-  return `if string.byte(${v}, 1) == 2 and #${v} >= ${stateBytes(0, n)} then
+  const mismatch = `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))`;
+  // One unpack of a state of the length written now; the settings alone of another length
+  // (unpack() of a shorter string fails with a message of its own), for the error.
+  return `local version = string.byte(${v}, 1)
+  if version == 2 and #${v} == ${stateBytes(names.length, n)} then
+    local _, ${stored.join(', ')}
+    _, ${stored.join(', ')}, ${names.join(', ')} = struct.unpack('${format(n + names.length)}', ${v})
+    if ${differs} then ${mismatch} end
+  elseif version == 2 and #${v} >= ${stateBytes(0, n)} then
     local _, ${stored.join(', ')} = struct.unpack('${format(n)}', ${v})
-    if ${differs} then
-      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(stored)} .. '; this limiter has ' .. ${geo.describe(geo.values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
-    end
-    if #${v} ~= ${stateBytes(names.length, n)} then error(redis.error_reply(${error})) end
-    local _
-    ${skip}, ${names.join(', ')} = struct.unpack('${format(n + names.length)}', ${v})
-  elseif string.byte(${v}, 1) == 1 and #${v} == ${stateBytes(names.length)} then
+    if ${differs} then ${mismatch} end
+    error(redis.error_reply(${error} .. ${MARK}))
+  elseif version == 1 and #${v} == ${stateBytes(names.length)} then
     local _
     _, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
   else
-    error(redis.error_reply(${error}))
+    error(redis.error_reply(${error} .. ${MARK}))
   end`;
 }
 
@@ -79,10 +81,10 @@ export function decodeState(
  */
 function decodeUnmarked(v: string, names: readonly string[], what: string): string {
   const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of this version'`;
-  return `if #${v} ~= ${stateBytes(names.length)} then error(redis.error_reply(${error})) end
+  return `if #${v} ~= ${stateBytes(names.length)} then error(redis.error_reply(${error} .. ${MARK})) end
   local version
   version, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
-  if version ~= 1 then error(redis.error_reply(${error})) end`;
+  if version ~= 1 then error(redis.error_reply(${error} .. ${MARK})) end`;
 }
 
 /** Lua: the stored string of the values given (Lua expressions), with the writer's settings. */
@@ -126,10 +128,10 @@ export function checkSegmentsTag(first: string, tag: string): string {
   return `(function()
   if ${first} == ${tag} then return 1 end
   if ${first} and string.byte(${first}, 1) == 103 then
-    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a SlidingWindow state written with ' .. ${describe(first)} .. '; this limiter has ' .. ${describe(tag)} .. ': limiters whose settings differ need a prefix each (or reset() the key)'))
+    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a SlidingWindow state written with ' .. ${describe(first)} .. '; this limiter has ' .. ${describe(tag)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))
   end
   if not (${first} and tonumber(${first})) then
-    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)'))
+    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
   end
   return 0
 end)()`;

@@ -1,4 +1,5 @@
-import { luaNumber, type Rule, ttlTo } from './compose.lua.js';
+import { getKey, luaNumber, ttlTo } from './compose.lua.js';
+import type { Rule } from './rule.js';
 import { decodeState, encodeState } from './state.lua.js';
 
 /** warmingModel()'s figures (src/algorithms/warming-bucket.ts). */
@@ -63,7 +64,7 @@ local function waitUs(stored, take)
   return us + math.floor(S * take)
 end`,
     load: `local q, nf, adm, rej
-local v = redis.call('GET', K1)
+${getKey('K1')}
 if v then
   ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket')}
 else
@@ -91,7 +92,7 @@ if nf then guess = math.max(0, nf * UNIT - NOW) end`,
     counted: 'math.huge',
     // A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
     // from there costs, never to before now; nothing once the debt is paid.
-    give: `if not (nf and nf > un) then return {1} end
+    give: (ret) => `if not (nf and nf > un) then return ${ret('{1}')} end
 local stored = math.min(MAXP, q / QUANTA)
 local back = math.min(MAXP, stored + P)
 local credit = waitUs(back, back - stored) + math.floor((P - (back - stored)) * S)

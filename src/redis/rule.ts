@@ -1,0 +1,67 @@
+/**
+ * What an algorithm gives the composer (compose.lua.ts): its rule, written once, as named
+ * Lua fragments on plain locals.
+ *
+ * The locals every fragment may read: NOW (µs), P (permits), EXTRA (a refund's taking time
+ * or a lease id; '' when none), OP, SERVER (true when NOW is Redis TIME: only then may a
+ * write keep the key's TTL, since every writer sets a TTL from Redis's clock), LEAST (a
+ * lease's least), K1 and K2 (the call's keys), SLACK_MS (the TTL slack), adm and rej (the
+ * key's counts, declared by `load`), ok and got (the verdict), fresh (µs until the state
+ * saved is fresh again), avail (permits a call could take now).
+ */
+
+/** The driver's ops (composeScript()). */
+export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
+
+/** One algorithm's rule, as Lua fragments on the locals named above. */
+export interface Rule {
+  /** Names the script (and its forms) in errors. */
+  readonly name: string;
+  readonly consts: string;
+  /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
+  readonly load: string;
+  /** Lua condition: `x` permits may be granted at NOW. */
+  fits(x: string): string;
+  /** Lua: counts `x` permits granted at NOW into the state. */
+  take(x: string): string;
+  /** Lua: sets `fresh`, the µs until the state (as it would be saved) is fresh. */
+  readonly fresh: string;
+  /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
+  readonly save: string;
+  /** Lua: sets `avail` (after save: of the state saved). */
+  readonly avail: string;
+  /**
+   * Lua: defines `grants(r)` (P permits would be granted at NOW + r, the state as loaded)
+   * and `guess` (µs from NOW: where the retry search starts).
+   */
+  readonly retry: string;
+  /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
+  readonly counted: string;
+  /** Lua: P permits given back, taken at TAKEN (µs); then saved (`ret`: a reply, returned). */
+  give(ret: Ret): string;
+  readonly drop: string;
+  /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
+  readonly hint?: string;
+  /** Lua: release() of a lease (replies itself). */
+  release?(ret: Ret): string;
+  /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
+  reserve?(ret: Ret): string;
+  /**
+   * Whether a command on the keys other than the first GET may fail (a key of another type
+   * for a list or a sorted set): such a script runs inside pcall, whose error carries the
+   * call's token. The others read their key with redis.pcall and need none.
+   */
+  readonly guarded?: boolean;
+  /** Lua: after a grant or refusal is saved (Concurrency publishes here). */
+  readonly after?: string;
+}
+
+/** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */
+export type Ret = (x: string) => string;
+
+/** The forms of one limiter's script. */
+export interface Composed {
+  readonly driver: string;
+  readonly batch: string;
+  single(op: 't' | 'c' | 'b'): string;
+}
