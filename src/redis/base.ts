@@ -56,15 +56,19 @@ const NO_PARAMS: readonly string[] = [];
  * per-key local wait queues of acquire(). Each subclass names its script, keys and
  * parameters, and how acquire() waits.
  *
- * Room for fleet mode (`block: n`, later): a block is one more op of the same scripts
- * (take up to n permits), spent locally; nothing here assumes one permit per round trip.
+ * Fleet mode (`block: n`) is one more op of the same scripts (take up to n permits), spent
+ * locally (fleet/): nothing here assumes one permit per round trip.
  */
 export abstract class RedisLimiter {
   abstract readonly algorithm: AlgorithmName;
   abstract readonly limit: number;
+  /** Namespace of this limiter's keys. */
   readonly prefix: string;
+  /** Longest wait for Redis per call, ms. */
   readonly timeoutMs: number;
+  /** What a call does while Redis cannot be reached. */
   readonly whenUnavailable: WhenUnavailable;
+  /** Permits that may wait per key in `acquire()` (0: never wait). */
   readonly queueLimit: number;
   /** The ManualClock given, or undefined: time comes from Redis TIME. */
   readonly clock: ManualClock | undefined;
@@ -76,6 +80,7 @@ export abstract class RedisLimiter {
   protected readonly adapter: Adapter;
   /** @internal */
   protected readonly runner: Runner;
+  /** @internal */
   protected closed = false;
   /** @internal This process's waiters per key (line.ts). */
   private readonly line = new WaitingLine();
@@ -87,6 +92,7 @@ export abstract class RedisLimiter {
   private readonly common: RedisCommon;
   /** Fleet mode: permits per block (0: off), and this thread's side of the shared blocks. */
   readonly block: number;
+  /** Fleet mode: how long a leased block may be spent before it goes back, ms. */
   readonly blockTtlMs: number;
   /** @internal */
   private fleet: Fleet | undefined;

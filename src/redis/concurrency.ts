@@ -14,6 +14,7 @@ import { concurrencyRule } from './concurrency.lua.js';
 import { tagOf } from './keys.js';
 import { sleepUs, type Waiter } from './wait.js';
 
+/** The options of atomic-limiter/redis's `new Concurrency()` (at most `limit` held at once): its own, then every Redis limiter's. */
 export interface ConcurrencyOptions extends RedisOptions {
   /** Permits that may be held at once per key. Integer, 1 to 2^31 − 1. */
   limit: number;

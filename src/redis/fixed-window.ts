@@ -2,6 +2,7 @@ import { readWindowOptions } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { fixedWindowRule } from './fixed-window.lua.js';
 
+/** The options of atomic-limiter/redis's `new FixedWindow()` (at most `limit` per fixed `windowMs`): its own, then every Redis limiter's. */
 export interface FixedWindowOptions extends RedisOptions {
   /** Permits per window; the same ranges as the in-memory FixedWindow, wide ones included. */
   limit: number;

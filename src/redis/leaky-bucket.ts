@@ -2,6 +2,7 @@ import { leakyQueueLimit, readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
 import { RedisGcra } from './gcra.js';
 
+/** The options of atomic-limiter/redis's `new LeakyBucket()` (a constant rate, `ratePerSecond`, with a queue of `capacity`): its own, then every Redis limiter's. */
 export interface LeakyBucketOptions extends RedisOptions {
   /** Permits that may wait in the bucket (the default queueLimit); the largest request. Integer, 1 to 2^31 − 1. */
   capacity: number;

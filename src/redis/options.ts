@@ -15,10 +15,13 @@ export type { AlgorithmName };
 
 /** A limiter that decides in Redis's place while Redis cannot be reached. */
 export interface LocalLimiter {
+  /** Decides in Redis's place. */
   consume(key?: Key, permits?: number): Decision | PromiseLike<Decision>;
+  /** Waits in Redis's place (needed for the Redis limiter's `acquire()`). */
   acquire?(key?: Key, permits?: number, options?: AcquireOptions): Lease | PromiseLike<Lease>;
 }
 
+/** What a call does while Redis cannot be reached: reject, admit, refuse, or ask a local limiter. */
 export type WhenUnavailable = 'throw' | 'allow' | 'deny' | LocalLimiter;
 
 /** Options every Redis limiter takes. */
@@ -183,15 +186,21 @@ export function readRedisCommon(
  * (Concurrency: it rejects when Redis cannot be reached; rate limiters: resolves at once).
  */
 export interface RedisLease extends Lease {
+  /** Gives the permits back (Concurrency: in Redis). */
   release(): Promise<void>;
 }
 
 /** What attach() opens in another thread: a Redis limiter's options and shared blocks. */
 export interface RedisHandle {
+  /** Marks the object as a Redis limiter's handle. */
   readonly kind: 'atomic-limiter/redis';
+  /** The limiter's class. */
   readonly algorithm: AlgorithmName;
+  /** The options it was made with, but `redis` and a `whenUnavailable` limiter. */
   readonly options: Record<string, unknown>;
+  /** Its ManualClock's handle, if it has one. */
   readonly clock: ManualClock['handle'] | undefined;
+  /** Fleet mode's shared blocks, if `block` is set. */
   readonly blocks: BlocksHandle | undefined;
 }
 
@@ -201,7 +210,7 @@ export const MANUAL_SLACK_MS = 3_600_000;
  * Slack added to TTLs on Redis time. A script computes a TTL from `TIME`, but Redis counts
  * it from the time its event loop last cached, which trails `TIME` when the server was
  * descheduled between reading a command and running it (a loaded host: a key then
- * expired a few ms before its state ended, seen by test/redis-ttl.test.ts). A key living
+ * expired a few ms before its state ended: test/redis/ttl.test.ts). A key living
  * 25 ms longer than its state needs costs nothing.
  */
 export const REDIS_TIME_SLACK_MS = 25;

@@ -2,6 +2,7 @@ import { readLogOptions } from '../algorithms/sliding-log.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { slidingLogRule } from './sliding-log.lua.js';
 
+/** The options of atomic-limiter/redis's `new SlidingLog()` (at most `limit` in any trailing `windowMs`): its own, then every Redis limiter's. */
 export interface SlidingLogOptions extends RedisOptions {
   /** Permits in any trailing window. Integer, 1 to 65 536. */
   limit: number;

@@ -4,6 +4,7 @@ import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { slidingWindowRule } from './sliding-window.lua.js';
 import { slidingWindowSegmentsRule } from './sliding-window-segments.lua.js';
 
+/** The options of atomic-limiter/redis's `new SlidingWindow()` (at most about `limit` in any trailing `windowMs`): its own, then every Redis limiter's. */
 export interface SlidingWindowOptions extends RedisOptions {
   /** Permits per window; the in-memory SlidingWindow's ranges, wide ones too (README, *Options*). */
   limit: number;

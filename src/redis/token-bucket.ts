@@ -2,6 +2,7 @@ import { readBucketOptions } from '../algorithms/gcra.js';
 import { type RedisOptions, readRedisCommon } from './base.js';
 import { RedisGcra } from './gcra.js';
 
+/** The options of atomic-limiter/redis's `new TokenBucket()` (`capacity` tokens refilled at `refillPerSecond`): its own, then every Redis limiter's. */
 export interface TokenBucketOptions extends RedisOptions {
   /** Burst size: tokens a full bucket holds. Integer, 1 to 2^31 − 1. */
   capacity: number;

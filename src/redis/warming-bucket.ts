@@ -2,6 +2,7 @@ import { readWarmingOptions, warmingModel } from '../algorithms/warming-bucket.j
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { warmingBucketRule } from './warming-bucket.lua.js';
 
+/** The options of atomic-limiter/redis's `new WarmingBucket()` (Guava's warm-up to `ratePerSecond` over `warmupMs`): its own, then every Redis limiter's. */
 export interface WarmingBucketOptions extends RedisOptions {
   /** The stable rate, reached once warm: permits per second, from 1e-6 to 1e9. */
   ratePerSecond: number;

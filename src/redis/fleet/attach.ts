@@ -17,6 +17,7 @@ const CLASSES: Record<string, new (options: never) => RedisLimiter> = {
   WarmingBucket,
 };
 
+/** Options of atomic-limiter/redis's `attach(handle, options)`: what is this thread's own. */
 export interface AttachOptions {
   /** This thread's own Redis client (ioredis or node-redis), connected. */
   redis: unknown;

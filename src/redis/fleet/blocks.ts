@@ -81,9 +81,13 @@ export interface Drained {
   readonly tag: string;
 }
 
+/** Fleet mode's shared blocks as they travel in a Redis limiter's handle to another thread. */
 export interface BlocksHandle {
+  /** Marks the object as fleet blocks. */
   readonly kind: 'atomic-limiter/redis-blocks';
+  /** The blocks' shared memory. */
   readonly buffer: SharedArrayBuffer;
+  /** Keys with a block at once (`blockKeys`). */
   readonly slots: number;
 }
 
