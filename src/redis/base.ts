@@ -2,7 +2,7 @@ import type { ManualClock } from '../clock.js';
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Stats } from '../options.js';
-import { acquireOptions, checkPermits, rangeError, show } from '../validate.js';
+import { acquireOptions, checkOptionsObject, checkPermits, rangeError, show } from '../validate.js';
 import type { Adapter } from './client.js';
 import { composeScript } from './compose.lua.js';
 import { Blocks } from './fleet/blocks.js';
@@ -20,6 +20,7 @@ import {
 import { badReply, decisionOf, parseReply, type Reply, replyNumber } from './replies.js';
 import type { Rule } from './rule.js';
 import { failedFast, Runner, Script, Unavailable } from './runner.js';
+import { NEWER_ERROR } from './state.lua.js';
 import {
   acquireUnavailable,
   decideUnavailable,
@@ -52,6 +53,39 @@ const REDIS_SLACK_ARG = String(REDIS_TIME_SLACK_MS);
 const NO_PARAMS: readonly string[] = [];
 
 /**
+ * A limiter's options record, `<prefix>:<class>:{#config}` (a hash tag no user key makes:
+ * its own slot, read by its own command, never inside a key's script). `v`: the options
+ * version, +1 per reconfigure(); `p`: JSON, the options of every version, 0 … v (the
+ * in-memory class's parameters), so a state written under any of them can be read. No
+ * record: version 0, the constructor's options. Ops: 'g' reads it (the lineage only when
+ * its version is not ARGV[2]); 's' writes version ARGV[2] + 1 with lineage ARGV[3] if it is
+ * at version ARGV[2]; 'k' only checks that it is. Replies {1} done, or {0, version,
+ * lineage or ''}.
+ */
+const CONFIG = new Script(
+  'atomic-limiter:config',
+  `-- atomic-limiter:config
+local TOKEN = ARGV[#ARGV]
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+local op, known = ARGV[1], tonumber(ARGV[2])
+if v == known then
+  if op == 's' then
+    redis.call('HSET', KEYS[1], 'v', known + 1, 'p', ARGV[3])
+    return {TOKEN, {1}}
+  end
+  if op == 'k' then return {TOKEN, {1}} end
+  return {TOKEN, {0, v, ''}}
+end
+return {TOKEN, {0, v, redis.call('HGET', KEYS[1], 'p') or ''}}`,
+);
+
+/** An options record as read: its version and the options of each version. */
+interface ConfigRecord {
+  readonly version: number;
+  readonly lineage: readonly (readonly number[])[];
+}
+
+/**
  * What the six Redis limiters share: options, the script runner, the failure policy, the
  * per-key local wait queues of acquire(). Each subclass names its script, keys and
  * parameters, and how acquire() waits.
@@ -61,7 +95,10 @@ const NO_PARAMS: readonly string[] = [];
  */
 export abstract class RedisLimiter {
   abstract readonly algorithm: AlgorithmName;
-  abstract readonly limit: number;
+  /** Permits a call may take at once (reconfigure() changes it). */
+  get limit(): number {
+    return this.params[0]!;
+  }
   /** Namespace of this limiter's keys. */
   readonly prefix: string;
   /** Longest wait for Redis per call, ms. */
@@ -100,6 +137,32 @@ export abstract class RedisLimiter {
   private ownsBlocks = false;
   /** @internal */
   private sweep: ReturnType<typeof setInterval> | undefined;
+  /** Longest time between two reads of the options record, ms on the limiter's clock. */
+  readonly configRefreshMs: number;
+  /**
+   * @internal The options that size the rule, as the in-memory class keeps them (its
+   * parameters): the constructor's, or a reconfigure()'s.
+   */
+  protected params: readonly number[] = [];
+  /** @internal The options version this limiter decides under (0: never reconfigured). */
+  protected version = 0;
+  /** @internal The options of versions 0 … version. */
+  private lineage: readonly (readonly number[])[] = [];
+  /** @internal The constructor's options. */
+  private own: readonly number[] = [];
+  /** @internal When (ms, limiter's clock) the next call reads the options record first. */
+  private pollAtMs = Number.NEGATIVE_INFINITY;
+  /** @internal The record read under way, shared by the calls waiting for it. */
+  private reading: Promise<void> | undefined;
+  /**
+   * @internal Set when the record shows that this prefix's limiter was created with other
+   * settings: every call rejects with it.
+   */
+  private foreign: Error | undefined;
+  /** @internal The options record's Redis key and hash slot. */
+  private readonly recordKey: readonly string[];
+  /** @internal */
+  private readonly recordSlot: number;
 
   /** @internal */
   protected constructor(
@@ -117,6 +180,190 @@ export abstract class RedisLimiter {
     this.common = common;
     this.block = common.block;
     this.blockTtlMs = common.blockTtlMs;
+    this.configRefreshMs = common.configRefreshMs;
+    this.recordKey = [`${this.keyPrefix}{#config}`];
+    this.recordSlot = this.adapter.cluster ? slotOf('#config') : 0;
+  }
+
+  // ---- reconfigure() -----------------------------------------------------------------
+
+  /**
+   * @internal Makes `params` (the in-memory class's parameters) the limiter's options:
+   * its public figures and its scripts, for options version `version` whose earlier
+   * versions had the options `past`.
+   */
+  protected abstract configure(
+    params: readonly number[],
+    version: number,
+    past: readonly (readonly number[])[],
+  ): void;
+
+  /** @internal The options reconfigure() takes (the in-memory class's list). */
+  protected abstract reconfigurable(): readonly string[];
+
+  /**
+   * @internal The parameters after `opts` (names checked) replace some of `current`'s:
+   * validated as the constructor and the in-memory class validate them.
+   */
+  protected abstract reconfigured(
+    name: string,
+    opts: Record<string, unknown>,
+    current: readonly number[],
+  ): number[];
+
+  /**
+   * @internal What the numbers of a key's state mean under `params` (a window's length, a
+   * bucket's units), as text naming the options: two limiters created with other such
+   * settings cannot share a prefix. '' where states mean the same under any options.
+   */
+  protected abstract settings(params: readonly number[]): string;
+
+  /** @internal Sets the constructor's options (subclasses call it once, before startFleet()). */
+  protected start(params: readonly number[]): void {
+    this.own = params;
+    this.params = params;
+    this.lineage = [params];
+    this.configure(params, 0, []);
+  }
+
+  /** @internal Takes up options version `r.version`. */
+  private adopt(r: ConfigRecord): void {
+    this.version = r.version;
+    this.lineage = r.lineage;
+    this.params = r.lineage[r.version]!;
+    this.configure(this.params, r.version, r.lineage.slice(0, r.version));
+  }
+
+  /**
+   * @internal Takes up a record newer than this limiter's options — unless its limiter was
+   * created with other settings (a prefix shared by mistake): then every call refuses.
+   */
+  private learn(r: ConfigRecord | undefined): void {
+    if (r === undefined || r.version <= this.version) return;
+    const first = this.settings(r.lineage[0]!);
+    const own = this.settings(this.own);
+    if (first !== own) {
+      this.foreign = new Error(
+        `atomic-limiter/redis: ${this.owner} on prefix "${this.prefix}" was created with ${own}, and the limiter reconfigured on that prefix (options version ${r.version}) with ${first}: limiters whose settings differ need a prefix each`,
+      );
+      return;
+    }
+    this.adopt(r);
+  }
+
+  /** @internal Runs an op of the options record's script. */
+  private record(op: 'g' | 's' | 'k', body = ''): Promise<unknown> {
+    const head = [op, String(this.version), body];
+    return this.runner.run(CONFIG, CONFIG, this.recordKey, head, NO_PARAMS, this.recordSlot);
+  }
+
+  /** @internal A record's reply as a record (undefined: at this limiter's version). */
+  private recordOf(reply: unknown): ConfigRecord | undefined {
+    const version = this.num(reply, 1);
+    const text = (reply as unknown[])[2];
+    if (text === '' || text === null || text === undefined) return undefined;
+    let lineage: unknown;
+    try {
+      lineage = JSON.parse(String(text));
+    } catch {
+      throw this.badReply(reply);
+    }
+    if (
+      !Array.isArray(lineage) ||
+      lineage.length !== version + 1 ||
+      !lineage.every((p) => Array.isArray(p) && p.every((x) => typeof x === 'number'))
+    ) {
+      throw this.badReply(reply);
+    }
+    return { version, lineage };
+  }
+
+  /**
+   * @internal Reads the options record (one read at a time: calls meanwhile share it) and
+   * takes up what is newer. A read that fails changes nothing: the call goes on, and fails
+   * or falls back as Redis allows.
+   */
+  private refresh(): Promise<void> {
+    if (this.reading) return this.reading;
+    this.pollAtMs = this.clockMs() + this.configRefreshMs;
+    const reading = this.record('g').then(
+      (reply) => {
+        this.reading = undefined;
+        this.learn(this.recordOf(reply));
+      },
+      () => {
+        this.reading = undefined;
+      },
+    );
+    this.reading = reading;
+    return reading;
+  }
+
+  /** @internal The limiter's clock in ms, for the record's reads. */
+  private clockMs(): number {
+    return this.clock ? this.clock.nowUs() / 1000 : performance.now();
+  }
+
+  /**
+   * Changes the options that size the rule (the in-memory class's list, ranges and
+   * messages), for every process sharing the prefix: this limiter decides under them once
+   * the promise resolves, a process meeting a key written under them at once, every other
+   * process within `configRefreshMs`. What was admitted stays counted (see the class).
+   * Validated before any Redis call (TypeError, RangeError); concurrent reconfigure()s each
+   * get their own options version, applied in turn (options left out keep the newest
+   * values): the last wins. Rejects with BackendUnavailableError when Redis cannot be
+   * reached (nothing changed then, or everything), LimiterClosedError after close().
+   */
+  reconfigure(options: object): Promise<void> {
+    const name = `${this.owner}.reconfigure`;
+    let opts: Record<string, unknown>;
+    try {
+      if (this.closed) throw new LimiterClosedError();
+      opts = checkOptionsObject(name, options, this.reconfigurable());
+      this.check(this.reconfigured(name, opts, this.params));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.reconfigureFrom(name, opts);
+  }
+
+  /** @internal Refuses parameters fleet mode cannot lease under. */
+  private check(next: readonly number[]): void {
+    if (this.block > 0 && next[0]! < this.block) {
+      throw rangeError(
+        `${this.owner}.reconfigure: the limit (${next[0]}) must be at least option "block" (${this.block}) in fleet mode`,
+      );
+    }
+  }
+
+  /** @internal reconfigure() from the options this limiter knows, taking up newer ones first. */
+  private async reconfigureFrom(name: string, opts: Record<string, unknown>): Promise<void> {
+    for (;;) {
+      if (this.foreign) throw this.foreign;
+      if (this.closed) throw new LimiterClosedError();
+      const next = this.reconfigured(name, opts, this.params);
+      this.check(next);
+      const same = next.length === this.params.length && next.every((x, i) => x === this.params[i]);
+      const lineage = same ? this.lineage : [...this.lineage, next];
+      let reply: unknown;
+      try {
+        reply = await this.record(same ? 'k' : 's', same ? '' : JSON.stringify(lineage));
+      } catch (error) {
+        throw this.unavailableError(error);
+      }
+      if (this.num(reply, 0) === 1) {
+        if (!same) this.adopt({ version: this.version + 1, lineage });
+        return;
+      }
+      const r = this.recordOf(reply);
+      if (r === undefined || r.version < this.version) {
+        throw new Error(
+          `atomic-limiter/redis: ${name}: the options record ${this.recordKey[0]} is at version ${this.num(reply, 1)}, behind this limiter's ${this.version} (was it deleted?)`,
+        );
+      }
+      // Another reconfigure() came first: the change goes on top of it.
+      this.learn(r);
+    }
   }
 
   /**
@@ -144,8 +391,12 @@ export abstract class RedisLimiter {
     }
     const most = leasesGrow ? c.maxBlock : c.block;
     // What fleet mode asks of this limiter (fleet/fleet.ts), bound once.
+    const self = this;
     const host = {
-      limit: this.limit,
+      // Read at each use: reconfigure() changes it.
+      get limit() {
+        return self.limit;
+      },
       block: this.block,
       blockTtlMs: this.blockTtlMs,
       timeoutMs: this.timeoutMs,
@@ -263,6 +514,7 @@ export abstract class RedisLimiter {
     late?: (reply: unknown) => void,
   ): Promise<unknown> {
     if (this.closed && !force) return Promise.reject(new LimiterClosedError());
+    if (this.foreign) return Promise.reject(this.foreign);
     const head = [
       op,
       this.clock ? String(this.clock.nowUs()) : '',
@@ -270,6 +522,28 @@ export abstract class RedisLimiter {
       extra,
       this.clock ? SLACK_ARG : REDIS_SLACK_ARG,
     ];
+    // Another process's reconfigure(): the record is read first, at most once per
+    // configRefreshMs (a read every call with 0). Calls made while it is read wait for it
+    // too, in order: calls keep the order they were made in.
+    if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
+      return this.refresh().then(() => this.send(op, tag, head, late, 0));
+    }
+    return this.send(op, tag, head, late, 0);
+  }
+
+  /**
+   * @internal Runs a call under the options this limiter has now. A key written under newer
+   * options stops it unchanged (NEWER): the record is read, and the call runs again under
+   * them.
+   */
+  private send(
+    op: string,
+    tag: string,
+    head: readonly string[],
+    late: ((reply: unknown) => void) | undefined,
+    tries: number,
+  ): Promise<unknown> {
+    if (this.foreign) return Promise.reject(this.foreign);
     // The slot only groups a Cluster's batches; standalone it is not computed.
     const alone =
       (op === 't'
@@ -279,15 +553,29 @@ export abstract class RedisLimiter {
           : op === 'b'
             ? this.leaseScript
             : undefined) ?? this.script;
-    return this.runner.run(
-      this.script,
-      alone,
-      this.keysOf(tag),
-      head,
-      NO_PARAMS,
-      this.adapter.cluster ? slotOf(tag) : 0,
-      late,
-    );
+    return this.runner
+      .run(
+        this.script,
+        alone,
+        this.keysOf(tag),
+        head,
+        NO_PARAMS,
+        this.adapter.cluster ? slotOf(tag) : 0,
+        late,
+      )
+      .catch((error: unknown) => {
+        const newer =
+          error instanceof Error && !(error instanceof Unavailable)
+            ? NEWER_ERROR.exec(error.message)
+            : null;
+        if (newer === null) throw error;
+        if (tries >= 3) {
+          throw new Error(
+            `atomic-limiter/redis: ${this.owner}: ${this.keysOf(tag)[0]} holds a state of options version ${newer[1]}, and the options record ${this.recordKey[0]} is at version ${this.version}`,
+          );
+        }
+        return this.refresh().then(() => this.send(op, tag, head, late, tries + 1));
+      });
   }
 
   /**

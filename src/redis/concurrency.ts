@@ -1,7 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import { MAX_WIDE_CONCURRENCY } from '../algorithms/concurrency.js';
+import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
-import { integerOption, isPermits, permitsError, rangeError, typeError } from '../validate.js';
+import {
+  checkPermits,
+  integerOption,
+  isPermits,
+  permitsError,
+  rangeError,
+  typeError,
+} from '../validate.js';
 import {
   type RedisLease,
   RedisLimiter,
@@ -38,7 +46,6 @@ const RECHECK_MAX_MS = 1000;
  */
 export class Concurrency extends RedisLimiter {
   readonly algorithm = 'Concurrency';
-  readonly limit: number;
   readonly leaseMs: number;
   /** @internal */
   private readonly channel: string;
@@ -68,10 +75,44 @@ export class Concurrency extends RedisLimiter {
     const limit = integerOption('Concurrency', 'limit', opts.limit, 1, MAX_WIDE_CONCURRENCY);
     const leaseMs = integerOption('Concurrency', 'leaseMs', opts.leaseMs, 1, 2 ** 31 - 1, 60_000);
     super('Concurrency', common);
-    this.limit = limit;
     this.leaseMs = leaseMs;
     this.channel = `${this.prefix}:Concurrency:released`;
-    this.useRule(concurrencyRule({ limit, leaseUs: leaseMs * 1000, channel: this.channel }), false);
+    // Parameters as in memory: the limit, and the largest limit a reconfigure() gave it.
+    this.start([limit, 0]);
+  }
+
+  /**
+   * Takes `limit`, as the in-memory Concurrency: permits held stay held; a lower limit
+   * admits nothing more until releases bring a key under it.
+   */
+  override reconfigure(options: { limit?: number }): Promise<void> {
+    return super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected configure(params: readonly number[]): void {
+    const leaseUs = this.leaseMs * 1000;
+    this.useRule(concurrencyRule({ limit: params[0]!, leaseUs, channel: this.channel }), false);
+  }
+
+  /** @internal */
+  protected reconfigurable(): readonly string[] {
+    return ['limit'];
+  }
+
+  /** @internal */
+  protected reconfigured(
+    name: string,
+    opts: Record<string, unknown>,
+    current: readonly number[],
+  ): number[] {
+    const limit = integerOption(name, 'limit', opts.limit ?? current[0], 1, MAX_WIDE_CONCURRENCY);
+    return [limit, Math.max(current[1]!, current[0]!, limit)];
+  }
+
+  /** @internal Leases are held, not counted in settings: the same under any limit. */
+  protected settings(): string {
+    return '';
   }
 
   /** @internal */
@@ -94,7 +135,9 @@ export class Concurrency extends RedisLimiter {
   release(key?: Key, permits = 1): Promise<void> {
     let tag: string;
     try {
-      this.checkCall('Concurrency.release', permits);
+      if (this.closed) throw new LimiterClosedError();
+      // Up to the largest limit it had: a key may hold that much after a lower limit.
+      checkPermits('Concurrency.release', permits, Math.max(this.limit, this.params[1]!));
       tag = tagOf(this.owner, key);
     } catch (error) {
       return Promise.reject(error);

@@ -1,6 +1,12 @@
 import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import { decodeState, encodeState, windowGeometry } from './state.lua.js';
+import {
+  decodeState,
+  encodeState,
+  type Lineage,
+  versionConst,
+  windowGeometry,
+} from './state.lua.js';
 
 const GEO = windowGeometry('W');
 
@@ -11,21 +17,40 @@ export interface WindowParams {
 }
 
 /**
+ * Lua: a FixedWindow state written under window g1 (µs) carried over to W, as in memory:
+ * the count of a window not yet over is counted in the new window containing now (or the
+ * later one the stored window reaches); a window over counts nothing.
+ */
+const CONVERT = `if sw then
+      if sw >= math.floor(NOW / g1) then
+        sw = math.max(math.floor(sw * g1 / W), math.floor(NOW / W))
+      else
+        sw, sc = nil, nil
+      end
+    end`;
+
+/** The lineage of a FixedWindow at `version`, whose earlier versions had windows `pastUs`. */
+export function windowLineage(version: number, pastUs: readonly number[]): Lineage {
+  return { version, past: pastUs.map((w) => [w]), convert: CONVERT };
+}
+
+/**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
  * Stored as window, count, admitted, rejected (state.lua.ts) with a TTL of the rest of the
  * window. A stored window later than now means the clock went back: it keeps counting in it.
  */
-export function fixedWindowRule(p: WindowParams): Rule {
+export function fixedWindowRule(p: WindowParams, lineage?: Lineage): Rule {
   return {
     name: 'fixed-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
-local W = ${luaNumber(p.windowUs)}`,
+local W = ${luaNumber(p.windowUs)}
+${versionConst(lineage)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
     load: `local sw, sc, adm, rej
 ${getKey('K1')}
 if v then
-  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow', GEO)}
+  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow', GEO, lineage)}
 else
   adm, rej = 0, 0
 end
@@ -38,7 +63,7 @@ if sw and sw >= win then win, count = sw, sc end`,
 sw, sc = win, count`,
     fresh: 'if count > 0 then fresh = (win + 1) * W - NOW end',
     save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sc', 'adm', 'rej'], GEO), 'stored == win', ttlTo('(win + 1) * W'))}
+  ${saveState('K1', encodeState(['sw', 'sc', 'adm', 'rej'], GEO, lineage), 'stored == win', ttlTo('(win + 1) * W'))}
 else
   redis.call('DEL', K1)
 end`,

@@ -1,6 +1,6 @@
-import { readWindowOptions } from '../algorithms/window-bits.js';
+import { readWindowOptions, reconfiguredWindow } from '../algorithms/window-bits.js';
 import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { fixedWindowRule } from './fixed-window.lua.js';
+import { fixedWindowRule, windowLineage } from './fixed-window.lua.js';
 
 /** The options of atomic-limiter/redis's `new FixedWindow()` (at most `limit` per fixed `windowMs`): its own, then every Redis limiter's. */
 export interface FixedWindowOptions extends RedisOptions {
@@ -13,16 +13,64 @@ export interface FixedWindowOptions extends RedisOptions {
 /** FixedWindow with its state in Redis: at most `limit` permits per aligned window. */
 export class FixedWindow extends RedisLimiter {
   readonly algorithm = 'FixedWindow';
-  readonly limit: number;
-  readonly windowMs: number;
+  /** @internal Whether the in-memory class would take its wide table (its ranges). */
+  private readonly wide: boolean;
 
   constructor(options: FixedWindowOptions) {
     const { opts, common } = readRedisCommon('FixedWindow', options, ['limit', 'windowMs']);
-    const { limit, windowMs } = readWindowOptions('FixedWindow', opts, 1, true);
+    const { limit, windowMs, wide } = readWindowOptions('FixedWindow', opts, 1, true);
     super('FixedWindow', common);
-    this.limit = limit;
-    this.windowMs = windowMs;
-    this.useRule(fixedWindowRule({ limit, windowUs: windowMs * 1000 }));
+    this.wide = wide;
+    // Parameters as in memory: limit, window, and the largest limit a reconfigure() gave it.
+    this.start([limit, windowMs, 0]);
     this.startFleet();
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.params[1]!;
+  }
+
+  /**
+   * Takes `limit` and `windowMs`, as the in-memory FixedWindow: what each key was granted in
+   * its current window stays counted: a higher limit admits the difference in the same
+   * window, a lower one nothing more until the window ends. A new `windowMs` counts those
+   * permits in the new window that contains now.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number }): Promise<void> {
+    return super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected configure(
+    params: readonly number[],
+    version: number,
+    past: readonly (readonly number[])[],
+  ): void {
+    const lineage = windowLineage(
+      version,
+      past.map((p) => p[1]! * 1000),
+    );
+    this.useRule(fixedWindowRule({ limit: params[0]!, windowUs: params[1]! * 1000 }, lineage));
+  }
+
+  /** @internal */
+  protected reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs'];
+  }
+
+  /** @internal */
+  protected reconfigured(
+    name: string,
+    opts: Record<string, unknown>,
+    current: readonly number[],
+  ): number[] {
+    const [limit, windowMs, ceiling] = current as [number, number, number];
+    return reconfiguredWindow(name, opts, { limit, windowMs }, 1, this.wide, ceiling);
+  }
+
+  /** @internal */
+  protected settings(params: readonly number[]): string {
+    return `windowMs ${params[1]}`;
   }
 }

@@ -1,6 +1,13 @@
 import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import { bucketGeometry, decodeState, encodeState, stateBytes } from './state.lua.js';
+import {
+  bucketGeometry,
+  decodeState,
+  encodeState,
+  type Lineage,
+  stateBytes,
+  versionConst,
+} from './state.lua.js';
 
 const GEO = bucketGeometry('K', 'SCALE');
 
@@ -16,6 +23,9 @@ export interface GcraParams {
   readonly queueLimit: number;
   /** The TTL's step in ms (gcraStepMs()). */
   readonly stepMs: number;
+  /** The options version (reconfigure()) and the units [k, scale] of each earlier one. */
+  readonly version?: number;
+  readonly past?: readonly (readonly number[])[];
 }
 
 /**
@@ -40,7 +50,31 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
  */
 export function gcraRule(p: GcraParams): Rule {
   const fast = p.scale > 1;
-  const fields = fast ? ['tat', 'adm', 'rej', 'E'] : ['tat', 'adm', 'rej'];
+  const slowFields = ['tat', 'adm', 'rej'];
+  const fastFields = ['tat', 'adm', 'rej', 'E'];
+  const fields = fast ? fastFields : slowFields;
+  // Past version 0 a state always holds E (0 where units stay under 2^51 µs from time 0):
+  // the rate may cross 10^6 per second between versions. What a key owes, in permits,
+  // stays owed (the in-memory describe() and restate()): rounded up in the new units.
+  const lineage: Lineage | undefined =
+    p.version && p.version > 0
+      ? {
+          version: p.version,
+          past: p.past ?? [],
+          fields: fastFields,
+          others: [fast ? slowFields : fastFields],
+          convert: `if tat then
+      local ahead = tat - math.floor((NOW - (E or 0)) * g2)
+      if ahead > 0 then
+        E = 0
+        ${fast ? 'if NOW * SCALE >= 2^51 then E = math.floor(NOW / 2^36) * 2^36 end' : ''}
+        tat = math.floor((NOW - E) * SCALE) + math.ceil(ahead * K / g1)
+      else
+        tat = nil
+      end
+    end`,
+        }
+      : undefined;
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
@@ -49,7 +83,7 @@ export function gcraRule(p: GcraParams): Rule {
   const fresh = 'if tat and tat > u then fresh = (tat - u) / SCALE end';
   const save = `if fresh > 0 then
   local ends = math.ceil(${endUs('tat')} / STEP_US)
-  ${saveState('K1', encodeState(fields, GEO), 'oldEnds and ends <= oldEnds', ttlTo('ends * STEP_US'))}
+  ${saveState('K1', encodeState(fields, GEO, lineage), 'oldEnds and ends <= oldEnds', ttlTo('ends * STEP_US'))}
 else
   redis.call('DEL', K1)
 end`;
@@ -59,17 +93,18 @@ end`;
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local LIMIT = ${luaNumber(p.limit)}
-local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
+local STEP_US = ${luaNumber(p.stepMs * 1000)}
+${versionConst(lineage)}`,
     // A version-1 state of the other kind (from before states carried their settings: the
     // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
     // is no state: the key starts afresh.
-    load: `local tat, adm, rej${fast ? ', E' : ''}
+    load: `local tat, adm, rej${fast || lineage ? ', E' : ''}
 ${getKey('K1')}
 if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
-  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO)}
+  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO, lineage)}
 else
   adm, rej = 0, 0
-end
+end${lineage && !fast ? '\nE = 0' : ''}
 local oldEnds
 if tat then oldEnds = math.ceil(${endUs('tat')} / STEP_US) end
 ${

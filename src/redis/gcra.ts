@@ -1,4 +1,4 @@
-import { gcraUnits } from '../algorithms/gcra.js';
+import { gcraUnits, reconfiguredBucket } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
   NO_OP_LEASE,
@@ -16,7 +16,8 @@ import { sleepUs, type Waiter } from './wait.js';
  * permits' future time in the script, then sleeps here until it comes.
  */
 export abstract class RedisGcra extends RedisLimiter {
-  readonly limit: number;
+  /** @internal The rate option's name (the in-memory class's). */
+  protected abstract readonly rateName: 'refillPerSecond' | 'ratePerSecond';
 
   /** @internal */
   protected constructor(
@@ -24,21 +25,78 @@ export abstract class RedisGcra extends RedisLimiter {
     common: RedisCommon,
     capacity: number,
     ratePerSecond: number,
-    wide: boolean,
-    leaky: boolean,
+    private readonly wide: boolean,
+    private readonly leaky: boolean,
   ) {
     super(owner, common);
-    // The in-memory class's units (a wide table's past a capacity of 2^24 or a rate of 10^6
-    // per second; past that rate a unit is under 1 µs, and a key counts from an origin of its
-    // own: gcra.lua.ts).
-    const { k, scale, tau } = gcraUnits(capacity, ratePerSecond, wide);
-    const stepMs = gcraStepMs(capacity, 1e6 / ratePerSecond);
-    this.limit = capacity;
-    this.useRule(
-      gcraRule({ k, scale, tau, limit: capacity, leaky, queueLimit: common.queueLimit, stepMs }),
-    );
+    // Parameters as in memory: capacity, rate, and the largest capacity a reconfigure()
+    // gave it (0 until then).
+    this.start([capacity, ratePerSecond, 0]);
     // A leaky bucket's lease is a burst (README, "Fleet mode"): it stays one block.
     this.startFleet(!leaky);
+  }
+
+  /** Burst size, or the bucket's room (reconfigure() changes it). */
+  get capacity(): number {
+    return this.params[0]!;
+  }
+
+  /**
+   * @internal The in-memory class's units for `params` (a wide table's past a capacity of
+   * 2^24 or a rate of 10^6 per second; past that rate a unit is under 1 µs, and a key counts
+   * from an origin of its own: gcra.lua.ts), chosen for the largest capacity it had.
+   */
+  private units(params: readonly number[]) {
+    return gcraUnits(Math.max(params[0]!, params[2]!), params[1]!, this.wide);
+  }
+
+  /** @internal */
+  protected configure(
+    params: readonly number[],
+    version: number,
+    past: readonly (readonly number[])[],
+  ): void {
+    const [capacity, rate] = params as [number, number];
+    const { k, scale } = this.units(params);
+    // The bucket is a leaky bucket's queue: a smaller capacity bounds queueLimit too.
+    const queueLimit = this.leaky ? Math.min(this.queueLimit, capacity) : this.queueLimit;
+    this.useRule(
+      gcraRule({
+        k,
+        scale,
+        tau: capacity * k,
+        limit: capacity,
+        leaky: this.leaky,
+        queueLimit,
+        stepMs: gcraStepMs(capacity, 1e6 / rate),
+        version,
+        past: past.map((p) => {
+          const u = this.units(p);
+          return [u.k, u.scale];
+        }),
+      }),
+    );
+  }
+
+  /** @internal */
+  protected reconfigurable(): readonly string[] {
+    return ['capacity', this.rateName];
+  }
+
+  /** @internal */
+  protected reconfigured(
+    name: string,
+    opts: Record<string, unknown>,
+    current: readonly number[],
+  ): number[] {
+    const [capacity, rate, ceiling] = current as [number, number, number];
+    return reconfiguredBucket(name, opts, { capacity, rate }, this.rateName, this.wide, ceiling);
+  }
+
+  /** @internal */
+  protected settings(params: readonly number[]): string {
+    const { k, scale } = this.units(params);
+    return `${this.rateName} ${(scale * 1e6) / k} (${k} units a permit)`;
   }
 
   /** @internal */

@@ -13,15 +13,27 @@ export interface LeakyBucketOptions extends RedisOptions {
 /** LeakyBucket with its state in Redis: the in-memory LeakyBucket's meaning and figures. */
 export class LeakyBucket extends RedisGcra {
   readonly algorithm = 'LeakyBucket';
-  readonly capacity: number;
-  readonly ratePerSecond: number;
+  /** @internal */
+  protected readonly rateName = 'ratePerSecond';
 
   constructor(options: LeakyBucketOptions) {
     const { opts, common } = readRedisCommon('LeakyBucket', options, ['capacity', 'ratePerSecond']);
     const { capacity, rate, wide } = readBucketOptions('LeakyBucket', opts, 'ratePerSecond', true);
     const queueLimit = leakyQueueLimit(opts, capacity);
     super('LeakyBucket', { ...common, queueLimit }, capacity, rate, wide, true);
-    this.capacity = capacity;
-    this.ratePerSecond = rate;
+  }
+
+  /** Permits leaving the bucket per second (reconfigure() changes it). */
+  get ratePerSecond(): number {
+    return this.params[1]!;
+  }
+
+  /**
+   * Takes `capacity` and `ratePerSecond`, as the in-memory LeakyBucket: the permits in each
+   * key's bucket stay there and leave at the new rate; a smaller capacity bounds
+   * `queueLimit` too.
+   */
+  override reconfigure(options: { capacity?: number; ratePerSecond?: number }): Promise<void> {
+    return super.reconfigure(options);
   }
 }

@@ -66,6 +66,11 @@ export interface RedisOptions {
    * Only with `block`.
    */
   leaseAhead?: boolean;
+  /**
+   * How often, at most, the limiter reads its options record for another process's
+   * `reconfigure()`, ms on its clock (default 1000; 0: before every call).
+   */
+  configRefreshMs?: number;
 }
 
 /** Internal: the shared blocks an attach()ed limiter opens (a symbol: not an option name). */
@@ -83,6 +88,7 @@ export const REDIS_OPTIONS = [
   'blockKeys',
   'maxBlock',
   'leaseAhead',
+  'configRefreshMs',
 ] as const;
 
 export interface RedisCommon {
@@ -100,6 +106,8 @@ export interface RedisCommon {
   readonly blockKeys: number;
   /** Fleet mode: whether blocks are leased ahead (see RedisOptions.leaseAhead). */
   readonly leaseAhead: boolean;
+  /** Longest time between two reads of the options record, ms (0: every call). */
+  readonly configRefreshMs: number;
   /** The blocks to open (attach()), or undefined: new ones. */
   readonly blocks: BlocksHandle | undefined;
   /** The options as given (the handle carries them to other threads). */
@@ -159,6 +167,14 @@ export function readRedisCommon(
     );
   }
   const blockKeys = integerOption(owner, 'blockKeys', opts.blockKeys, 1, 2 ** 24, 4096);
+  const configRefreshMs = integerOption(
+    owner,
+    'configRefreshMs',
+    opts.configRefreshMs,
+    0,
+    2 ** 31 - 1,
+    1000,
+  );
   // The options permit blocks share with the cluster client (permit-blocks.ts).
   const blocks = blockSettings(owner, opts, 'fleet mode', ['blockKeys']);
   return {
@@ -169,6 +185,7 @@ export function readRedisCommon(
       blockTtlMs: blocks.blockTtlMs,
       blockKeys,
       leaseAhead: blocks.leaseAhead,
+      configRefreshMs,
       blocks: (options as { [BLOCKS]?: BlocksHandle })[BLOCKS],
       options: opts,
       adapter,

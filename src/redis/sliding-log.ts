@@ -16,17 +16,56 @@ export interface SlidingLogOptions extends RedisOptions {
  */
 export class SlidingLog extends RedisLimiter {
   readonly algorithm = 'SlidingLog';
-  readonly limit: number;
-  readonly windowMs: number;
 
   constructor(options: SlidingLogOptions) {
     const { opts, common } = readRedisCommon('SlidingLog', options, ['limit', 'windowMs']);
     const { limit, windowMs } = readLogOptions('SlidingLog', opts);
     super('SlidingLog', common);
-    this.limit = limit;
-    this.windowMs = windowMs;
-    this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000 }));
+    this.start([limit, windowMs]);
     this.startFleet();
+  }
+
+  /** Window length in milliseconds (reconfigure() changes it). */
+  get windowMs(): number {
+    return this.params[1]!;
+  }
+
+  /**
+   * Takes `limit` and `windowMs`: the log keeps grant times, so the new limit and window
+   * apply to the grants it holds: the last `limit` grants (the largest limit it had, after
+   * a lower one), for as long as the window they were logged under.
+   */
+  override reconfigure(options: { limit?: number; windowMs?: number }): Promise<void> {
+    return super.reconfigure(options);
+  }
+
+  /** @internal */
+  protected configure(params: readonly number[]): void {
+    this.useRule(slidingLogRule({ limit: params[0]!, windowUs: params[1]! * 1000 }));
+  }
+
+  /** @internal */
+  protected reconfigurable(): readonly string[] {
+    return ['limit', 'windowMs'];
+  }
+
+  /** @internal */
+  protected reconfigured(
+    name: string,
+    opts: Record<string, unknown>,
+    current: readonly number[],
+  ): number[] {
+    const { limit, windowMs } = readLogOptions(name, {
+      limit: current[0],
+      windowMs: current[1],
+      ...opts,
+    });
+    return [limit, windowMs];
+  }
+
+  /** @internal A log holds times: the same under any options. */
+  protected settings(): string {
+    return '';
   }
 
   /** @internal */

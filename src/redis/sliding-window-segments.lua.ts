@@ -8,6 +8,8 @@ export interface SegmentsParams {
   /** A segment's µs: the window's µs over `segments`, a whole number. */
   readonly segmentUs: number;
   readonly segments: number;
+  /** The options version (reconfigure()); 0 when never reconfigured. */
+  readonly version?: number;
 }
 
 /**
@@ -27,7 +29,7 @@ export interface SegmentsParams {
  * largest segmented limit) has the same digits.
  */
 export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
-  const tag = segmentsTag(p.segmentUs, p.segments);
+  const tag = segmentsTag(p.segmentUs, p.segments, p.version);
   // The counts rolled to segment cur in place (a grant's or a refund's).
   const roll = `if shift > 0 then
   for j = 1, N do
@@ -51,7 +53,7 @@ local i = 1
 ${getKey('K1')}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0].
-  i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`)}
+  i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`, p.version)}
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
     i = i + 1

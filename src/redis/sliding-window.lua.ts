@@ -1,7 +1,13 @@
 import { WIDE_SPAN } from '../engine/layout.js';
 import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import { decodeState, encodeState, windowGeometry } from './state.lua.js';
+import {
+  decodeState,
+  encodeState,
+  type Lineage,
+  versionConst,
+  windowGeometry,
+} from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
 export interface SlidingParams {
@@ -12,6 +18,37 @@ export interface SlidingParams {
 }
 
 /**
+ * Lua: a SlidingWindow state written under window g1 (µs) carried over to W, as in memory:
+ * read as of now (the previous window's count, the current one's); under the same window
+ * both counts stay as they are, under another the previous count's weight now plus the
+ * current count are counted, rounded up, in the new window containing now.
+ */
+const CONVERT = `if sw then
+      local ow, pv, cu = math.floor(NOW / g1), 0, 0
+      if sw >= ow then
+        ow, pv, cu = sw, sp, sc
+      elseif sw == ow - 1 then
+        pv = sc
+      end
+      if pv == 0 and cu == 0 then
+        sw, sp, sc = nil, nil, nil
+      elseif g1 == W then
+        sw, sp, sc = ow, pv, cu
+      else
+        local share = pv * math.max(0, g1 - math.max(0, NOW - ow * g1)) / g1
+        sw, sp, sc = math.max(math.floor(NOW / W), math.floor(ow * g1 / W)), 0, math.ceil(share + cu)
+      end
+    end`;
+
+/**
+ * The lineage of a two-window SlidingWindow at `version`, whose earlier versions had the
+ * windows and previous-count quanta `past` ([µs, quantum] each).
+ */
+export function slidingLineage(version: number, past: readonly (readonly number[])[]): Lineage {
+  return { version, past, convert: CONVERT };
+}
+
+/**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
  * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
@@ -19,7 +56,7 @@ export interface SlidingParams {
  * as the in-memory wide table, whose previous count is read rounded up to its quantum.
  * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
  */
-export function slidingWindowRule(p: SlidingParams): Rule {
+export function slidingWindowRule(p: SlidingParams, lineage?: Lineage): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const fits = (wp: string, used: string) =>
     exact
@@ -32,13 +69,14 @@ export function slidingWindowRule(p: SlidingParams): Rule {
     name: 'sliding-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local W = ${luaNumber(p.windowUs)}
-local Q = ${luaNumber(p.prevQuantum)}`,
+local Q = ${luaNumber(p.prevQuantum)}
+${versionConst(lineage)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
     load: `local sw, sp, sc, adm, rej
 ${getKey('K1')}
 if v then
-  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo)}
+  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo, lineage)}
 else
   adm, rej = 0, 0
 end
@@ -68,7 +106,7 @@ end`,
     // A grant saves a state counting in NOW's window (it ends a window later); a refusal or a
     // refund saves a state ending no later than the stored one.
     save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo), 'ends and (not ok or win + 2 <= ends)', ttlTo('NOW + fresh'))}
+  ${saveState('K1', encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo, lineage), 'ends and (not ok or win + 2 <= ends)', ttlTo('NOW + fresh'))}
 else
   redis.call('DEL', K1)
 end`,

@@ -13,8 +13,8 @@ export interface TokenBucketOptions extends RedisOptions {
 /** TokenBucket with its state in Redis: the in-memory TokenBucket's meaning and figures. */
 export class TokenBucket extends RedisGcra {
   readonly algorithm = 'TokenBucket';
-  readonly capacity: number;
-  readonly refillPerSecond: number;
+  /** @internal */
+  protected readonly rateName = 'refillPerSecond';
 
   constructor(options: TokenBucketOptions) {
     const { opts, common } = readRedisCommon('TokenBucket', options, [
@@ -27,7 +27,19 @@ export class TokenBucket extends RedisGcra {
       wide,
     } = readBucketOptions('TokenBucket', opts, 'refillPerSecond', true);
     super('TokenBucket', common, capacity, refill, wide, false);
-    this.capacity = capacity;
-    this.refillPerSecond = refill;
+  }
+
+  /** Tokens added per second (reconfigure() changes it). */
+  get refillPerSecond(): number {
+    return this.params[1]!;
+  }
+
+  /**
+   * Takes `capacity` and `refillPerSecond`, as the in-memory TokenBucket: the permits each
+   * key owes stay owed and come back at the new rate; a key owing more than a lower
+   * capacity is refused until it owes less.
+   */
+  override reconfigure(options: { capacity?: number; refillPerSecond?: number }): Promise<void> {
+    return super.reconfigure(options);
   }
 }

@@ -1,6 +1,13 @@
 import { getKey, luaNumber, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import { decodeState, encodeState } from './state.lua.js';
+import {
+  decodeState,
+  encodeState,
+  type Geometry,
+  type Lineage,
+  shown,
+  versionConst,
+} from './state.lua.js';
 
 /** warmingModel()'s figures (src/algorithms/warming-bucket.ts). */
 export interface WarmingParams {
@@ -14,6 +21,39 @@ export interface WarmingParams {
   readonly limit: number;
   readonly maxQuanta: number;
 }
+
+/**
+ * A WarmingBucket's settings: its stable interval, most stored permits, cool-down per
+ * permit, quanta per permit and time unit, written into the state (state.lua.ts).
+ */
+const GEO: Geometry = {
+  values: ['S', 'MAXP', 'COOL', 'QUANTA', 'UNIT'],
+  describe: (v) =>
+    `'ratePerSecond ' .. ${shown(`1000000 / ${v[0]}`)} .. ', warmupMs ' .. ${shown(`${v[2]} * ${v[1]} / 1000`)} .. ' (' .. ${shown(v[1]!)} .. ' permits stored at most)'`,
+};
+
+/** The settings GEO writes, of warmingModel()'s figures. */
+export function warmingGeometry(m: WarmingParams): number[] {
+  return [m.stableUs, m.maxPermits, m.coolDownUs, m.quanta, m.unitUs];
+}
+
+/**
+ * Lua: a state written under settings g1 … g5 (GEO's) carried over as Guava's setRate()
+ * and the in-memory class do: a key cold now stays cold; otherwise idleness since its next
+ * free time is regained first, then its stored permits keep their share of the new maximum
+ * and its next free time (what it owes) is kept.
+ */
+const CONVERT = `if nf then
+      local s = math.min(g2, q / g4)
+      if NOW >= nf * g5 + (g2 - s) * g3 then
+        q, nf = nil, nil
+      else
+        local was = math.floor(NOW / g5)
+        if was > nf then s = math.min(g2, s + ((was - nf) * g5) / g3) end
+        q = math.min(MAXQ, math.ceil((s / g2) * MAXP * QUANTA))
+        nf = math.ceil(math.max(was, nf) * g5 * PERUS)
+      end
+    end`;
 
 /**
  * Lua: Guava's reserveEarliestAvailable() of `x` permits at unit time `at` from `stored`
@@ -31,11 +71,18 @@ q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), ${at} + math.ceil(
  * WarmingBucket (src/algorithms/warming-bucket.ts): Guava's SmoothWarmingUp with the
  * in-memory class's arithmetic, operation for operation, on plain locals instead of a packed
  * word. Stored as stored quanta q, next free time nf (units since time 0; the in-memory
- * class counts from its epoch: the same figures when that epoch is 0), admitted, rejected
- * (state.lua.ts), with a TTL until the state is cold again; a cold state is no state.
- * Pays later: a call is admitted once the previous one's debt is paid.
+ * class counts from its epoch: the same figures when that epoch is 0), admitted, rejected,
+ * after the writer's settings (state.lua.ts), with a TTL until the state is cold again; a
+ * cold state is no state. Pays later: a call is admitted once the previous one's debt is
+ * paid.
  */
-export function warmingBucketRule(m: WarmingParams): Rule {
+export function warmingBucketRule(
+  m: WarmingParams,
+  version = 0,
+  past: readonly (readonly number[])[] = [],
+): Rule {
+  const lineage: Lineage | undefined =
+    version > 0 ? { version, past, convert: CONVERT } : undefined;
   const fresh =
     'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
   return {
@@ -52,6 +99,7 @@ local UNIT = ${luaNumber(m.unitUs)}
 local LIMIT = ${luaNumber(m.limit)}
 local MAXQ = ${luaNumber(m.maxQuanta)}
 local PERUS = 1 / UNIT
+${versionConst(lineage)}
 local function waitUs(stored, take)
   local above = stored - THR
   local us = 0
@@ -66,7 +114,7 @@ end`,
     load: `local q, nf, adm, rej
 ${getKey('K1')}
 if v then
-  ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket')}
+  ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket', GEO, lineage)}
 else
   adm, rej = 0, 0
 end
@@ -81,7 +129,7 @@ end
 ${reserve(x, 's0', 'from', 'un')}`,
     fresh,
     save: `if fresh > 0 then
-  redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'])}, 'PX', ${ttlTo('NOW + fresh')})
+  redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'], GEO, lineage)}, 'PX', ${ttlTo('NOW + fresh')})
 else
   redis.call('DEL', K1)
 end`,
