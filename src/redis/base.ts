@@ -56,11 +56,13 @@ const NO_PARAMS: readonly string[] = [];
  * A limiter's options record, `<prefix>:<class>:{#config}` (a hash tag no user key makes:
  * its own slot, read by its own command, never inside a key's script). `v`: the options
  * version, +1 per reconfigure(); `p`: JSON, the options of every version, 0 … v (the
- * in-memory class's parameters), so a state written under any of them can be read. No
- * record: version 0, the constructor's options. Ops: 'g' reads it (the lineage only when
- * its version is not ARGV[2]); 's' writes version ARGV[2] + 1 with lineage ARGV[3] if it is
- * at version ARGV[2]; 'k' only checks that it is. Replies {1} done, or {0, version,
- * lineage or ''}.
+ * in-memory class's parameters), so a state written under any of them can be read; `t`:
+ * when each version from 1 on was made (µs, comma-separated), as a state of an earlier
+ * version is converted version by version at those times. No record: version 0, the
+ * constructor's options. Ops: 'g' reads it (p and t only when its version is not ARGV[2]);
+ * 's' writes version ARGV[2] + 1 with options ARGV[3], made at ARGV[4] ('' = Redis TIME),
+ * if it is at version ARGV[2]; 'k' only checks that it is. Replies {1, time} done, or
+ * {0, version, p, t}.
  */
 const CONFIG = new Script(
   'atomic-limiter:config',
@@ -70,19 +72,28 @@ local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 local op, known = ARGV[1], tonumber(ARGV[2])
 if v == known then
   if op == 's' then
-    redis.call('HSET', KEYS[1], 'v', known + 1, 'p', ARGV[3])
-    return {TOKEN, {1}}
+    local at = ARGV[4]
+    if at == '' then
+      local t = redis.call('TIME')
+      at = t[1] .. string.format('%06d', tonumber(t[2]))
+    end
+    local times = redis.call('HGET', KEYS[1], 't')
+    if times and times ~= '' then times = times .. ',' .. at else times = at end
+    redis.call('HSET', KEYS[1], 'v', known + 1, 'p', ARGV[3], 't', times)
+    return {TOKEN, {1, at}}
   end
-  if op == 'k' then return {TOKEN, {1}} end
-  return {TOKEN, {0, v, ''}}
+  if op == 'k' then return {TOKEN, {1, ''}} end
+  return {TOKEN, {0, v, '', ''}}
 end
-return {TOKEN, {0, v, redis.call('HGET', KEYS[1], 'p') or ''}}`,
+return {TOKEN, {0, v, redis.call('HGET', KEYS[1], 'p') or '', redis.call('HGET', KEYS[1], 't') or ''}}`,
 );
 
 /** An options record as read: its version and the options of each version. */
 interface ConfigRecord {
   readonly version: number;
   readonly lineage: readonly (readonly number[])[];
+  /** When each version from 1 on was made, µs. */
+  readonly times: readonly number[];
 }
 
 /**
@@ -148,6 +159,8 @@ export abstract class RedisLimiter {
   protected version = 0;
   /** @internal The options of versions 0 … version. */
   private lineage: readonly (readonly number[])[] = [];
+  /** @internal When versions 1 … version were made, µs. */
+  private times: readonly number[] = [];
   /** @internal The constructor's options. */
   private own: readonly number[] = [];
   /** @internal When (ms, limiter's clock) the next call reads the options record first. */
@@ -190,12 +203,13 @@ export abstract class RedisLimiter {
   /**
    * @internal Makes `params` (the in-memory class's parameters) the limiter's options:
    * its public figures and its scripts, for options version `version` whose earlier
-   * versions had the options `past`.
+   * versions had the options `past`, and were made at `times` (µs, versions 1 on).
    */
   protected abstract configure(
     params: readonly number[],
     version: number,
     past: readonly (readonly number[])[],
+    times: readonly number[],
   ): void;
 
   /** @internal The options reconfigure() takes (the in-memory class's list). */
@@ -223,15 +237,16 @@ export abstract class RedisLimiter {
     this.own = params;
     this.params = params;
     this.lineage = [params];
-    this.configure(params, 0, []);
+    this.configure(params, 0, [], []);
   }
 
   /** @internal Takes up options version `r.version`. */
   private adopt(r: ConfigRecord): void {
     this.version = r.version;
     this.lineage = r.lineage;
+    this.times = r.times;
     this.params = r.lineage[r.version]!;
-    this.configure(this.params, r.version, r.lineage.slice(0, r.version));
+    this.configure(this.params, r.version, r.lineage.slice(0, r.version), r.times);
   }
 
   /**
@@ -253,7 +268,7 @@ export abstract class RedisLimiter {
 
   /** @internal Runs an op of the options record's script. */
   private record(op: 'g' | 's' | 'k', body = ''): Promise<unknown> {
-    const head = [op, String(this.version), body];
+    const head = [op, String(this.version), body, this.clock ? String(this.clock.nowUs()) : ''];
     return this.runner.run(CONFIG, CONFIG, this.recordKey, head, NO_PARAMS, this.recordSlot);
   }
 
@@ -268,14 +283,20 @@ export abstract class RedisLimiter {
     } catch {
       throw this.badReply(reply);
     }
+    const times = String((reply as unknown[])[3] ?? '')
+      .split(',')
+      .filter((t) => t !== '')
+      .map(Number);
     if (
       !Array.isArray(lineage) ||
       lineage.length !== version + 1 ||
+      times.length !== version ||
+      !times.every(Number.isFinite) ||
       !lineage.every((p) => Array.isArray(p) && p.every((x) => typeof x === 'number'))
     ) {
       throw this.badReply(reply);
     }
-    return { version, lineage };
+    return { version, lineage, times };
   }
 
   /**
@@ -352,7 +373,10 @@ export abstract class RedisLimiter {
         throw this.unavailableError(error);
       }
       if (this.num(reply, 0) === 1) {
-        if (!same) this.adopt({ version: this.version + 1, lineage });
+        if (!same) {
+          const times = [...this.times, this.num(reply, 1)];
+          this.adopt({ version: this.version + 1, lineage, times });
+        }
         return;
       }
       const r = this.recordOf(reply);
@@ -611,6 +635,25 @@ export abstract class RedisLimiter {
     return undefined as ((reply: unknown) => void) | undefined;
   }
 
+  /**
+   * @internal A call refused for `permits` above the limit this limiter knows: another
+   * process's reconfigure() may have raised it, so the record is read, and the call made
+   * again if the limit changed; else `error`.
+   */
+  protected checkedAgain<T>(error: unknown, permits: unknown, again: () => Promise<T>): Promise<T> {
+    if (
+      this.closed ||
+      this.foreign ||
+      typeof permits !== 'number' ||
+      !Number.isInteger(permits) ||
+      permits <= this.limit
+    ) {
+      return Promise.reject(error);
+    }
+    const limit = this.limit;
+    return this.refresh().then(() => (this.limit !== limit ? again() : Promise.reject(error)));
+  }
+
   /** @internal Throws unless the limiter is open and `permits` is what the limit allows. */
   protected checkCall(method: string, permits: unknown): void {
     if (this.closed) throw new LimiterClosedError();
@@ -664,7 +707,7 @@ export abstract class RedisLimiter {
       this.checkCall(this.owner, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
-      return Promise.reject(error);
+      return this.checkedAgain(error, permits, () => this.tryAcquire(key, permits));
     }
     if (this.fleet && permits <= this.block) return this.fleet.tryAcquire(tag, key, permits);
     const id = this.grantId();
@@ -688,7 +731,7 @@ export abstract class RedisLimiter {
       this.checkCall(this.owner, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
-      return Promise.reject(error);
+      return this.checkedAgain(error, permits, () => this.consume(key, permits));
     }
     if (this.fleet && permits <= this.block) return this.fleet.consume(tag, key, permits);
     return this.directConsume(tag, key, permits);
@@ -709,7 +752,7 @@ export abstract class RedisLimiter {
       this.checkCall(`${this.owner}.refund`, permits);
       tag = tagOf(this.owner, key);
     } catch (error) {
-      return Promise.reject(error);
+      return this.checkedAgain(error, permits, () => this.refund(key, permits));
     }
     const back = this.giveBack(tag, permits, '');
     const fleet = this.fleet;
@@ -826,7 +869,7 @@ export abstract class RedisLimiter {
       if (signal?.aborted) return Promise.reject(signal.reason);
       w = new Waiter(tag, permits, signal, timeoutMs);
     } catch (error) {
-      return Promise.reject(error);
+      return this.checkedAgain(error, permits, () => this.acquire(key, permits, options));
     }
     // One deadline bounds the whole call: a fallback gets what the Redis wait left of it.
     const deadline = options.timeoutMs === undefined ? 0 : performance.now() + options.timeoutMs;

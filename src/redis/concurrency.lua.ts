@@ -112,7 +112,7 @@ end`,
 add = ${x}`,
     fresh: 'if held > 0 then fresh = math.huge end',
     save,
-    avail: 'avail = LIMIT - held',
+    avail: 'avail = math.max(0, LIMIT - held)',
     retry: `local function grants(r) return false end
 local guess = math.huge`,
     counted: 'math.huge',

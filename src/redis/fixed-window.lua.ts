@@ -17,21 +17,31 @@ export interface WindowParams {
 }
 
 /**
- * Lua: a FixedWindow state written under window g1 (µs) carried over to W, as in memory:
- * the count of a window not yet over is counted in the new window containing now (or the
- * later one the stored window reaches); a window over counts nothing.
+ * Lua: a FixedWindow state carried from window `from[0]` (µs) to `to[0]` at time `at`, as in
+ * memory: the count of a window not yet over is counted in the new window containing `at`
+ * (or the later one the stored window reaches); a window over counts nothing.
  */
-const CONVERT = `if sw then
-      if sw >= math.floor(NOW / g1) then
-        sw = math.max(math.floor(sw * g1 / W), math.floor(NOW / W))
-      else
-        sw, sc = nil, nil
-      end
-    end`;
+function convert(from: readonly string[], to: readonly string[], at: string): string {
+  const [o, n] = [from[0]!, to[0]!];
+  return `if sw then
+        if sw >= math.floor(${at} / ${o}) then
+          sw = math.max(math.floor(sw * ${o} / ${n}), math.floor(${at} / ${n}))
+        else
+          sw, sc = nil, nil
+        end
+      end`;
+}
 
-/** The lineage of a FixedWindow at `version`, whose earlier versions had windows `pastUs`. */
-export function windowLineage(version: number, pastUs: readonly number[]): Lineage {
-  return { version, past: pastUs.map((w) => [w]), convert: CONVERT };
+/**
+ * The lineage of a FixedWindow at `version`, whose earlier versions had windows `pastUs`
+ * and were made at `times` (µs).
+ */
+export function windowLineage(
+  version: number,
+  pastUs: readonly number[],
+  times: readonly number[],
+): Lineage {
+  return { version, past: pastUs.map((w) => [w]), times, convert };
 }
 
 /**
@@ -67,7 +77,7 @@ sw, sc = win, count`,
 else
   redis.call('DEL', K1)
 end`,
-    avail: 'avail = LIMIT - count',
+    avail: 'avail = math.max(0, LIMIT - count)',
     retry: `local function grants(r)
   local w = math.floor((NOW + r) / W)
   local n = 0

@@ -46,10 +46,12 @@ export class FixedWindow extends RedisLimiter {
     params: readonly number[],
     version: number,
     past: readonly (readonly number[])[],
+    times: readonly number[],
   ): void {
     const lineage = windowLineage(
       version,
       past.map((p) => p[1]! * 1000),
+      times,
     );
     this.useRule(fixedWindowRule({ limit: params[0]!, windowUs: params[1]! * 1000 }, lineage));
   }

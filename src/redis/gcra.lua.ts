@@ -26,6 +26,8 @@ export interface GcraParams {
   /** The options version (reconfigure()) and the units [k, scale] of each earlier one. */
   readonly version?: number;
   readonly past?: readonly (readonly number[])[];
+  /** When each version from 1 on was made (µs). */
+  readonly times?: readonly number[];
 }
 
 /**
@@ -63,16 +65,19 @@ export function gcraRule(p: GcraParams): Rule {
           past: p.past ?? [],
           fields: fastFields,
           others: [fast ? slowFields : fastFields],
-          convert: `if tat then
-      local ahead = tat - math.floor((NOW - (E or 0)) * g2)
-      if ahead > 0 then
-        E = 0
-        ${fast ? 'if NOW * SCALE >= 2^51 then E = math.floor(NOW / 2^36) * 2^36 end' : ''}
-        tat = math.floor((NOW - E) * SCALE) + math.ceil(ahead * K / g1)
-      else
-        tat = nil
-      end
-    end`,
+          times: p.times ?? [],
+          // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E
+          // (the origin) as the fast rule sets it, for the next version's units.
+          convert: (from, to, at) => `if tat then
+        local ahead = tat - math.floor((${at} - (E or 0)) * ${from[1]})
+        if ahead > 0 then
+          E = 0
+          if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
+          tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
+        else
+          tat = nil
+        end
+      end`,
         }
       : undefined;
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);

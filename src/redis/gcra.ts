@@ -55,6 +55,7 @@ export abstract class RedisGcra extends RedisLimiter {
     params: readonly number[],
     version: number,
     past: readonly (readonly number[])[],
+    times: readonly number[],
   ): void {
     const [capacity, rate] = params as [number, number];
     const { k, scale } = this.units(params);
@@ -70,6 +71,7 @@ export abstract class RedisGcra extends RedisLimiter {
         queueLimit,
         stepMs: gcraStepMs(capacity, 1e6 / rate),
         version,
+        times,
         past: past.map((p) => {
           const u = this.units(p);
           return [u.k, u.scale];

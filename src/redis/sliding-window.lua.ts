@@ -18,34 +18,41 @@ export interface SlidingParams {
 }
 
 /**
- * Lua: a SlidingWindow state written under window g1 (µs) carried over to W, as in memory:
- * read as of now (the previous window's count, the current one's); under the same window
- * both counts stay as they are, under another the previous count's weight now plus the
- * current count are counted, rounded up, in the new window containing now.
+ * Lua: a SlidingWindow state carried from window `from[0]` (µs) to `to[0]` at time `at`, as
+ * in memory: read as of `at` (the previous window's count, the current one's); under the
+ * same window both counts stay as they are, under another the previous count's weight then
+ * plus the current count are counted, rounded up, in the new window containing `at`.
  */
-const CONVERT = `if sw then
-      local ow, pv, cu = math.floor(NOW / g1), 0, 0
-      if sw >= ow then
-        ow, pv, cu = sw, sp, sc
-      elseif sw == ow - 1 then
-        pv = sc
-      end
-      if pv == 0 and cu == 0 then
-        sw, sp, sc = nil, nil, nil
-      elseif g1 == W then
-        sw, sp, sc = ow, pv, cu
-      else
-        local share = pv * math.max(0, g1 - math.max(0, NOW - ow * g1)) / g1
-        sw, sp, sc = math.max(math.floor(NOW / W), math.floor(ow * g1 / W)), 0, math.ceil(share + cu)
-      end
-    end`;
+function convert(from: readonly string[], to: readonly string[], at: string): string {
+  const [o, n] = [from[0]!, to[0]!];
+  return `if sw then
+        local ow, pv, cu = math.floor(${at} / ${o}), 0, 0
+        if sw >= ow then
+          ow, pv, cu = sw, sp, sc
+        elseif sw == ow - 1 then
+          pv = sc
+        end
+        if pv == 0 and cu == 0 then
+          sw, sp, sc = nil, nil, nil
+        elseif ${o} == ${n} then
+          sw, sp, sc = ow, pv, cu
+        else
+          local share = pv * math.max(0, ${o} - math.max(0, ${at} - ow * ${o})) / ${o}
+          sw, sp, sc = math.max(math.floor(${at} / ${n}), math.floor(ow * ${o} / ${n})), 0, math.ceil(share + cu)
+        end
+      end`;
+}
 
 /**
  * The lineage of a two-window SlidingWindow at `version`, whose earlier versions had the
- * windows and previous-count quanta `past` ([µs, quantum] each).
+ * windows and previous-count quanta `past` ([µs, quantum] each) and were made at `times`.
  */
-export function slidingLineage(version: number, past: readonly (readonly number[])[]): Lineage {
-  return { version, past, convert: CONVERT };
+export function slidingLineage(
+  version: number,
+  past: readonly (readonly number[])[],
+  times: readonly number[],
+): Lineage {
+  return { version, past, times, convert };
 }
 
 /**

@@ -84,12 +84,14 @@ export class SlidingWindow extends RedisLimiter {
     params: readonly number[],
     version: number,
     past: readonly (readonly number[])[],
+    times: readonly number[],
   ): void {
     const [limit, windowMs, segments] = params as [number, number, number];
     if (segments === 0) {
       const lineage = slidingLineage(
         version,
         past.map((p) => [p[1]! * 1000, this.quantum(p)]),
+        times,
       );
       const windowUs = windowMs * 1000;
       this.useRule(

@@ -50,11 +50,14 @@ export interface Lineage {
   readonly version: number;
   /** The settings (Geometry values, as numbers) of versions 0 … version − 1. */
   readonly past: readonly (readonly number[])[];
+  /** When (µs, the limiter's clock) each version from 1 on was made: `times[w - 1]`. */
+  readonly times: readonly number[];
   /**
-   * Lua: converts the fields of a state written under settings `g1 … gn` (an earlier
-   * version's) to this limiter's, as seen at NOW (the in-memory describe() and restate()).
+   * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
+   * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
+   * expression), when that version was made: the in-memory describe() and restate().
    */
-  readonly convert: string;
+  convert(from: readonly string[], to: readonly string[], at: string): string;
   /** The fields of a version-3 state, when they are not `names` (all decoded into locals). */
   readonly fields?: readonly string[];
   /** Other field lists a version-2 state of version 0 may have (another layout of it). */
@@ -121,23 +124,22 @@ export function decodeState(
   end`;
   }
   const fields = lineage!.fields ?? names;
-  const lit = (xs: readonly number[]) => xs.map(luaNumber);
-  // The settings of version u (< VERSION), checked, then the fields converted: a chain of
-  // comparisons run only on a key's first call under the new version.
-  const past = lineage!.past
-    .map(
-      (g, u) =>
-        `${u === 0 ? 'if' : 'elseif'} u == ${u} then
-      if ${differs(lit(g))} then ${mismatch(lit(g))} end`,
-    )
-    .join('\n    ');
-  // After a conversion the key's TTL is set anew (SERVER false: no KEEPTTL), as the state's
-  // end moved with its settings.
-  const convert = `${past}
-    else
-      error(redis.error_reply(${error} .. ${MARK}))
+  const list = (xs: readonly string[]) => `{${xs.join(', ')}}`;
+  const at = (t: string) => geo.values.map((_, i) => `${t}[${i + 1}]`);
+  // Version u's settings (< VERSION) checked, then the fields carried over version by
+  // version, each at the time it was made, as the in-memory class converted every state
+  // then. The tables are built only here: on a key's first call under a new version. After
+  // a conversion the key's TTL is set anew (SERVER false: no KEEPTTL), as the state's end
+  // moved with its settings.
+  const convert = `local GEOS = {${[...lineage!.past.map((g) => list(g.map(luaNumber))), list(geo.values)].join(', ')}}
+    local TIMES = {${lineage!.times.map(luaNumber).join(', ')}}
+    local was = GEOS[u + 1]
+    if not was then error(redis.error_reply(${error} .. ${MARK})) end
+    if ${differs(at('was'))} then ${mismatch(at('was'))} end
+    for w = u + 1, VERSION do
+      local from, to, AT = GEOS[w], GEOS[w + 1], TIMES[w]
+      ${lineage!.convert(at('from'), at('to'), 'AT')}
     end
-    ${lineage!.convert}
     SERVER = false`;
   const layouts = [names, ...(lineage!.others ?? [])];
   const two = layouts

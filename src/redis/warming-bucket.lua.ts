@@ -38,22 +38,26 @@ export function warmingGeometry(m: WarmingParams): number[] {
 }
 
 /**
- * Lua: a state written under settings g1 … g5 (GEO's) carried over as Guava's setRate()
- * and the in-memory class do: a key cold now stays cold; otherwise idleness since its next
- * free time is regained first, then its stored permits keep their share of the new maximum
- * and its next free time (what it owes) is kept.
+ * Lua: a state carried from settings `from` to `to` (GEO's) at time `at`, as Guava's
+ * setRate() and the in-memory class do: a key cold then stays cold; otherwise idleness
+ * since its next free time is regained first, then its stored permits keep their share of
+ * the new maximum and its next free time (what it owes) is kept.
  */
-const CONVERT = `if nf then
-      local s = math.min(g2, q / g4)
-      if NOW >= nf * g5 + (g2 - s) * g3 then
-        q, nf = nil, nil
-      else
-        local was = math.floor(NOW / g5)
-        if was > nf then s = math.min(g2, s + ((was - nf) * g5) / g3) end
-        q = math.min(MAXQ, math.ceil((s / g2) * MAXP * QUANTA))
-        nf = math.ceil(math.max(was, nf) * g5 * PERUS)
-      end
-    end`;
+function convert(from: readonly string[], to: readonly string[], at: string): string {
+  const [, maxp, cool, quanta, unit] = from;
+  const [, nmaxp, , nquanta, nunit] = to;
+  return `if nf then
+        local s = math.min(${maxp}, q / ${quanta})
+        if ${at} >= nf * ${unit} + (${maxp} - s) * ${cool} then
+          q, nf = nil, nil
+        else
+          local was = math.floor(${at} / ${unit})
+          if was > nf then s = math.min(${maxp}, s + ((was - nf) * ${unit}) / ${cool}) end
+          q = math.min(math.ceil(${nmaxp} * ${nquanta}), math.ceil((s / ${maxp}) * ${nmaxp} * ${nquanta}))
+          nf = math.ceil(math.max(was, nf) * ${unit} * (1 / ${nunit}))
+        end
+      end`;
+}
 
 /**
  * Lua: Guava's reserveEarliestAvailable() of `x` permits at unit time `at` from `stored`
@@ -80,9 +84,9 @@ export function warmingBucketRule(
   m: WarmingParams,
   version = 0,
   past: readonly (readonly number[])[] = [],
+  times: readonly number[] = [],
 ): Rule {
-  const lineage: Lineage | undefined =
-    version > 0 ? { version, past, convert: CONVERT } : undefined;
+  const lineage: Lineage | undefined = version > 0 ? { version, past, times, convert } : undefined;
   const fresh =
     'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
   return {

@@ -71,9 +71,10 @@ export class WarmingBucket extends RedisLimiter {
     params: readonly number[],
     version: number,
     past: readonly (readonly number[])[],
+    times: readonly number[],
   ): void {
     const geometries = past.map((p) => warmingGeometry(this.model(p)));
-    this.useRule(warmingBucketRule(this.model(params), version, geometries), false);
+    this.useRule(warmingBucketRule(this.model(params), version, geometries, times), false);
   }
 
   /** @internal */
