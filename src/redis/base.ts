@@ -58,7 +58,8 @@ const NO_PARAMS: readonly string[] = [];
  * version, +1 per reconfigure(); `p`: JSON, the options of every version, 0 … v (the
  * in-memory class's parameters), so a state written under any of them can be read; `t`:
  * when each version from 1 on was made (µs, comma-separated), as a state of an earlier
- * version is converted version by version at those times. No record: version 0, the
+ * version is converted version by version at those times; `k`: the record's own key, which
+ * a read checks (a reply handed to the wrong command names another). No record: version 0, the
  * constructor's options. Ops: 'g' reads it (p and t only when its version is not ARGV[2]);
  * 's' writes version ARGV[2] + 1 with options ARGV[3], made at ARGV[4] ('' = Redis TIME),
  * if it is at version ARGV[2]; 'k' only checks that it is. Replies {1, time} done, or
@@ -79,7 +80,7 @@ if v == known then
     end
     local times = redis.call('HGET', KEYS[1], 't')
     if times and times ~= '' then times = times .. ',' .. at else times = at end
-    redis.call('HSET', KEYS[1], 'v', known + 1, 'p', ARGV[3], 't', times)
+    redis.call('HSET', KEYS[1], 'k', KEYS[1], 'v', known + 1, 'p', ARGV[3], 't', times)
     return {TOKEN, {1, at}}
   end
   if op == 'k' then return {TOKEN, {1, ''}} end
@@ -301,21 +302,34 @@ export abstract class RedisLimiter {
 
   /**
    * @internal Reads the options record (one read at a time: calls meanwhile share it) and
-   * takes up what is newer. A read that fails changes nothing: the call goes on, and fails
-   * or falls back as Redis allows.
+   * takes up what is newer: one HMGET, no script. A read that fails, or gets no answer
+   * within timeoutMs, changes nothing: the call goes on, and fails or falls back as Redis
+   * allows. Not while the client is not ready (it would wait in the client's queue).
    */
   private refresh(): Promise<void> {
     if (this.reading) return this.reading;
     this.pollAtMs = this.clockMs() + this.configRefreshMs;
-    const reading = this.record('g').then(
-      (reply) => {
+    if (!this.adapter.ready()) return Promise.resolve();
+    const key = this.recordKey[0]!;
+    const reading = new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
         this.reading = undefined;
-        this.learn(this.recordOf(reply));
-      },
-      () => {
-        this.reading = undefined;
-      },
-    );
+        resolve();
+      };
+      const timer = setTimeout(done, this.timeoutMs);
+      this.adapter.hmget(key, ['k', 'v', 'p', 't']).then((reply) => {
+        try {
+          // A reply naming another key went to the wrong command: nothing is learnt.
+          if (Array.isArray(reply) && String(reply[0]) === key && this.reading === reading) {
+            this.learn(this.recordOf(['', ...reply.slice(1)]));
+          }
+        } catch {
+          // Not a record this library wrote: nothing to learn.
+        }
+        done();
+      }, done);
+    });
     this.reading = reading;
     return reading;
   }

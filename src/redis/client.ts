@@ -46,6 +46,8 @@ export interface Adapter {
   probe(key: string): Promise<unknown>;
   /** Whether Redis answers, shared by every adapter of the client (health.ts). */
   readonly health: Health;
+  /** HMGET of `fields` of the hash at `key`: one plain command, no script. */
+  hmget(key: string, fields: readonly string[]): Promise<unknown>;
 }
 
 export interface Command {
@@ -162,6 +164,10 @@ class IoRedisAdapter implements Adapter {
 
   private readonly queues: boolean;
 
+  hmget(key: string, fields: readonly string[]): Promise<unknown> {
+    return (this.client.hmget as Fn).call(this.client, key, ...fields) as Promise<unknown>;
+  }
+
   ready(): boolean {
     return !this.queues || !IOREDIS_WAITING.has(this.client.status as string);
   }
@@ -273,6 +279,18 @@ class NodeRedisAdapter implements Adapter {
   }
 
   private readonly queues: boolean;
+
+  hmget(key: string, fields: readonly string[]): Promise<unknown> {
+    const send = this.client.sendCommand as Fn;
+    const args = ['HMGET', key, ...fields];
+    try {
+      return (
+        this.cluster ? send.call(this.client, key, true, args) : send.call(this.client, args)
+      ) as Promise<unknown>;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
 
   ready(): boolean {
     // Open (connected, connecting or reconnecting) but not ready: its offline queue would

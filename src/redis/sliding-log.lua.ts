@@ -28,12 +28,23 @@ end`;
  * ring); K2 holds "admitted rejected". Index i is the in-memory log position head − 1 − i.
  * Both keys live until the newest entry leaves the window.
  */
-export function slidingLogRule(p: { readonly limit: number; readonly windowUs: number }): Rule {
+export function slidingLogRule(p: {
+  readonly limit: number;
+  readonly windowUs: number;
+  /**
+   * The largest limit and window (µs) it had (reconfigure()): the log keeps that many
+   * entries, that long, so that a limit or window raised again counts them all, as in memory.
+   */
+  readonly keep?: number;
+  readonly keepUs?: number;
+}): Rule {
   return {
     guarded: true,
     name: 'sliding-log',
     consts: `local LIMIT = ${luaNumber(p.limit)}
-local W = ${luaNumber(p.windowUs)}`,
+local W = ${luaNumber(p.windowUs)}
+local KEEP = ${luaNumber(Math.max(p.limit, p.keep ?? 0))}
+local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
     load: `local adm, rej = 0, 0
 local v = redis.call('GET', K2)
 if v then
@@ -56,20 +67,21 @@ while left > 0 do
   len = redis.call('LPUSH', K1, unpack(batch, 1, k))
   left = left - k
 end
-if len > LIMIT then
-  redis.call('LTRIM', K1, 0, LIMIT - 1)
-  len = LIMIT
+if len > KEEP then
+  redis.call('LTRIM', K1, 0, KEEP - 1)
+  len = KEEP
 end
 newest, pushed, size = NOW, ${x}, len`,
     fresh: `if not newest then newest = ${entry('0')} end
 fresh = math.max(0, newest + W - NOW)`,
-    // A refusal leaves the list as it was: its TTL stands.
-    save: `if fresh > 0 then
+    // A refusal leaves the list as it was: its TTL stands. The keys live until the newest
+    // entry leaves the largest window the limiter had (its own, unless reconfigured).
+    save: `if newest + KEEP_W > NOW then
   local counts = string.format('%.17g %.17g', adm, rej)
   if SERVER and v and not ok then
     redis.call('SET', K2, counts, 'KEEPTTL')
   else
-    local ttl = ${ttlTo('NOW + fresh')}
+    local ttl = ${ttlTo('newest + KEEP_W')}
     redis.call('PEXPIRE', K1, ttl)
     redis.call('SET', K2, counts, 'PX', ttl)
   end

@@ -21,7 +21,8 @@ export class SlidingLog extends RedisLimiter {
     const { opts, common } = readRedisCommon('SlidingLog', options, ['limit', 'windowMs']);
     const { limit, windowMs } = readLogOptions('SlidingLog', opts);
     super('SlidingLog', common);
-    this.start([limit, windowMs]);
+    // Parameters: limit, window, and the largest limit and window it had.
+    this.start([limit, windowMs, limit, windowMs]);
     this.startFleet();
   }
 
@@ -41,7 +42,8 @@ export class SlidingLog extends RedisLimiter {
 
   /** @internal */
   protected configure(params: readonly number[]): void {
-    this.useRule(slidingLogRule({ limit: params[0]!, windowUs: params[1]! * 1000 }));
+    const [limit, windowMs, keep, keepMs] = params as [number, number, number, number];
+    this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000, keep, keepUs: keepMs * 1000 }));
   }
 
   /** @internal */
@@ -60,7 +62,7 @@ export class SlidingLog extends RedisLimiter {
       windowMs: current[1],
       ...opts,
     });
-    return [limit, windowMs];
+    return [limit, windowMs, Math.max(limit, current[2]!), Math.max(windowMs, current[3]!)];
   }
 
   /** @internal A log holds times: the same under any options. */
