@@ -306,10 +306,10 @@ export abstract class RedisLimiter {
    * within timeoutMs, changes nothing: the call goes on, and fails or falls back as Redis
    * allows. Not while the client is not ready (it would wait in the client's queue).
    */
-  private refresh(): Promise<void> {
+  private refresh(): Promise<void> | undefined {
     if (this.reading) return this.reading;
     this.pollAtMs = this.clockMs() + this.configRefreshMs;
-    if (!this.adapter.ready()) return Promise.resolve();
+    if (!this.adapter.ready()) return undefined;
     const key = this.recordKey[0]!;
     const reading = new Promise<void>((resolve) => {
       const done = () => {
@@ -564,7 +564,8 @@ export abstract class RedisLimiter {
     // configRefreshMs (a read every call with 0). Calls made while it is read wait for it
     // too, in order: calls keep the order they were made in.
     if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
-      return this.refresh().then(() => this.send(op, tag, head, late, 0));
+      const reading = this.refresh();
+      if (reading !== undefined) return reading.then(() => this.send(op, tag, head, late, 0));
     }
     return this.send(op, tag, head, late, 0);
   }
@@ -612,7 +613,9 @@ export abstract class RedisLimiter {
             `atomic-limiter/redis: ${this.owner}: ${this.keysOf(tag)[0]} holds a state of options version ${newer[1]}, and the options record ${this.recordKey[0]} is at version ${this.version}`,
           );
         }
-        return this.refresh().then(() => this.send(op, tag, head, late, tries + 1));
+        return (this.refresh() ?? Promise.resolve()).then(() =>
+          this.send(op, tag, head, late, tries + 1),
+        );
       });
   }
 
@@ -650,12 +653,14 @@ export abstract class RedisLimiter {
   }
 
   /**
-   * @internal A call refused for `permits` above the limit this limiter knows: another
-   * process's reconfigure() may have raised it, so the record is read, and the call made
-   * again if the limit changed; else `error`.
+   * @internal A call refused for `permits` above the limit this limiter knows: with
+   * configRefreshMs 0 (the record read before every call) another process's reconfigure()
+   * may have raised it, so the record is read, and the call made again if the limit
+   * changed; else `error`, before any Redis call.
    */
   protected checkedAgain<T>(error: unknown, permits: unknown, again: () => Promise<T>): Promise<T> {
     if (
+      this.configRefreshMs > 0 ||
       this.closed ||
       this.foreign ||
       typeof permits !== 'number' ||
@@ -665,7 +670,9 @@ export abstract class RedisLimiter {
       return Promise.reject(error);
     }
     const limit = this.limit;
-    return this.refresh().then(() => (this.limit !== limit ? again() : Promise.reject(error)));
+    return (this.refresh() ?? Promise.resolve()).then(() =>
+      this.limit !== limit ? again() : Promise.reject(error),
+    );
   }
 
   /** @internal Throws unless the limiter is open and `permits` is what the limit allows. */
