@@ -347,7 +347,8 @@ export abstract class RedisLimiter {
    * Validated before any Redis call (TypeError, RangeError); concurrent reconfigure()s each
    * get their own options version, applied in turn (options left out keep the newest
    * values): the last wins. Rejects with BackendUnavailableError when Redis cannot be
-   * reached (nothing changed then, or everything), LimiterClosedError after close().
+   * reached (nothing changed then, or everything), LimiterClosedError after close() and
+   * at once when close() comes while it waits for Redis (the change may have been made).
    */
   reconfigure(options: object): Promise<void> {
     const name = `${this.owner}.reconfigure`;
@@ -360,6 +361,21 @@ export abstract class RedisLimiter {
       return Promise.reject(error);
     }
     return this.reconfigureFrom(name, opts);
+  }
+
+  /** @internal What close() rejects: the record writes of reconfigure()s under way. */
+  private readonly stops = new Set<() => void>();
+
+  /**
+   * @internal `pending`, or a LimiterClosedError as soon as close() is called (the change
+   * may have been made by then: Redis may have run the write already).
+   */
+  private untilClosed<T>(pending: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const stop = () => reject(new LimiterClosedError());
+      this.stops.add(stop);
+      pending.then(resolve, reject).finally(() => this.stops.delete(stop));
+    });
   }
 
   /** @internal Refuses parameters fleet mode cannot lease under. */
@@ -382,7 +398,9 @@ export abstract class RedisLimiter {
       const lineage = same ? this.lineage : [...this.lineage, next];
       let reply: unknown;
       try {
-        reply = await this.record(same ? 'k' : 's', same ? '' : JSON.stringify(lineage));
+        reply = await this.untilClosed(
+          this.record(same ? 'k' : 's', same ? '' : JSON.stringify(lineage)),
+        );
       } catch (error) {
         throw this.unavailableError(error);
       }
@@ -856,6 +874,7 @@ export abstract class RedisLimiter {
     const first = !this.closed;
     this.closed = true;
     for (const w of [...this.waiters]) w.stop(new LimiterClosedError());
+    for (const stop of [...this.stops]) stop();
     if (this.sweep) clearInterval(this.sweep);
     // Fleet mode: this thread's leases still out land in the blocks first; then the limiter
     // that made the blocks gives their unspent permits back (attach()ed ones leave them to

@@ -1,11 +1,10 @@
-import { appendFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { Cluster, Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as mem from '../../src/index.js';
-import { ManualClock } from '../../src/index.js';
+import { LimiterClosedError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
 import { seededRandom } from '../helpers/random.mjs';
-import { withRedisServer } from '../helpers/redis.js';
+import { RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // reconfigure() on Redis against the in-memory classes: one seeded random sequence of
 // calls, clock steps and reconfigure()s goes through both on one ManualClock, and every
@@ -176,90 +175,301 @@ describe('reconfigure() on Redis decides exactly as in memory', () => {
   });
 
   for (const [name, make] of CASES) {
-    it(`${name}: 400 random calls and reconfigures by one of two limiters on a prefix give equal decisions`, async () => {
-      const clock = new ManualClock(0);
-      const c = make(redis, clock);
-      const prefix = `reconf-${name.replace(/\W/g, '')}`;
-      // B reads the options record before every call; A is the one that reconfigures.
-      const a = c.make(prefix, {});
-      const b = c.make(prefix, { configRefreshMs: 0 });
-      const m = c.m;
-      const next = seededRandom(name.length * 7919 + 3 + Number(process.env.SEED ?? 0));
-      const keys = ['a', 'b{x}', 42];
-      let reconfigures = 0;
-      for (let step = 0; step < 400; step++) {
-        const x = next();
-        const key = pick(next, keys);
-        const r = next() < 0.5 ? a : b;
-        const permits = 1 + Math.floor(next() ** 3 * m.limit);
-        if (process.env.TRACE) {
-          appendFileSync(
-            process.env.TRACE,
-            `${step} ${x.toFixed(2)} ${r === a ? 'A' : 'B'} ${key} ${permits} ${clock.nowUs() / 1000}\n`,
-          );
-        }
-        if (x < 0.2) {
-          clock.advance(Math.round(next() * c.windowMs * 1.3 * 1000) / 1000);
-        } else if (x < 0.27) {
-          const options = c.options(next);
-          if (process.env.TRACE)
-            appendFileSync(process.env.TRACE, `reconfigure ${JSON.stringify(options)}\n`);
-          m.reconfigure(options);
-          await (a as red.TokenBucket).reconfigure(options as never);
-          reconfigures++;
-          expect([step, a.limit]).toEqual([step, m.limit]);
-        } else if (x < 0.35) {
-          if (name === 'Concurrency') {
-            let memError: unknown;
-            try {
-              (m as mem.Concurrency).release(key, permits);
-            } catch (e) {
-              memError = e;
+    for (const seed of [3, 5, 6]) {
+      it(`${name}: 400 random calls and reconfigures by one of two limiters on a prefix give equal decisions (seed ${seed})`, async () => {
+        const clock = new ManualClock(0);
+        const c = make(redis, clock);
+        const prefix = `reconf-${name.replace(/\W/g, '')}-${seed}`;
+        // B reads the options record before every call; A is the one that reconfigures.
+        const a = c.make(prefix, {});
+        const b = c.make(prefix, { configRefreshMs: 0 });
+        const m = c.m;
+        const next = seededRandom(name.length * 7919 + seed);
+        const keys = ['a', 'b{x}', 42];
+        let reconfigures = 0;
+        for (let step = 0; step < 400; step++) {
+          const x = next();
+          const key = pick(next, keys);
+          const r = next() < 0.5 ? a : b;
+          const permits = 1 + Math.floor(next() ** 3 * m.limit);
+          if (x < 0.2) {
+            clock.advance(Math.round(next() * c.windowMs * 1.3 * 1000) / 1000);
+          } else if (x < 0.27) {
+            const options = c.options(next);
+            m.reconfigure(options);
+            await (a as red.TokenBucket).reconfigure(options as never);
+            reconfigures++;
+            expect([step, a.limit]).toEqual([step, m.limit]);
+          } else if (x < 0.35) {
+            if (name === 'Concurrency') {
+              let memError: unknown;
+              try {
+                (m as mem.Concurrency).release(key, permits);
+              } catch (e) {
+                memError = e;
+              }
+              const redisError = await (r as red.Concurrency).release(key, permits).then(
+                () => undefined,
+                (e) => e,
+              );
+              expect([step, redisError?.constructor]).toEqual([step, memError?.constructor]);
+            } else if (name !== 'WarmingBucket') {
+              m.refund(key, permits);
+              await r.refund(key, permits);
             }
-            const redisError = await (r as red.Concurrency).release(key, permits).then(
-              () => undefined,
-              (e) => e,
-            );
-            expect([step, redisError?.constructor]).toEqual([step, memError?.constructor]);
-          } else if (name !== 'WarmingBucket') {
-            m.refund(key, permits);
-            await r.refund(key, permits);
+          } else if (x < 0.5) {
+            const tm = m.tryAcquire(key, permits);
+            const tr = await r.tryAcquire(key, permits);
+            expect({ step, key, permits, allowed: tr }).toEqual({
+              step,
+              key,
+              permits,
+              allowed: tm,
+            });
+          } else {
+            const dm = m.consume(key, permits);
+            const dr = await r.consume(key, permits);
+            expect({ step, key, permits, ...dr }).toEqual({ step, key, permits, ...dm });
           }
-        } else if (x < 0.5) {
-          if (process.env.TRACE) {
-            const raw = await redis.getBuffer(r.redisKeys(key)[0]!).catch(() => undefined);
-            appendFileSync(
-              process.env.TRACE,
-              `  state ${raw?.toString('hex')} B at ${(b as never as { version: number }).version}\n`,
-            );
-          }
-          const tm = m.tryAcquire(key, permits);
-          const tr = await r.tryAcquire(key, permits);
-          if (process.env.TRACE)
-            appendFileSync(
-              process.env.TRACE,
-              `  try ${tm} ${tr} ${JSON.stringify(m.stats(key))}\n`,
-            );
-          expect({ step, key, permits, allowed: tr }).toEqual({ step, key, permits, allowed: tm });
-        } else {
-          const dm = m.consume(key, permits);
-          const dr = await r.consume(key, permits);
-          if (process.env.TRACE)
-            appendFileSync(
-              process.env.TRACE,
-              `  consume ${JSON.stringify(dm)} ${JSON.stringify(dr)}\n`,
-            );
-          expect({ step, key, permits, ...dr }).toEqual({ step, key, permits, ...dm });
         }
+        expect(reconfigures).toBeGreaterThan(10);
+        for (const key of keys) {
+          const sm = m.stats(key);
+          const sr = await b.stats(key);
+          expect([key, sr.available]).toEqual([key, sm.available]);
+        }
+        await a.close();
+        await b.close();
+      });
+    }
+  }
+});
+
+describe('reconfigure() reaches every limiter on the prefix', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  it('a limiter learns another one’s reconfigure at once on a key that one wrote since', async () => {
+    const clock = new ManualClock(0);
+    const options = { redis, limit: 10, windowMs: 60_000, clock, prefix: 'learn-touched' };
+    const a = new red.FixedWindow(options);
+    const b = new red.FixedWindow(options);
+    expect((await b.consume('k', 1)).remaining).toBe(9);
+    await a.reconfigure({ limit: 3 });
+    // A writes the key under the new options; B, which read the record a moment ago, meets
+    // the key's newer version on its next call and decides under them.
+    expect((await a.consume('k', 1)).remaining).toBe(1);
+    expect(b.limit).toBe(10);
+    expect(await b.consume('k', 1)).toMatchObject({ allowed: true, remaining: 0, limit: 3 });
+    expect(b.limit).toBe(3);
+    expect(await b.consume('k', 1)).toMatchObject({ allowed: false, limit: 3 });
+  });
+
+  it('a limiter learns it on a key nobody touched since within configRefreshMs of its clock', async () => {
+    const clock = new ManualClock(0);
+    const options = { redis, limit: 10, windowMs: 60_000, clock, prefix: 'learn-untouched' };
+    const a = new red.FixedWindow(options);
+    const b = new red.FixedWindow({ ...options, configRefreshMs: 1000 });
+    expect((await b.consume('k', 5)).remaining).toBe(5);
+    await a.reconfigure({ limit: 3 });
+    // Before configRefreshMs: B decides under the options it read at 0.
+    clock.advance(999);
+    expect(await b.consume('k', 1)).toMatchObject({ allowed: true, remaining: 4, limit: 10 });
+    // At configRefreshMs: B reads the record before its call, which counts the 6 permits
+    // granted under a limit of 3.
+    clock.advance(1);
+    expect(await b.consume('k', 1)).toMatchObject({ allowed: false, remaining: 0, limit: 3 });
+    expect(b.limit).toBe(3);
+  });
+
+  it('a limiter created with another window on a reconfigured prefix is refused, naming both', async () => {
+    const prefix = 'foreign-window';
+    const a = new red.FixedWindow({ redis, limit: 10, windowMs: 1000, prefix });
+    await a.reconfigure({ limit: 5 });
+    const other = new red.FixedWindow({ redis, limit: 10, windowMs: 2000, prefix });
+    const error = await other.consume('k').then(
+      () => undefined,
+      (e: Error) => e.message,
+    );
+    expect(error).toMatch(/created with windowMs 2000.*with windowMs 1000/);
+    await expect(other.reconfigure({ limit: 7 })).rejects.toThrow(/windowMs 2000/);
+    // The same window and another limit: it takes up the prefix's options.
+    const same = new red.FixedWindow({ redis, limit: 99, windowMs: 1000, prefix });
+    expect(await same.consume('k')).toMatchObject({ allowed: true, limit: 5 });
+    expect(same.limit).toBe(5);
+  });
+
+  it('concurrent reconfigures each get a version, the later on top of the earlier, and the last wins', async () => {
+    const prefix = 'concurrent';
+    const options = { redis, capacity: 10, refillPerSecond: 1, prefix };
+    const a = new red.TokenBucket(options);
+    const b = new red.TokenBucket(options);
+    await Promise.all([a.reconfigure({ capacity: 20 }), b.reconfigure({ refillPerSecond: 5 })]);
+    const key = `${prefix}:TokenBucket:{#config}`;
+    expect(await redis.hget(key, 'v')).toBe('2');
+    const lineage = JSON.parse((await redis.hget(key, 'p'))!) as number[][];
+    // Options left out keep the newest values: whichever came second carries both changes.
+    expect(lineage[2]!.slice(0, 2)).toEqual([20, 5]);
+    await Promise.all([a.reconfigure({ capacity: 30 }), b.reconfigure({ capacity: 40 })]);
+    expect(await redis.hget(key, 'v')).toBe('4');
+    const last = (JSON.parse((await redis.hget(key, 'p'))!) as number[][])[4]![0]!;
+    expect([30, 40]).toContain(last);
+    // Each limiter decides under the last version once it meets it.
+    await a.consume('k');
+    await b.consume('k');
+    expect([a.capacity, b.capacity, a.refillPerSecond, b.refillPerSecond]).toEqual([
+      last,
+      last,
+      5,
+      5,
+    ]);
+  });
+
+  it('fleet mode spends blocks leased under the old options as taken; the next lease asks under the new', async () => {
+    const clock = new ManualClock(0);
+    const options = { redis, limit: 10, windowMs: 60_000, clock, prefix: 'fleet-reconf', block: 5 };
+    const r = new red.FixedWindow(options);
+    expect((await r.consume('k')).allowed).toBe(true); // leases 5
+    await r.reconfigure({ limit: 6 });
+    const allowed: boolean[] = [];
+    for (let i = 0; i < 6; i++) allowed.push(await r.tryAcquire('k'));
+    // 4 left in the block, then one lease of the 1 permit the new limit leaves.
+    expect(allowed).toEqual([true, true, true, true, true, false]);
+    await expect(r.reconfigure({ limit: 4 })).rejects.toThrow(/option "block" \(5\)/);
+    await r.close();
+  });
+
+  it('close() during a reconfigure() settles it at once', async () => {
+    const server = await RedisServer.start();
+    const proxy = await RedisProxy.start(server.port);
+    const client = new Redis(proxy.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    client.on('error', () => {});
+    try {
+      const r = new red.FixedWindow({ redis: client, limit: 5, windowMs: 1000, timeoutMs: 60_000 });
+      await r.consume('k');
+      proxy.hang();
+      const pending = r.reconfigure({ limit: 3 });
+      await new Promise((resolve) => setImmediate(resolve));
+      await r.close();
+      await expect(pending).rejects.toBeInstanceOf(LimiterClosedError);
+    } finally {
+      proxy.heal();
+      client.disconnect();
+      proxy.close();
+      await server.close();
+    }
+  });
+});
+
+describe('reconfigure() on a Redis Cluster', () => {
+  let cluster: RedisCluster;
+  beforeAll(async () => {
+    cluster = await RedisCluster.start();
+  });
+  afterAll(async () => {
+    await cluster?.close();
+  });
+
+  it('the record and the keys live in other slots: no CROSSSLOT, and a second limiter learns', async () => {
+    const nodes = cluster.ports.map((port) => ({ host: '127.0.0.1', port }));
+    const options = {
+      redisOptions: { autoResendUnfulfilledCommands: false },
+      retryDelayOnFailover: 0,
+    };
+    const c1 = new Cluster(nodes, options);
+    const c2 = new Cluster(nodes, options);
+    try {
+      const clock = new ManualClock(0);
+      const common = { limit: 4, windowMs: 60_000, clock, prefix: 'cluster-reconf' };
+      const a = new red.SlidingWindow({ redis: c1, ...common });
+      const b = new red.SlidingWindow({ redis: c2, ...common });
+      const keys = ['a', 'b{x}', 'ü:1', 42];
+      for (const k of keys) expect((await b.consume(k, 3)).allowed).toBe(true);
+      await a.reconfigure({ limit: 2, windowMs: 30_000 });
+      // Every key counts its 3 permits under the new limit: refused, by either limiter.
+      for (const k of keys) {
+        expect(await a.consume(k)).toMatchObject({ allowed: false, limit: 2 });
+        expect(await b.consume(k)).toMatchObject({ allowed: false, limit: 2 });
       }
-      expect(reconfigures).toBeGreaterThan(10);
-      for (const key of keys) {
-        const sm = m.stats(key);
-        const sr = await b.stats(key);
-        expect([key, sr.available]).toEqual([key, sm.available]);
+      expect(b.windowMs).toBe(30_000);
+    } finally {
+      c1.disconnect();
+      c2.disconnect();
+    }
+  });
+});
+
+// A lazy client that never connected: any command would make it connect (its status leaves
+// 'wait'), so an unchanged status proves that bad input made no Redis call.
+const lazy = () =>
+  new Redis({
+    autoResendUnfulfilledCommands: false,
+    lazyConnect: true,
+    port: 1,
+    enableOfflineQueue: false,
+  });
+
+/** What `f` throws or rejects with, as its class and message. */
+async function outcome(f: () => unknown): Promise<string> {
+  try {
+    await f();
+    return 'no error';
+  } catch (e) {
+    return `${(e as Error).constructor.name}: ${(e as Error).message}`;
+  }
+}
+
+const BAD: [string, Record<string, unknown>, unknown[]][] = [
+  [
+    'TokenBucket',
+    { capacity: 10, refillPerSecond: 2 },
+    [{ capacity: 0 }, { capacity: 1.5 }, { refillPerSecond: 0 }, { refillPerSecond: 'x' }],
+  ],
+  [
+    'LeakyBucket',
+    { capacity: 10, ratePerSecond: 2 },
+    [{ capacity: -1 }, { ratePerSecond: 2e9 }, { refillPerSecond: 1 }],
+  ],
+  ['FixedWindow', { limit: 10, windowMs: 1000 }, [{ limit: 0 }, { windowMs: 0 }, { limit: 'x' }]],
+  [
+    'SlidingWindow',
+    { limit: 10, windowMs: 1000 },
+    [{ limit: -3 }, { windowMs: Number.NaN }, { segments: 10 }],
+  ],
+  [
+    'SlidingWindow',
+    { limit: 10, windowMs: 1000, segments: 10 },
+    [{ windowMs: 2000 }, { segments: 5 }, { limit: 100_000 }, { limit: 0 }],
+  ],
+  ['SlidingLog', { limit: 10, windowMs: 1000 }, [{ limit: 70_000 }, { windowMs: -1 }]],
+  ['Concurrency', { limit: 10 }, [{ limit: 0 }, { limit: 2 ** 31 }, { windowMs: 5 }]],
+  [
+    'WarmingBucket',
+    { ratePerSecond: 10, warmupMs: 1000 },
+    [{ warmupMs: 0 }, { coldFactor: 1 }, { ratePerSecond: 0 }, { capacity: 3 }],
+  ],
+];
+
+describe('reconfigure() refuses bad input before any Redis call, as in memory', () => {
+  for (const [name, own, bad] of BAD) {
+    it(`${name}${own.segments ? ' with segments' : ''}: options the class does not take or out of range`, async () => {
+      const redis = lazy();
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.Concurrency>)[name]!;
+      const R = (red as unknown as Record<string, new (o: unknown) => red.Concurrency>)[name]!;
+      const m = new M(own);
+      const r = new R({ ...own, redis });
+      for (const options of [...bad, null, 5, 'limit']) {
+        const expected = await outcome(() => m.reconfigure(options as never));
+        const got = await outcome(() => r.reconfigure(options as never));
+        expect([options, got]).toEqual([options, expected]);
+        expect(got).toMatch(/^(TypeError|RangeError): /);
       }
-      await a.close();
-      await b.close();
+      expect(redis.status).toBe('wait');
+      await r.close();
+      expect(await outcome(() => r.reconfigure({}))).toMatch(/^LimiterClosedError/);
+      expect(redis.status).toBe('wait');
     });
   }
 });
