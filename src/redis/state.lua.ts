@@ -1,7 +1,8 @@
 import { luaNumber, MARK } from './compose.lua.js';
 
 /**
- * How a bucket's or a window's state is stored in its key: a version byte (2), the writer's
+ * How a bucket's or a window's state is stored in its key: a version byte (2; 3 past a
+ * limiter's first reconfigure(), then its options version: Lineage), the writer's
  * settings (Geometry), then the fields, as little-endian doubles (struct.pack '<B' + 'd' × n):
  * one C call to read or write, where text needs a parse and a format per field. Doubles hold
  * every figure exactly (integers below 2^53). The version byte and the length make a value
