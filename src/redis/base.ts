@@ -167,7 +167,7 @@ export abstract class RedisLimiter {
   /** @internal When (ms, limiter's clock) the next call reads the options record first. */
   private pollAtMs = Number.NEGATIVE_INFINITY;
   /** @internal The record read under way, shared by the calls waiting for it. */
-  private reading: Promise<void> | undefined;
+  private reading: Promise<Unavailable | undefined> | undefined;
   /**
    * @internal Set when the record shows that this prefix's limiter was created with other
    * settings: every call rejects with it.
@@ -302,33 +302,50 @@ export abstract class RedisLimiter {
 
   /**
    * @internal Reads the options record (one read at a time: calls meanwhile share it) and
-   * takes up what is newer: one HMGET, no script. A read that fails, or gets no answer
-   * within timeoutMs, changes nothing: the call goes on, and fails or falls back as Redis
-   * allows. Not while the client is not ready (it would wait in the client's queue).
+   * takes up what is newer: one HMGET, no script. Resolves with the Unavailable error the
+   * calls waiting for it fail with when Redis does not answer within timeoutMs (each call
+   * waits timeoutMs at most, the read included); a read that fails otherwise changes
+   * nothing, and the calls go on. Undefined (nothing to wait for) while the client is not
+   * ready (the read would wait in its queue) or Redis is known to be unavailable.
    */
-  private refresh(): Promise<void> | undefined {
+  private refresh(): Promise<Unavailable | undefined> | undefined {
     if (this.reading) return this.reading;
     this.pollAtMs = this.clockMs() + this.configRefreshMs;
-    if (!this.adapter.ready()) return undefined;
+    const slot = this.recordSlot;
+    if (!this.adapter.ready() || this.adapter.health.failsFast(slot, this.timeoutMs)) {
+      return undefined;
+    }
     const key = this.recordKey[0]!;
-    const reading = new Promise<void>((resolve) => {
-      const done = () => {
+    const sentAt = performance.now();
+    let settled = false;
+    const reading = new Promise<Unavailable | undefined>((resolve) => {
+      const done = (error?: Unavailable) => {
+        settled = true;
         clearTimeout(timer);
         this.reading = undefined;
-        resolve();
+        resolve(error);
       };
-      const timer = setTimeout(done, this.timeoutMs);
-      this.adapter.hmget(key, ['k', 'v', 'p', 't']).then((reply) => {
-        try {
-          // A reply naming another key went to the wrong command: nothing is learnt.
-          if (Array.isArray(reply) && String(reply[0]) === key && this.reading === reading) {
-            this.learn(this.recordOf(['', ...reply.slice(1)]));
+      const timer = setTimeout(() => {
+        this.adapter.health.markDown(slot, key, sentAt);
+        done(new Unavailable(`no answer from Redis within ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+      this.adapter.hmget(key, ['k', 'v', 'p', 't']).then(
+        (reply) => {
+          if (settled) return;
+          try {
+            // A reply naming another key went to the wrong command: nothing is learnt.
+            if (Array.isArray(reply) && String(reply[0]) === key) {
+              this.learn(this.recordOf(['', ...reply.slice(1)]));
+            }
+          } catch {
+            // Not a record this library wrote: nothing to learn.
           }
-        } catch {
-          // Not a record this library wrote: nothing to learn.
-        }
-        done();
-      }, done);
+          done();
+        },
+        () => {
+          if (!settled) done();
+        },
+      );
     });
     this.reading = reading;
     return reading;
@@ -583,7 +600,11 @@ export abstract class RedisLimiter {
     // too, in order: calls keep the order they were made in.
     if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
       const reading = this.refresh();
-      if (reading !== undefined) return reading.then(() => this.send(op, tag, head, late, 0));
+      if (reading !== undefined) {
+        return reading.then((error) =>
+          error === undefined ? this.send(op, tag, head, late, 0) : Promise.reject(error),
+        );
+      }
     }
     return this.send(op, tag, head, late, 0);
   }
@@ -631,8 +652,8 @@ export abstract class RedisLimiter {
             `atomic-limiter/redis: ${this.owner}: ${this.keysOf(tag)[0]} holds a state of options version ${newer[1]}, and the options record ${this.recordKey[0]} is at version ${this.version}`,
           );
         }
-        return (this.refresh() ?? Promise.resolve()).then(() =>
-          this.send(op, tag, head, late, tries + 1),
+        return (this.refresh() ?? Promise.resolve(undefined)).then((error) =>
+          error === undefined ? this.send(op, tag, head, late, tries + 1) : Promise.reject(error),
         );
       });
   }

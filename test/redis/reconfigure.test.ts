@@ -4,7 +4,7 @@ import * as mem from '../../src/index.js';
 import { LimiterClosedError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
 import { seededRandom } from '../helpers/random.mjs';
-import { RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
+import { cli, RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 // reconfigure() on Redis against the in-memory classes: one seeded random sequence of
 // calls, clock steps and reconfigure()s goes through both on one ManualClock, and every
@@ -339,6 +339,35 @@ describe('reconfigure() reaches every limiter on the prefix', () => {
     expect(allowed).toEqual([true, true, true, true, true, false]);
     await expect(r.reconfigure({ limit: 4 })).rejects.toThrow(/option "block" \(5\)/);
     await r.close();
+  });
+
+  it('a record read Redis does not answer fails its call as unavailable, which is then never sent', async () => {
+    const server = await RedisServer.start();
+    const proxy = await RedisProxy.start(server.port);
+    const client = new Redis(proxy.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    client.on('error', () => {});
+    try {
+      await client.ping();
+      const r = new red.FixedWindow({
+        redis: client,
+        limit: 5,
+        windowMs: 1000,
+        timeoutMs: 100,
+        whenUnavailable: 'deny',
+      });
+      proxy.hang();
+      // The first call reads the record first: no answer within timeoutMs, so the call
+      // applies whenUnavailable without sending its script (it would wait timeoutMs again).
+      expect(await r.consume('k')).toMatchObject({ allowed: false, reason: 'unavailable' });
+      proxy.heal();
+      await client.ping();
+      expect(await cli(server.port, 'INFO', 'commandstats')).not.toMatch(/cmdstat_eval/);
+      await r.close();
+    } finally {
+      client.disconnect();
+      proxy.close();
+      await server.close();
+    }
   });
 
   it('close() during a reconfigure() settles it at once', async () => {
