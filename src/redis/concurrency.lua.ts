@@ -1,5 +1,6 @@
 import { luaNumber, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
+import { newer } from './state.lua.js';
 
 /** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
 function luaString(s: string): string {
@@ -18,8 +19,14 @@ export function concurrencyRule(p: {
   readonly limit: number;
   readonly leaseUs: number;
   readonly channel: string;
+  /** The options version (reconfigure()), written after the counts past 0 (" @v"). */
+  readonly version?: number;
 }): Rule {
-  const counts = "string.format('%.17g %.17g %.17g', held, adm, rej)";
+  const version = p.version ?? 0;
+  const counts =
+    version > 0
+      ? `string.format('%.17g %.17g %.17g @${version}', held, adm, rej)`
+      : "string.format('%.17g %.17g %.17g', held, adm, rej)";
   const save = `if add then
   -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release() by
   -- key frees those first, and a lease's own release() still finds its id.
@@ -92,7 +99,11 @@ end`,
 local add, freed
 local v = redis.call('GET', K1)
 if v then
-  local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
+  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+)(.*)$')
+  -- Written under newer options: the call stops before any write (state.lua.ts).
+  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
+    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
+  end
   held, adm, rej = tonumber(a), tonumber(b), tonumber(c)
 end
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)

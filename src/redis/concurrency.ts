@@ -90,9 +90,10 @@ export class Concurrency extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(params: readonly number[]): void {
+  protected configure(params: readonly number[], version: number): void {
     const leaseUs = this.leaseMs * 1000;
-    this.useRule(concurrencyRule({ limit: params[0]!, leaseUs, channel: this.channel }), false);
+    const rule = concurrencyRule({ limit: params[0]!, leaseUs, channel: this.channel, version });
+    this.useRule(rule, false);
   }
 
   /** @internal */

@@ -1,5 +1,6 @@
 import { luaNumber, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
+import { newer } from './state.lua.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
 function entry(i: string): string {
@@ -37,7 +38,10 @@ export function slidingLogRule(p: {
    */
   readonly keep?: number;
   readonly keepUs?: number;
+  /** The options version (reconfigure()), written after the counts past 0 (" @v"). */
+  readonly version?: number;
 }): Rule {
+  const version = p.version ?? 0;
   return {
     guarded: true,
     name: 'sliding-log',
@@ -48,7 +52,11 @@ local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
     load: `local adm, rej = 0, 0
 local v = redis.call('GET', K2)
 if v then
-  local a, b = string.match(v, '^(%S+) (%S+)$')
+  local a, b, d = string.match(v, '^(%S+) (%S+)(.*)$')
+  -- Written under newer options: the call stops before any write (state.lua.ts).
+  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
+    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
+  end
   adm, rej = tonumber(a), tonumber(b)
 end
 local newest
@@ -77,7 +85,7 @@ fresh = math.max(0, newest + W - NOW)`,
     // A refusal leaves the list as it was: its TTL stands. The keys live until the newest
     // entry leaves the largest window the limiter had (its own, unless reconfigured).
     save: `if newest + KEEP_W > NOW then
-  local counts = string.format('%.17g %.17g', adm, rej)
+  local counts = string.format('%.17g %.17g${version > 0 ? ` @${version}` : ''}', adm, rej)
   if SERVER and v and not ok then
     redis.call('SET', K2, counts, 'KEEPTTL')
   else

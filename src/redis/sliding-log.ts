@@ -41,9 +41,10 @@ export class SlidingLog extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(params: readonly number[]): void {
+  protected configure(params: readonly number[], version: number): void {
     const [limit, windowMs, keep, keepMs] = params as [number, number, number, number];
-    this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000, keep, keepUs: keepMs * 1000 }));
+    const keepUs = keepMs * 1000;
+    this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000, keep, keepUs, version }));
   }
 
   /** @internal */

@@ -267,6 +267,48 @@ describe('reconfigure() reaches every limiter on the prefix', () => {
     expect(await b.consume('k', 1)).toMatchObject({ allowed: false, limit: 3 });
   });
 
+  const EVERY: [string, Record<string, number>, Record<string, number>, string][] = [
+    [
+      'TokenBucket',
+      { capacity: 10, refillPerSecond: 1 },
+      { refillPerSecond: 4 },
+      'refillPerSecond',
+    ],
+    ['LeakyBucket', { capacity: 10, ratePerSecond: 1 }, { capacity: 3 }, 'capacity'],
+    ['FixedWindow', { limit: 10, windowMs: 1000 }, { windowMs: 3000 }, 'windowMs'],
+    ['SlidingWindow', { limit: 10, windowMs: 1000 }, { windowMs: 3000 }, 'windowMs'],
+    ['SlidingWindow', { limit: 10, windowMs: 1000, segments: 10 }, { limit: 4 }, 'limit'],
+    ['SlidingLog', { limit: 10, windowMs: 1000 }, { windowMs: 3000 }, 'windowMs'],
+    ['Concurrency', { limit: 10 }, { limit: 4 }, 'limit'],
+    [
+      'WarmingBucket',
+      { ratePerSecond: 10, warmupMs: 1000, coldFactor: 3 },
+      { coldFactor: 5 },
+      'coldFactor',
+    ],
+  ];
+  for (const [name, own, change, shown] of EVERY) {
+    it(`${name}${own.segments ? ' with segments' : ''}: a key written under new options tells a limiter that has not read them`, async () => {
+      const clock = new ManualClock(0);
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const prefix = `every-${name}-${own.segments ?? 0}`;
+      const a = new R({ ...own, redis, clock, prefix });
+      // B reads the record once, now, and not again for 2^31 − 1 ms.
+      const b = new R({ ...own, redis, clock, prefix, configRefreshMs: 2 ** 31 - 1 });
+      await b.consume('k');
+      await a.reconfigure(change);
+      await a.consume('k');
+      const before = (b as never as Record<string, number>)[shown];
+      await b.consume('k');
+      expect([before, (b as never as Record<string, number>)[shown]]).toEqual([
+        own[shown],
+        change[shown],
+      ]);
+      await a.close();
+      await b.close();
+    });
+  }
+
   it('a limiter learns it on a key nobody touched since within configRefreshMs of its clock', async () => {
     const clock = new ManualClock(0);
     const options = { redis, limit: 10, windowMs: 60_000, clock, prefix: 'learn-untouched' };
