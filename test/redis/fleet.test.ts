@@ -393,6 +393,10 @@ describe('fleet mode: lease sizes', () => {
       }
     };
     const slowId = String(await slow.client('ID'));
+    // A limiter's first call reads the options record first (docs/redis.md, "Changing a
+    // limit"): done now, so that no read stands between the calls below and their replies.
+    await x.stats('other');
+    await y.stats('other');
     slow.stream.pause();
     // From here until held() asks Redis, no event-loop turn: x's replies wait too.
     await spend(x, 6); // a block of 8; 2 left: x leases the next ahead
