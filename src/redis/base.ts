@@ -195,6 +195,9 @@ export abstract class RedisLimiter {
     this.block = common.block;
     this.blockTtlMs = common.blockTtlMs;
     this.configRefreshMs = common.configRefreshMs;
+    this.changed = new Promise<void>((resolve) => {
+      this.wakeWaiters = resolve;
+    });
     this.recordKey = [`${this.keyPrefix}{#config}`];
     this.recordSlot = this.adapter.cluster ? slotOf('#config') : 0;
   }
@@ -241,8 +244,21 @@ export abstract class RedisLimiter {
     this.configure(params, 0, [], []);
   }
 
+  /**
+   * @internal Settles when this limiter takes up other options: the head waiter of each
+   * key's line then decides again at once, as in memory, instead of after its pause.
+   */
+  protected changed: Promise<void>;
+  /** @internal */
+  private wakeWaiters: () => void = () => {};
+
   /** @internal Takes up options version `r.version`. */
   private adopt(r: ConfigRecord): void {
+    const wake = this.wakeWaiters;
+    this.changed = new Promise<void>((resolve) => {
+      this.wakeWaiters = resolve;
+    });
+    wake();
     this.version = r.version;
     this.lineage = r.lineage;
     this.times = r.times;
@@ -1005,6 +1021,7 @@ export abstract class RedisLimiter {
 
   /** @internal How the head waits after a refusal: the refusal's retryAfterMs. */
   protected pause(w: Waiter, r: Reply): Promise<void> {
-    return sleepUs(this.clock, Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000, w);
+    const us = Number.isFinite(r.retryAfterUs) ? r.retryAfterUs : 1000;
+    return Promise.race([sleepUs(this.clock, us, w), this.changed]);
   }
 }

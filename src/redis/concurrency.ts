@@ -362,7 +362,8 @@ export class Concurrency extends RedisLimiter {
     const woken = new Promise<void>((resolve) => {
       w.wake = resolve;
     });
-    const waits: Promise<void>[] = [woken];
+    // Other options (a limit raised by reconfigure()) wake it too.
+    const waits: Promise<void>[] = [woken, this.changed];
     if (r.hintUs >= 0) waits.push(sleepUs(this.clock, r.hintUs + 1, w));
     // One message is not trusted: it is lost while the subscriber reconnects, and none
     // comes when the key is wiped (FLUSHALL, a restart without persistence, a failover).

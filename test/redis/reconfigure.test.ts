@@ -544,3 +544,39 @@ describe('reconfigure() refuses bad input before any Redis call, as in memory', 
     });
   }
 });
+
+describe('reconfigure() and waiters', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  for (const name of ['FixedWindow', 'SlidingWindow', 'SlidingLog', 'Concurrency'] as const) {
+    it(`${name}: a waiter in acquire() decides again at once under a raised limit, as in memory`, async () => {
+      const clock = new ManualClock(0);
+      const own = { limit: 3, windowMs: 60_000, queueLimit: 5, clock };
+      const options = name === 'Concurrency' ? { limit: 3, queueLimit: 5, clock } : own;
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.FixedWindow>)[name]!;
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const m = new M(options);
+      const r = new R({ ...options, redis, prefix: `waiters-${name}` });
+      const order: string[] = [];
+      await r.consume('k', 3);
+      m.consume('k', 3);
+      const waiting = r.acquire('k').then(() => order.push('redis granted'));
+      const waitingM = Promise.resolve(m.acquire('k')).then(() => order.push('memory granted'));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      order.push('reconfigure');
+      m.reconfigure({ limit: 4 });
+      await r.reconfigure({ limit: 4 });
+      await Promise.all([waiting, waitingM]);
+      // No time passed on the clock: the raised limit alone let both in.
+      expect([order[0], order.slice(1).sort()]).toEqual([
+        'reconfigure',
+        ['memory granted', 'redis granted'],
+      ]);
+      await r.close();
+      m.close();
+    });
+  }
+});
