@@ -236,6 +236,14 @@ export abstract class RedisLimiter {
    */
   protected abstract settings(params: readonly number[]): string;
 
+  /**
+   * @internal The options version this limiter decides under: what caches figures derived
+   * from the options (HTTP's policy headers) compares it to read them again.
+   */
+  get optionsVersion(): number {
+    return this.version;
+  }
+
   /** @internal Sets the constructor's options (subclasses call it once, before startFleet()). */
   protected start(params: readonly number[]): void {
     this.own = params;

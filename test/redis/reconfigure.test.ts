@@ -1,8 +1,11 @@
+import http from 'node:http';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rateLimit } from '../../src/http/index.js';
 import * as mem from '../../src/index.js';
 import { LimiterClosedError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
+import { listen, rateFields, request } from '../helpers/http.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 
@@ -579,4 +582,38 @@ describe('reconfigure() and waiters', () => {
       m.close();
     });
   }
+});
+
+describe('reconfigure() and the HTTP middleware', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  it('the policy headers show a Redis limiter’s new options from the next response on', async () => {
+    const clock = new ManualClock(0);
+    const limiter = new red.FixedWindow({
+      redis,
+      limit: 5,
+      windowMs: 10_000,
+      clock,
+      prefix: 'http',
+    });
+    const middleware = rateLimit({ limiter, key: () => 'one' });
+    const server = http.createServer((req, res) =>
+      middleware(req, res, () => {
+        res.end('ok');
+      }),
+    );
+    const { port, close } = await listen(server);
+    try {
+      const before = rateFields((await request(port)).headers)['ratelimit-policy'];
+      await limiter.reconfigure({ limit: 8, windowMs: 20_000 });
+      const after = rateFields((await request(port)).headers)['ratelimit-policy'];
+      expect([before, after]).toEqual(['"5-in-10s";q=5;w=10', '"8-in-20s";q=8;w=20']);
+    } finally {
+      await close();
+      await limiter.close();
+    }
+  });
 });
