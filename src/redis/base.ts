@@ -59,11 +59,10 @@ const NO_PARAMS: readonly string[] = [];
  * in-memory class's parameters), so a state written under any of them can be read; `t`:
  * when each version from 1 on was made (µs, comma-separated), as a state of an earlier
  * version is converted version by version at those times; `k`: the record's own key, which
- * a read checks (a reply handed to the wrong command names another). No record: version 0, the
- * constructor's options. Ops: 'g' reads it (p and t only when its version is not ARGV[2]);
- * 's' writes version ARGV[2] + 1 with options ARGV[3], made at ARGV[4] ('' = Redis TIME),
- * if it is at version ARGV[2]; 'k' only checks that it is. Replies {1, time} done, or
- * {0, version, p, t}.
+ * a read (one HMGET, refresh()) checks: a reply handed to the wrong command names another.
+ * No record: version 0, the constructor's options. Ops: 's' writes version ARGV[2] + 1
+ * with options ARGV[3], made at ARGV[4] ('' = Redis TIME), if the record is at version
+ * ARGV[2]; 'k' only checks that it is. Replies {1, time} done, else {0, version, p, t}.
  */
 const CONFIG = new Script(
   'atomic-limiter:config',
@@ -83,8 +82,7 @@ if v == known then
     redis.call('HSET', KEYS[1], 'k', KEYS[1], 'v', known + 1, 'p', ARGV[3], 't', times)
     return {TOKEN, {1, at}}
   end
-  if op == 'k' then return {TOKEN, {1, ''}} end
-  return {TOKEN, {0, v, '', ''}}
+  return {TOKEN, {1, ''}}
 end
 return {TOKEN, {0, v, redis.call('HGET', KEYS[1], 'p') or '', redis.call('HGET', KEYS[1], 't') or ''}}`,
 );
@@ -292,7 +290,7 @@ export abstract class RedisLimiter {
   }
 
   /** @internal Runs an op of the options record's script. */
-  private record(op: 'g' | 's' | 'k', body = ''): Promise<unknown> {
+  private record(op: 's' | 'k', body = ''): Promise<unknown> {
     const head = [op, String(this.version), body, this.clock ? String(this.clock.nowUs()) : ''];
     return this.runner.run(CONFIG, CONFIG, this.recordKey, head, NO_PARAMS, this.recordSlot);
   }
