@@ -112,6 +112,31 @@ async function scriptRuns(ports: readonly number[]): Promise<number> {
   return n;
 }
 
+/** The EVALSHA and EVAL commands a client sent while `body` ran (MONITOR), each its arguments. */
+async function scriptsSent(redis: IoRedis, body: () => Promise<void>): Promise<string[][]> {
+  const sent: string[][] = [];
+  const monitor = await redis.monitor();
+  try {
+    const marker = `end-${Math.random()}`;
+    const seen = new Promise<void>((resolve) => {
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        const verb = args[0]?.toLowerCase();
+        if (verb === 'echo' && args[1] === marker) resolve();
+        if (source !== 'lua' && (verb === 'evalsha' || verb === 'eval'))
+          sent.push([verb, ...args.slice(1)]);
+      });
+    });
+    await body();
+    // MONITOR shows commands in the order they ran: once it shows this one, it has shown
+    // every command before it.
+    await redis.echo(marker);
+    await seen;
+  } finally {
+    monitor.disconnect();
+  }
+  return sent;
+}
+
 async function resetStats(ports: readonly number[]): Promise<void> {
   for (const port of ports) await cli(port, 'CONFIG', 'RESETSTAT');
 }
@@ -547,6 +572,65 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     expect(got[60]).toBe(true);
     expect(await scriptRuns([server.port])).toBe(Math.ceil(200 / MAX_BATCH));
     expect(await r.stats('hot')).toMatchObject({ available: 0, admitted: 150, rejected: 49 });
+    await r.close();
+  });
+
+  it('a tick of one kind of call on distinct keys goes as one argument a call and comes back as one flat array', async () => {
+    const clock = new ManualClock(0);
+    const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: 3,
+      refillPerSecond: 1,
+      clock,
+      prefix: 'b-flat',
+    });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    const keys = Array.from({ length: 40 }, (_, i) => `k${i}`);
+    // Every key spent first, so that the tick holds grants and refusals.
+    for (const k of keys.slice(0, 20)) {
+      expect(await r.consume(k, 3)).toEqual(m.consume(k, 3));
+    }
+    const sent = await scriptsSent(redis, async () => {
+      const got = await Promise.all(keys.map((k) => r.consume(k)));
+      expect(got).toEqual(keys.map((k) => m.consume(k)));
+    });
+    expect(sent).toHaveLength(1);
+    const [verb, sha, numkeys, ...rest] = sent[0]!;
+    expect([verb, Number(numkeys)]).toEqual(['evalsha', 40]);
+    // Keys per call, the mode (op, time, extra), one item a call, the token.
+    const argv = rest.slice(40);
+    expect(argv).toHaveLength(1 + 3 + 40 + 1);
+    // Run again as sent: one array of numbers and strings, no table per call.
+    const reply = (await redis.evalsha(sha!, 40, ...rest)) as unknown[];
+    expect(reply.some((x) => typeof x !== 'number' && typeof x !== 'string')).toBe(false);
+    await r.close();
+  });
+
+  it("two hot keys interleaved in one tick go as two runs, each key's calls decided in order", async () => {
+    const clock = new ManualClock(0);
+    const m = new mem.TokenBucket({ capacity: 30, refillPerSecond: 1, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: 30,
+      refillPerSecond: 1,
+      clock,
+      prefix: 'b-two-hot',
+    });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    const keys = Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? 'a' : 'b'));
+    const sent = await scriptsSent(redis, async () => {
+      const got = await Promise.all(keys.map((k) => r.tryAcquire(k)));
+      expect(got).toEqual(keys.map((k) => m.tryAcquire(k)));
+    });
+    expect(sent).toHaveLength(1);
+    // Two keys; keys per call, the mode, a run a key, the token.
+    expect(sent[0]!.slice(2)).toHaveLength(1 + 2 + 1 + 3 + 2 + 1);
+    for (const k of ['a', 'b']) {
+      const { queued: _, ...got } = await r.stats(k);
+      const { queued: __, ...want } = m.stats(k);
+      expect(got).toEqual(want);
+    }
     await r.close();
   });
 
