@@ -247,6 +247,50 @@ ${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret, decision, needsNow)}`;
 }
 
 /**
+ * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls ('t', 'c': OP)
+ * of P permits on one key, each decided as its own driver run would decide it, with one
+ * load and one save for all of them: a key's state, read and written by Redis commands that
+ * cost more than the arithmetic, is kept in locals from one call to the next (rule.again
+ * re-derives what load derives from it). Each call's reply goes out as flatReplies() has it.
+ */
+function decideRun(rule: Rule, decision: Decide): string {
+  return `${rule.load}
+for _ = 1, CALLS do
+  local got = P
+  local ok = ${rule.fits('P')}
+  if ok then
+    ${rule.take('got')}
+    adm = adm + got
+    ${rule.again}
+  else
+    rej = rej + P
+  end
+  if OP == 't' then
+    putv(ok and 1 or 0)
+  else
+    local fresh = 0
+    ${rule.fresh}
+    local avail
+    ${rule.avail}
+    ${toReply('fresh')}
+    if ok then
+      ${decision(['1', 'avail', '0', 'fresh', 'now'])}
+    else
+      ${rule.retry}
+      ${RETRY_SEARCH}
+      ${toReply('retry')}
+      ${decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'])}
+    end
+  end
+end
+local fresh = 0
+${rule.fresh}
+${rule.save}
+${rule.after ?? ''}
+return true`;
+}
+
+/**
  * The top-level fields of the Lua table literal `x` (`{a, f(b, c)}` → `a`, `f(b, c)`), or
  * undefined when `x` is not one literal table.
  */
@@ -389,6 +433,7 @@ local EXTRA = ARGV[4]
 ${top(driverBody(rule, ret))}`;
   const flat = flatReplies();
   const batchBody = driverBody(rule, flat.ret, flat.decision, false);
+  const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
   const batch = `-- atomic-limiter:${rule.name}-batch
 local K1, K2, TOKEN
 ${consts}
@@ -398,6 +443,13 @@ ${flat.helpers()}
 local function one()
 ${batchBody}
 end
+${
+  runBody === undefined
+    ? ''
+    : `local function run(CALLS)
+${runBody}
+end`
+}
 local nk = tonumber(ARGV[1])
 local last = #ARGV - 1
 local serverNow = 0
@@ -428,6 +480,27 @@ while i <= last do
     end
     local count = e % 256
     local permits = (e - count) / 256
+    ${
+      runBody === undefined
+        ? ''
+        : `if count > 1 and (OP == 't' or OP == 'c') then
+      -- A run of equal calls on one key: one load and one save (run()). Failing, it fails
+      -- every call of the run, having written nothing.
+      P = permits
+      local from = D
+      local ok, r = pcall(run, count)
+      if ok and r ~= true then ok, r = false, 'ERR the script returned nothing' end
+      if not ok then
+        ${ERROR_TEXT}
+        D = from
+        for c = 1, count do
+          R[D + 1] = '!' .. r
+          D = D + 1
+        end
+      end
+      count = 0
+    end`
+    }
     for c = 1, count do
       P = permits
       local ok, r = pcall(one)

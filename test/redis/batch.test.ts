@@ -112,18 +112,19 @@ async function scriptRuns(ports: readonly number[]): Promise<number> {
   return n;
 }
 
-/** The EVALSHA and EVAL commands a client sent while `body` ran (MONITOR), each its arguments. */
-async function scriptsSent(redis: IoRedis, body: () => Promise<void>): Promise<string[][]> {
-  const sent: string[][] = [];
+/** The commands Redis ran while `body` ran (MONITOR): each its arguments, and whether a script ran it. */
+async function commandsRun(
+  redis: IoRedis,
+  body: () => Promise<void>,
+): Promise<{ args: string[]; lua: boolean }[]> {
+  const run: { args: string[]; lua: boolean }[] = [];
   const monitor = await redis.monitor();
   try {
     const marker = `end-${Math.random()}`;
     const seen = new Promise<void>((resolve) => {
       monitor.on('monitor', (_time: string, args: string[], source: string) => {
-        const verb = args[0]?.toLowerCase();
-        if (verb === 'echo' && args[1] === marker) resolve();
-        if (source !== 'lua' && (verb === 'evalsha' || verb === 'eval'))
-          sent.push([verb, ...args.slice(1)]);
+        if (args[0]?.toLowerCase() === 'echo' && args[1] === marker) resolve();
+        run.push({ args: [args[0]!.toLowerCase(), ...args.slice(1)], lua: source === 'lua' });
       });
     });
     await body();
@@ -134,7 +135,14 @@ async function scriptsSent(redis: IoRedis, body: () => Promise<void>): Promise<s
   } finally {
     monitor.disconnect();
   }
-  return sent;
+  return run;
+}
+
+/** The EVALSHA and EVAL commands a client sent while `body` ran, each its arguments. */
+async function scriptsSent(redis: IoRedis, body: () => Promise<void>): Promise<string[][]> {
+  return (await commandsRun(redis, body))
+    .filter((c) => !c.lua && (c.args[0] === 'evalsha' || c.args[0] === 'eval'))
+    .map((c) => c.args);
 }
 
 async function resetStats(ports: readonly number[]): Promise<void> {
@@ -633,6 +641,50 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     }
     await r.close();
   });
+
+  for (const [name, make] of [
+    [
+      'TokenBucket',
+      (clock: ManualClock) =>
+        [
+          new mem.TokenBucket({ capacity: 30, refillPerSecond: 2, clock }),
+          new red.TokenBucket({ redis, capacity: 30, refillPerSecond: 2, clock, prefix: 'b-run' }),
+        ] as const,
+    ],
+    [
+      'FixedWindow',
+      (clock: ManualClock) =>
+        [
+          new mem.FixedWindow({ limit: 30, windowMs: 1000, clock }),
+          new red.FixedWindow({ redis, limit: 30, windowMs: 1000, clock, prefix: 'b-run' }),
+        ] as const,
+    ],
+  ] as const) {
+    it(`${name}: a run of equal calls on one key reads and writes the key once, each call decided as alone`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(clock);
+      await Promise.all([r.stats('warm'), r.stats('warm')]);
+      const [key] = r.redisKeys('hot');
+      for (const [method, calls] of [
+        ['consume', 45],
+        ['tryAcquire', 20],
+      ] as const) {
+        clock.advance(400);
+        const run = await commandsRun(redis, async () => {
+          const got = await Promise.all(
+            Array.from({ length: calls }, () => r[method]('hot', 2) as Promise<unknown>),
+          );
+          expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', 2)));
+        });
+        const onKey = run.filter((c) => c.lua && c.args[1] === key).map((c) => c.args[0]);
+        expect([method, onKey]).toEqual([method, ['get', 'set']]);
+      }
+      const { queued: _, ...got } = await r.stats('hot');
+      const { queued: __, ...want } = m.stats('hot');
+      expect(got).toEqual(want);
+      await r.close();
+    });
+  }
 
   it('a call on a key of another type fails alone; the rest of its batch is decided', async () => {
     const clock = new ManualClock(0);
