@@ -443,6 +443,15 @@ ${flat.helpers()}
 local function one()
 ${batchBody}
 end
+local function oneT()
+${rule.load}
+${decide(rule, ['t'], flat.ret, flat.ret, flat.decision, false)}
+end
+local function oneC()
+${rule.load}
+${decide(rule, ['c'], flat.ret, flat.ret, flat.decision, false)}
+end
+local ONE = one
 ${
   runBody === undefined
     ? ''
@@ -470,6 +479,8 @@ while i <= last do
       NOW = tonumber(ARGV[i + 1])
     end
     EXTRA = ARGV[i + 2]
+    -- tryAcquire() and consume() have forms of their own: no other op's branches.
+    if OP == 't' then ONE = oneT elseif OP == 'c' then ONE = oneC else ONE = one end
     i = i + 3
   else
     if e > 0 then
@@ -503,7 +514,7 @@ while i <= last do
     }
     for c = 1, count do
       P = permits
-      local ok, r = pcall(one)
+      local ok, r = pcall(ONE)
       if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
       if ok and type(r) == 'table' and r.err then ok = false end
       if not ok then
