@@ -79,6 +79,8 @@ if nf then
   if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
 end
 ${reserve(x, 's0', 'from', 'un')}`,
+    // take keeps the state as a load would read it; load derives only `un`, from NOW.
+    again: '',
     fresh,
     save: `if fresh > 0 then
   redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'])}, 'PX', ${ttlTo('NOW + fresh')})

@@ -659,6 +659,20 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
           new red.FixedWindow({ redis, limit: 30, windowMs: 1000, clock, prefix: 'b-run' }),
         ] as const,
     ],
+    [
+      'WarmingBucket',
+      (clock: ManualClock) =>
+        [
+          new mem.WarmingBucket({ ratePerSecond: 20, warmupMs: 1000, clock }) as never,
+          new red.WarmingBucket({
+            redis,
+            ratePerSecond: 20,
+            warmupMs: 1000,
+            clock,
+            prefix: 'b-run',
+          }) as never,
+        ] as const,
+    ],
   ] as const) {
     it(`${name}: a run of equal calls on one key reads and writes the key once, each call decided as alone`, async () => {
       const clock = new ManualClock(0);
