@@ -72,6 +72,8 @@ else
 end
 local un = math.floor(NOW * PERUS)`,
     fits: () => 'not (nf and nf > un)',
+    // take keeps the state as a load would read it; load derives only `un`, from NOW.
+    again: '',
     // From the stored permits while the state is warm, else from a cold bucket.
     take: (x) => `local s0, from = MAXP, un
 if nf then
@@ -79,8 +81,6 @@ if nf then
   if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
 end
 ${reserve(x, 's0', 'from', 'un')}`,
-    // take keeps the state as a load would read it; load derives only `un`, from NOW.
-    again: '',
     fresh,
     save: `if fresh > 0 then
   redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'])}, 'PX', ${ttlTo('NOW + fresh')})
