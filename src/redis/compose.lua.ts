@@ -29,6 +29,20 @@ export function getKey(key: string): string {
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
 }
 
+/** getKey() of the first key, as rules load it. */
+const GET_K1 = getKey('K1');
+
+/**
+ * GET_K1 in a batch: the value prefetched for the key (PRE, taken once), else a GET. MGET
+ * reads a key of another type as none: the GET then fails on it as GET_K1 does.
+ */
+const PREFETCHED_GET_K1 = `local v = PRE
+PRE = nil
+if not v then
+  v = redis.pcall('GET', K1)
+  if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end
+end`;
+
 /** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
 export function luaNumber(x: number): string {
   if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
@@ -434,13 +448,7 @@ ${top(driverBody(rule, ret))}`;
   const flat = flatReplies();
   const batchBody = driverBody(rule, flat.ret, flat.decision, false);
   const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
-  const batch = `-- atomic-limiter:${rule.name}-batch
-local K1, K2, TOKEN
-${consts}
-local OP, NOW, SERVER, P, EXTRA
-local R, D = {}, 2
-${flat.helpers()}
-local function one()
+  const functions = `local function one()
 ${batchBody}
 end
 local function oneT()
@@ -451,15 +459,40 @@ local function oneC()
 ${rule.load}
 ${decide(rule, ['c'], flat.ret, flat.ret, flat.decision, false)}
 end
-local ONE = one
 ${
   runBody === undefined
     ? ''
     : `local function run(CALLS)
 ${runBody}
 end`
-}
+}`;
+  // A rule whose load GETs its first key takes it from one MGET of every call's first key,
+  // made before the first call: one command instead of one a key. Only a key's first load
+  // in the batch takes it (its later calls read what the ones before wrote); a key MGET
+  // found no string (none, or another type) is read by GET, which says which.
+  const prefetched = functions.split(GET_K1).join(PREFETCHED_GET_K1);
+  const prefetch = prefetched !== functions;
+  const batch = `-- atomic-limiter:${rule.name}-batch
+local K1, K2, TOKEN
+${consts}
+local OP, NOW, SERVER, P, EXTRA
+local R, D = {}, 2
+local PRE, MG
+${flat.helpers()}
+${prefetched}
+local ONE = one
 local nk = tonumber(ARGV[1])
+${
+  prefetch
+    ? `if nk == 1 then
+  MG = redis.call('MGET', unpack(KEYS))
+else
+  local firsts = {}
+  for j = 1, #KEYS, nk do firsts[#firsts + 1] = KEYS[j] end
+  MG = redis.call('MGET', unpack(firsts))
+end`
+    : ''
+}
 local last = #ARGV - 1
 local serverNow = 0
 local g = 0
@@ -485,9 +518,11 @@ while i <= last do
   else
     if e > 0 then
       K1, K2 = KEYS[g + 1], KEYS[g + 2]
+      ${prefetch ? 'PRE = MG[g / nk + 1]' : ''}
       g = g + nk
     else
       e = -e
+      PRE = nil
     end
     local count = e % 256
     local permits = (e - count) / 256

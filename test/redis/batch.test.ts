@@ -583,7 +583,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await r.close();
   });
 
-  it('a tick of one kind of call on distinct keys goes as one argument a call and comes back as one flat array', async () => {
+  it('a tick of one kind of call on distinct keys goes as one argument a call, read by one MGET, and comes back as one flat array', async () => {
     const clock = new ManualClock(0);
     const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
     const r = new red.TokenBucket({
@@ -599,11 +599,20 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     for (const k of keys.slice(0, 20)) {
       expect(await r.consume(k, 3)).toEqual(m.consume(k, 3));
     }
-    const sent = await scriptsSent(redis, async () => {
+    const run = await commandsRun(redis, async () => {
       const got = await Promise.all(keys.map((k) => r.consume(k)));
       expect(got).toEqual(keys.map((k) => m.consume(k)));
     });
+    const sent = run
+      .filter((c) => !c.lua && (c.args[0] === 'evalsha' || c.args[0] === 'eval'))
+      .map((c) => c.args);
     expect(sent).toHaveLength(1);
+    // One MGET reads the keys; GET only those it found empty (the 20 never used).
+    const reads = run.filter((c) => c.lua && (c.args[0] === 'mget' || c.args[0] === 'get'));
+    expect(reads.map((c) => [c.args[0], c.args.length - 1])).toEqual([
+      ['mget', 40],
+      ...keys.slice(20).map(() => ['get', 1]),
+    ]);
     const [verb, sha, numkeys, ...rest] = sent[0]!;
     expect([verb, Number(numkeys)]).toEqual(['evalsha', 40]);
     // Keys per call, the mode (op, time, extra), one item a call, the token.
@@ -674,11 +683,13 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
         ] as const,
     ],
   ] as const) {
-    it(`${name}: a run of equal calls on one key reads and writes the key once, each call decided as alone`, async () => {
+    it(`${name}: a run of equal calls on one key reads the key once (one MGET) and writes it once, each call decided as alone`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock);
       await Promise.all([r.stats('warm'), r.stats('warm')]);
       const [key] = r.redisKeys('hot');
+      // The key holds a state: one MGET reads it for the whole batch.
+      expect(await r.consume('hot')).toEqual(m.consume('hot'));
       for (const [method, calls] of [
         ['consume', 45],
         ['tryAcquire', 20],
@@ -691,7 +702,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
           expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', 2)));
         });
         const onKey = run.filter((c) => c.lua && c.args[1] === key).map((c) => c.args[0]);
-        expect([method, onKey]).toEqual([method, ['get', 'set']]);
+        expect([method, onKey]).toEqual([method, ['mget', 'set']]);
       }
       const { queued: _, ...got } = await r.stats('hot');
       const { queued: __, ...want } = m.stats('hot');
