@@ -269,12 +269,14 @@ ${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret, decision, needsNow)}`;
  */
 function decideRun(rule: Rule, decision: Decide): string {
   return `${rule.load}
+local granted = false
 for _ = 1, CALLS do
   local got = P
   local ok = ${rule.fits('P')}
   if ok then
     ${rule.take('got')}
     adm = adm + got
+    granted = true
     ${rule.again}
   else
     rej = rej + P
@@ -297,6 +299,8 @@ for _ = 1, CALLS do
     end
   end
 end
+-- save's ok: the state saved is after a grant.
+local ok = granted
 local fresh = 0
 ${rule.fresh}
 ${rule.save}

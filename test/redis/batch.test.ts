@@ -651,27 +651,30 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await r.close();
   });
 
-  for (const [name, make] of [
+  // (name, the limiters, the permits of each call, the ms the clock moves between ticks)
+  const RUNS: [string, (clock: ManualClock) => readonly [Limiter, RedisLimiter], number, number][] =
     [
-      'TokenBucket',
-      (clock: ManualClock) =>
-        [
+      [
+        'TokenBucket',
+        (clock) => [
           new mem.TokenBucket({ capacity: 30, refillPerSecond: 2, clock }),
           new red.TokenBucket({ redis, capacity: 30, refillPerSecond: 2, clock, prefix: 'b-run' }),
-        ] as const,
-    ],
-    [
-      'FixedWindow',
-      (clock: ManualClock) =>
-        [
+        ],
+        2,
+        400,
+      ],
+      [
+        'FixedWindow',
+        (clock) => [
           new mem.FixedWindow({ limit: 30, windowMs: 1000, clock }),
           new red.FixedWindow({ redis, limit: 30, windowMs: 1000, clock, prefix: 'b-run' }),
-        ] as const,
-    ],
-    [
-      'WarmingBucket',
-      (clock: ManualClock) =>
-        [
+        ],
+        2,
+        400,
+      ],
+      [
+        'WarmingBucket',
+        (clock) => [
           new mem.WarmingBucket({ ratePerSecond: 20, warmupMs: 1000, clock }) as never,
           new red.WarmingBucket({
             redis,
@@ -680,9 +683,43 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
             clock,
             prefix: 'b-run',
           }) as never,
-        ] as const,
-    ],
-  ] as const) {
+        ],
+        2,
+        400,
+      ],
+      [
+        'SlidingWindow',
+        (clock) => [
+          new mem.SlidingWindow({ limit: 30, windowMs: 1000, clock }) as never,
+          new red.SlidingWindow({
+            redis,
+            limit: 30,
+            windowMs: 1000,
+            clock,
+            prefix: 'b-run',
+          }) as never,
+        ],
+        2,
+        700,
+      ],
+      [
+        // Wide: the previous count read back in steps.
+        'SlidingWindow, wide',
+        (clock) => [
+          new mem.SlidingWindow({ limit: 3_000_000, windowMs: 3_600_000, clock }) as never,
+          new red.SlidingWindow({
+            redis,
+            limit: 3_000_000,
+            windowMs: 3_600_000,
+            clock,
+            prefix: 'b-run-wide',
+          }) as never,
+        ],
+        100_001,
+        2_500_000,
+      ],
+    ];
+  for (const [name, make, permits, stepMs] of RUNS) {
     it(`${name}: a run of equal calls on one key reads the key once (one MGET) and writes it once, each call decided as alone`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock);
@@ -693,13 +730,14 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       for (const [method, calls] of [
         ['consume', 45],
         ['tryAcquire', 20],
+        ['consume', 45],
       ] as const) {
-        clock.advance(400);
+        clock.advance(stepMs);
         const run = await commandsRun(redis, async () => {
           const got = await Promise.all(
-            Array.from({ length: calls }, () => r[method]('hot', 2) as Promise<unknown>),
+            Array.from({ length: calls }, () => r[method]('hot', permits) as Promise<unknown>),
           );
-          expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', 2)));
+          expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', permits)));
         });
         const onKey = run.filter((c) => c.lua && c.args[1] === key).map((c) => c.args[0]);
         expect([method, onKey]).toEqual([method, ['mget', 'set']]);
