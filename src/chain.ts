@@ -180,13 +180,25 @@ export class Chain<M extends ChainMember = ChainMember> {
    */
   consume(key?: Key, permits = 1): Answer<M, ChainDecision> {
     this.check(permits);
-    return this.consumeFrom(0, key, permits, [], this.takenUs) as Answer<M, ChainDecision>;
+    return this.ask(0, -1, key, permits, [], this.takenUs) as Answer<M, ChainDecision>;
   }
 
-  // `times` is this.takenUs while everything runs synchronously; once a member answers with
-  // a promise, other calls may run meanwhile, so the rest of the call keeps its own copy.
-  private consumeFrom(
+  /**
+   * Asks members `start`… in order, adding their Decisions to `decisions`; `refusedAt` is
+   * the first member that refused (−1: none yet). Past a refusal the members after it are
+   * asked too (and give back what they grant), so that the refusal says when the whole chain
+   * admits: the latest of the members' own retry times (each member, once it admits, keeps
+   * admitting while time passes). Not when the refusal is for good (`retryAfterMs` Infinity:
+   * a Concurrency member held), nor past a member that throws or rejects then: the refusal
+   * stands, the later members are left unasked. Before a refusal, a member that throws or
+   * rejects fails the call (see fail()).
+   *
+   * `times` is this.takenUs while everything runs synchronously; once a member answers with
+   * a promise, other calls may run meanwhile, so the rest of the call keeps its own copy.
+   */
+  private ask(
     start: number,
+    refusedAt: number,
     key: Key | undefined,
     permits: number,
     decisions: Decision[],
@@ -194,95 +206,46 @@ export class Chain<M extends ChainMember = ChainMember> {
   ): Maybe<ChainDecision> {
     const ls = this.limiters;
     for (let i = start; i < ls.length; i++) {
+      if (refusedAt >= 0 && decisions[refusedAt]!.retryAfterMs === Number.POSITIVE_INFINITY) break;
       const l = ls[i]!;
       let d: Decision | PromiseLike<Decision>;
       try {
         d = l.consume(key, permits);
       } catch (error) {
-        return this.fail(i, key, permits, error, times);
-      }
-      if (isThenable(d)) {
-        const own = times === this.takenUs ? copyTimes(times) : times;
-        return Promise.resolve(d).then(
-          (x) => this.next(i, key, permits, decisions, x, own),
-          (error) => this.fail(i, key, permits, error, own),
-        );
-      }
-      if (l instanceof Limiter) times[i] = l.lastDecisionUs;
-      else if (this.hasChains && l instanceof Chain) noteNested(times, i, d);
-      decisions.push(d);
-      if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
-    }
-    return this.granted(decisions, times);
-  }
-
-  private next(
-    i: number,
-    key: Key | undefined,
-    permits: number,
-    decisions: Decision[],
-    d: Decision,
-    times: Float64Array,
-  ): Maybe<ChainDecision> {
-    if (this.hasChains && this.limiters[i] instanceof Chain) noteNested(times, i, d);
-    decisions.push(d);
-    if (!d.allowed) return this.refused(i, key, permits, decisions, d, times);
-    return this.consumeFrom(i + 1, key, permits, decisions, times);
-  }
-
-  /**
-   * Member `i` refused. The members after it are asked too (and give back what they grant),
-   * so that the refusal says when the whole chain admits: the latest of the members' own
-   * retry times (each member, once it admits, keeps admitting while time passes). Not when
-   * the refusal is for good (`retryAfterMs` Infinity: a Concurrency member held), nor past a
-   * member that throws or rejects: the refusal stands, the later members are left unasked.
-   */
-  private refused(
-    i: number,
-    key: Key | undefined,
-    permits: number,
-    decisions: Decision[],
-    d: Decision,
-    times: Float64Array,
-  ): Maybe<ChainDecision> {
-    if (d.retryAfterMs === Number.POSITIVE_INFINITY || i + 1 === this.limiters.length) {
-      return this.refusal(i, key, permits, decisions, times);
-    }
-    return this.askRest(i, i + 1, key, permits, decisions, times);
-  }
-
-  private askRest(
-    refusedAt: number,
-    start: number,
-    key: Key | undefined,
-    permits: number,
-    decisions: Decision[],
-    times: Float64Array,
-  ): Maybe<ChainDecision> {
-    const ls = this.limiters;
-    for (let j = start; j < ls.length; j++) {
-      const l = ls[j]!;
-      let d: Decision | PromiseLike<Decision>;
-      try {
-        d = l.consume(key, permits);
-      } catch {
-        break;
+        return this.stop(i, refusedAt, key, permits, decisions, error, times);
       }
       if (isThenable(d)) {
         const own = times === this.takenUs ? copyTimes(times) : times;
         return Promise.resolve(d).then(
           (x) => {
-            if (this.hasChains && ls[j] instanceof Chain) noteNested(own, j, x);
+            if (this.hasChains && l instanceof Chain) noteNested(own, i, x);
             decisions.push(x);
-            return this.askRest(refusedAt, j + 1, key, permits, decisions, own);
+            const r = refusedAt < 0 && !x.allowed ? i : refusedAt;
+            return this.ask(i + 1, r, key, permits, decisions, own);
           },
-          () => this.refusal(refusedAt, key, permits, decisions, own),
+          (error) => this.stop(i, refusedAt, key, permits, decisions, error, own),
         );
       }
-      if (l instanceof Limiter) times[j] = l.lastDecisionUs;
-      else if (this.hasChains && l instanceof Chain) noteNested(times, j, d);
+      if (l instanceof Limiter) times[i] = l.lastDecisionUs;
+      else if (this.hasChains && l instanceof Chain) noteNested(times, i, d);
       decisions.push(d);
+      if (refusedAt < 0 && !d.allowed) refusedAt = i;
     }
+    if (refusedAt < 0) return this.granted(decisions, times);
+    return this.refusal(refusedAt, key, permits, decisions, times);
+  }
+
+  /** Member `i` threw or rejected: the call fails before a refusal, the refusal stands after one. */
+  private stop(
+    i: number,
+    refusedAt: number,
+    key: Key | undefined,
+    permits: number,
+    decisions: Decision[],
+    error: unknown,
+    times: Float64Array,
+  ): Maybe<ChainDecision> {
+    if (refusedAt < 0) return this.fail(i, key, permits, error, times);
     return this.refusal(refusedAt, key, permits, decisions, times);
   }
 

@@ -1,4 +1,8 @@
-export { Concurrency, type ConcurrencyOptions } from './algorithms/concurrency.js';
+export {
+  Concurrency,
+  type ConcurrencyOptions,
+  type ReleaseOptions,
+} from './algorithms/concurrency.js';
 export { FixedWindow, type FixedWindowOptions } from './algorithms/fixed-window.js';
 export { LeakyBucket, type LeakyBucketOptions } from './algorithms/leaky-bucket.js';
 export { SlidingLog, type SlidingLogOptions } from './algorithms/sliding-log.js';

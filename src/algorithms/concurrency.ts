@@ -18,7 +18,14 @@ import { forEachHotWord } from '../engine/table-walk.js';
 import { widePayload } from '../engine/wide.js';
 import { type Key, Limiter } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { checkPermits, integerOption, rangeError } from '../validate.js';
+import {
+  checkOptionsObject,
+  checkPermits,
+  integerOption,
+  rangeError,
+  show,
+  typeError,
+} from '../validate.js';
 import { ALGO_CONCURRENCY } from './ids.js';
 
 export const MAX_CONCURRENCY = 2 ** 27;
@@ -140,10 +147,15 @@ export class Concurrency extends Limiter {
    * that were already given back because it looked dead are not given back twice; nor are
    * permits another thread took and handed to this one (released here beyond what this
    * thread took of the key) that came back when their taker died (see holders.ts).
+   *
+   * `{ handedOver: true }` says the permits were taken by another thread and handed to this
+   * one: they are never counted as this thread's own, so the sweep of their taker cannot
+   * give them back a second time even while this thread holds permits of its own on the key.
    */
-  release(key?: Key, permits = 1): void {
+  release(key?: Key, permits = 1, options?: ReleaseOptions): void {
     this.checkOpen();
     checkPermits('Concurrency.release', permits, this.mostHeld);
+    const handed = options === undefined ? false : handedOver(options);
     // One lookup serves the ghost check, the swap and the records (this is half of every
     // acquire/release cycle).
     const ref = this.table.find(key);
@@ -164,13 +176,13 @@ export class Concurrency extends Limiter {
         return;
       }
     }
-    this.releaseFrom(key, permits, ref);
+    this.releaseFrom(key, permits, ref, handed);
   }
 
   /** release() from the slot `ref` find() gave: the records, the CAS, and every retry. */
-  private releaseFrom(key: Key | undefined, permits: number, found: number): void {
+  private releaseFrom(key: Key | undefined, permits: number, found: number, handed: boolean): void {
     let ref = found;
-    const rest = ref === NO_SLOT ? permits : permits - this.holders.ghosts(ref, permits);
+    const rest = ref === NO_SLOT ? permits : permits - this.holders.ghosts(ref, permits, handed);
     if (rest === 0) return;
     const i32 = this.i32;
     const wide = this.core.wide;
@@ -208,7 +220,7 @@ export class Concurrency extends Limiter {
         // them short (a permit lost), never over (the dead-holder sweep giving back permits
         // already released).
         if (taken !== NO_SLOT) this.holders.unreleasing(taken, own);
-        own = this.holders.releasing(ref, rest);
+        own = this.holders.releasing(ref, rest, handed);
         taken = ref;
       }
       if (this.swapHeld(w, s, x, held - rest)) {
@@ -379,4 +391,23 @@ export class Concurrency extends Limiter {
   retryEstimateUs(): number {
     return Number.POSITIVE_INFINITY;
   }
+}
+
+/** The options of `Concurrency.release()`. */
+export interface ReleaseOptions {
+  /**
+   * The permits were taken by another thread, which handed its work (and the permits) to
+   * this one. Default false: a release counts first against what this thread took itself.
+   */
+  handedOver?: boolean;
+}
+
+/** `options.handedOver`, checked (unknown options are a TypeError, as everywhere). */
+function handedOver(options: ReleaseOptions): boolean {
+  const h = checkOptionsObject('Concurrency.release', options, ['handedOver']).handedOver;
+  if (h === undefined) return false;
+  if (typeof h !== 'boolean') {
+    throw typeError(`Concurrency.release: option "handedOver" must be a boolean, got ${show(h)}`);
+  }
+  return h;
 }

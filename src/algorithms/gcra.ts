@@ -182,6 +182,22 @@ export abstract class Gcra extends Limiter {
     this.staleUs = STAMP_US + (ceiling * k) / this.scale;
   }
 
+  /** @internal */
+  override reconfigurable(): readonly string[] {
+    return ['capacity', this.rateName];
+  }
+
+  /** @internal */
+  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = { capacity: this.param(0), rate: this.param(1) };
+    return reconfiguredBucket(name, opts, current, this.rateName, this.core.wide, this.param(2));
+  }
+
+  /** @internal The rate option's name: the two buckets' users speak of their rates differently. */
+  private get rateName(): 'refillPerSecond' | 'ratePerSecond' {
+    return this.leaky ? 'ratePerSecond' : 'refillPerSecond';
+  }
+
   // reconfigure(): the permits a key owes (TAT − now, in permits: what was taken and has
   // not refilled or leaked yet) stay owed, and come back at the new rate. A key owing more
   // than a new, smaller capacity is refused until it owes less than the capacity again.

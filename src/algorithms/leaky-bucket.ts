@@ -3,7 +3,7 @@ import { explain, granted } from '../engine/explain.js';
 import { NO_SLOT } from '../engine/table.js';
 import type { Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { Gcra, leakyQueueLimit, readBucketOptions, reconfiguredBucket } from './gcra.js';
+import { Gcra, leakyQueueLimit, readBucketOptions } from './gcra.js';
 import { ALGO_LEAKY_BUCKET } from './ids.js';
 
 /** The options of `new LeakyBucket()`: its own, then those every limiter takes. */
@@ -58,17 +58,6 @@ export class LeakyBucket extends Gcra {
   /** @internal The bucket is the queue: a capacity lowered by reconfigure() bounds `queueLimit` too. */
   override effectiveQueueLimit(): number {
     return Math.min(this.queueLimit, this.limit);
-  }
-
-  /** @internal */
-  override reconfigurable(): readonly string[] {
-    return ['capacity', 'ratePerSecond'];
-  }
-
-  /** @internal */
-  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
-    const current = { capacity: this.param(0), rate: this.param(1) };
-    return reconfiguredBucket(name, opts, current, 'ratePerSecond', this.core.wide, this.param(2));
   }
 
   // The same four lines in every class: see Limiter.consume.

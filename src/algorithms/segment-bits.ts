@@ -1,6 +1,6 @@
 import { STAMP_US } from '../engine/layout.js';
 import { integerOption, rangeError, show } from '../validate.js';
-import { readWindowOptions } from './window-bits.js';
+import { largestLimit, readWindowOptions } from './window-bits.js';
 
 export const MIN_SEGMENTS = 2;
 export const MAX_SEGMENTS = 1000;
@@ -31,14 +31,7 @@ export function segmentBits(
 
 /** The largest limit `segmentBits` accepts (for error messages and the docs' range table). */
 export function maxSegmentedLimit(segmentUs: number, segments: number): number {
-  let lo = 0;
-  let hi = 2 ** 26;
-  while (lo < hi) {
-    const mid = Math.ceil((lo + hi) / 2);
-    if (segmentBits(mid, segmentUs, segments)) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
+  return largestLimit((limit) => segmentBits(limit, segmentUs, segments) !== null);
 }
 
 /**

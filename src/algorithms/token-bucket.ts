@@ -3,7 +3,7 @@ import { explain, granted } from '../engine/explain.js';
 import { NO_SLOT } from '../engine/table.js';
 import type { Key } from '../limiter.js';
 import { Attached, type CommonOptions, type Decision, type Fresh, readCommon } from '../options.js';
-import { Gcra, readBucketOptions, reconfiguredBucket } from './gcra.js';
+import { Gcra, readBucketOptions } from './gcra.js';
 import { ALGO_TOKEN_BUCKET } from './ids.js';
 
 /** The options of `new TokenBucket()`: its own, then those every limiter takes. */
@@ -49,24 +49,6 @@ export class TokenBucket extends Gcra {
    */
   override reconfigure(options: { capacity?: number; refillPerSecond?: number }): void {
     super.reconfigure(options);
-  }
-
-  /** @internal */
-  override reconfigurable(): readonly string[] {
-    return ['capacity', 'refillPerSecond'];
-  }
-
-  /** @internal */
-  override reconfigured(name: string, opts: Record<string, unknown>): number[] {
-    const current = { capacity: this.param(0), rate: this.param(1) };
-    return reconfiguredBucket(
-      name,
-      opts,
-      current,
-      'refillPerSecond',
-      this.core.wide,
-      this.param(2),
-    );
   }
 
   // The same four lines in every class: see Limiter.consume.

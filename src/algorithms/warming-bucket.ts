@@ -348,9 +348,11 @@ export class WarmingBucket extends Limiter {
   override stepQueuedWide(p: number, stamp: number, nowUs: number, permits: number): number {
     const rel = nowUs - this.epochUs;
     const now = Math.floor(rel * this.perUs);
-    if (this.stale(p, stamp, rel)) return this.reserve(this.m.maxPermits, now, now, permits);
+    // A cold key, or a debt not yet paid: nothing to make up, the waiter decides as any caller.
+    if (this.stale(p, stamp, rel) || this.nextFree(p, now) > now) {
+      return this.stepWide(p, stamp, nowUs, permits);
+    }
     const next = this.nextFree(p, now);
-    if (next > now) return REJECT;
     const since = Math.min(
       now,
       Math.floor((this.core.last.queuedSinceUs - this.epochUs) * this.perUs),

@@ -92,11 +92,19 @@ export function readWindowOptions(
 
 /** The largest limit `windowBits` accepts for this window (for error messages). */
 export function maxLimitFor(windowUs: number, counters: number): number {
-  let hi = 2 ** 26;
+  return largestLimit((limit) => windowBits(limit, windowUs, counters) !== null);
+}
+
+/**
+ * The largest limit up to 2^26 that `fits` (0 if none): a bit budget fits every limit up to
+ * some bound and none past it, as the count fields only widen with the limit.
+ */
+export function largestLimit(fits: (limit: number) => boolean): number {
   let lo = 0;
+  let hi = 2 ** 26;
   while (lo < hi) {
     const mid = Math.ceil((lo + hi) / 2);
-    if (windowBits(mid, windowUs, counters)) lo = mid;
+    if (fits(mid)) lo = mid;
     else hi = mid - 1;
   }
   return lo;

@@ -10,7 +10,7 @@ import type { SlotTable } from './table.js';
  * signature `(state, stamp, nowUs, permits)` that V8 inlines; what else a hook or a caller
  * needs of the decision is read here.
  *
- * Writers: enter(), decide(), run(), decideWide(), runWide() and grantWide() (decision.ts)
+ * Writers: enter(), decide(), decideWide(), run(), grant() and grantWide() (decision.ts)
  * on every decision; the give-back CAS (update(), decision.ts) and anything that calls an
  * algorithm's hooks for a slot outside a decision (isIdle(), stats(), tableFullRetryUs(),
  * convertAll()) set `word` first. Readers are named on each field.
@@ -71,7 +71,7 @@ export class Core {
    * its holder records wait until the limiter becomes shared (holders.ts).
    */
   shared: boolean;
-  /** A wide table (64-bit states): decisions go through runWide(). */
+  /** A wide table (64-bit states): decisions go through decideWide() and grantWide(). */
   readonly wide: boolean;
   /** The last decision's record (see LastDecision). */
   readonly last = new LastDecision();
@@ -81,7 +81,7 @@ export class Core {
   constructor(
     /** Replaced when the buffer is mapped again after the table grew (Limiter.remap). */
     public i32: Int32Array,
-    /** The same as 64-bit words (runWide()'s CAS); replaced with `i32`. */
+    /** The same as 64-bit words (grantWide()'s CAS); replaced with `i32`. */
     public b64: BigInt64Array,
     readonly clock: Clock,
     readonly epochUs: number,

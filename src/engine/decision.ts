@@ -153,6 +153,11 @@ const LOOK_UP_AGAIN = -2;
  * The decision loop after enter(); true when the permits were granted. The caller runs
  * the algorithm's `admitted()` hook after a grant (`core.last.prior` is the state it
  * replaced), unless `core.last.word` is NO_SLOT: a key with no slot allowed by `whenFull`.
+ *
+ * It serves both tables. A wide one's state is the 64-bit word [ext, state], changed by one
+ * 64-bit CAS (grantWide()); `step` (a wide step: see WideStepFn) sees and returns payloads,
+ * `core.last.state` is then the payload and `core.last.prior` the state word the decision
+ * read (the one a grant replaced; its generation).
  */
 export function run<A extends Algorithm>(
   core: Core,
@@ -164,6 +169,7 @@ export function run<A extends Algorithm>(
   mode: AttemptMode,
 ): boolean {
   const last = core.last;
+  const wide = core.wide;
   if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, last.atUs, algo);
   let i32 = core.i32;
   for (;;) {
@@ -172,39 +178,44 @@ export function run<A extends Algorithm>(
       return algo.tableFull(key);
     }
     const w = ref >>> 4;
-    // A plain read is enough: the CAS below validates it.
+    // Plain reads are enough: the CAS below validates them (a wide table's pair too, and
+    // a refusal reads both words again: a pair torn by a concurrent CAS must not refuse).
     const s = i32[w + S_STATE]!;
     if (!slotMoved(s, ref)) {
+      const x = wide ? i32[w - 1]! : 0;
       // Read after the state: a stamp is stored before its state's CAS, so this stamp is
       // as new as the write that produced `s`, or (reordered) older by nanoseconds; the
       // decode tolerates a stamp minutes old.
       const raw = i32[w + S_STAMP]!;
       const stamp = unwrapStamp(raw, last.stampNow);
+      const p = wide ? widePayload(s, x) : s;
       last.word = w;
-      last.state = s;
+      last.state = p;
       last.stamp = stamp;
       last.prior = s;
       let next = REJECT;
       // Waiters queued (the flag is the stamp word's sign bit): in FIFO order nobody takes
       // permits ahead of them but the head waiter itself.
       if (raw >= 0 || mode === HEAD || !core.fifo) {
-        next = step.call(algo, s, stamp, last.atUs, permits);
+        next = step.call(algo, p, stamp, last.atUs, permits);
       } else if (core.queues.sweep(w)) continue; // only dead threads waited
       if (next !== REJECT) {
-        if (last.stampNow > stamp) raiseStamp(core, w, raw);
-        if (Atomics.compareExchange(i32, w + S_STATE, s, next) !== s) continue;
+        const took = wide
+          ? grantWide(core, w, s, x, raw, stamp, next)
+          : grant(core, w, s, raw, stamp, next);
+        if (!took) continue;
+      } else if (wide && torn(i32, w, s, x)) {
+        continue;
       }
       // Is the reference still to be trusted? Asked after the decision: see stands().
       if (
         i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
-        stands(core, algo, next, permits, key)
+        stands(core, algo, next, permits, key, x)
       ) {
-        if (next !== REJECT) {
-          last.state = next;
-        } else if (mode !== TRY) {
-          return false; // a caller about to wait (or waiting) is not refused
-        }
-        count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
+        // A caller about to wait (or waiting) is not refused.
+        if (next === REJECT && mode !== TRY) return false;
+        if (wide) countWide(core, w, next, permits);
+        else count(core, w + (next === REJECT ? S_REJECTED : S_ADMITTED), permits);
         return next !== REJECT;
       }
     }
@@ -226,68 +237,7 @@ export type WideStepFn<A> = (
   permits: number,
 ) => number;
 
-/**
- * run() for a wide table: the state is the 64-bit word [ext, state], changed by one 64-bit
- * CAS; the step sees and returns payloads. `core.last.state` is then the payload and
- * `core.last.prior` the state word the decision read (the one a grant replaced; its
- * generation).
- */
-export function runWide<A extends Algorithm>(
-  core: Core,
-  algo: A,
-  step: WideStepFn<A>,
-  ref: number,
-  permits: number,
-  key: Key | undefined,
-  mode: AttemptMode,
-): boolean {
-  const last = core.last;
-  if (ref === LOOK_UP_AGAIN) ref = core.table.refresh(key, last.atUs, algo);
-  let i32 = core.i32;
-  for (;;) {
-    if (ref === NO_SLOT) {
-      last.word = NO_SLOT;
-      return algo.tableFull(key);
-    }
-    const w = ref >>> 4;
-    const s = i32[w + S_STATE]!;
-    if (!slotMoved(s, ref)) {
-      // Two plain reads: the 64-bit CAS below validates the pair, and a refusal reads both
-      // again (a pair torn by a concurrent CAS must not refuse).
-      const x = i32[w - 1]!;
-      const raw = i32[w + S_STAMP]!;
-      const stamp = unwrapStamp(raw, last.stampNow);
-      const p = widePayload(s, x);
-      last.word = w;
-      last.state = p;
-      last.stamp = stamp;
-      last.prior = s;
-      let next = REJECT;
-      if (raw >= 0 || mode === HEAD || !core.fifo) {
-        next = step.call(algo, p, stamp, last.atUs, permits);
-      } else if (core.queues.sweep(w)) continue;
-      // (The rare and the long paths are calls: runWide() must stay small enough for V8 to
-      // inline it into each class's tryAcquireWide(), see run().)
-      if (next !== REJECT) {
-        if (!grantWide(core, w, s, x, raw, stamp, next)) continue;
-      } else if (torn(i32, w, s, x)) {
-        continue;
-      }
-      if (
-        i32[H_CONTROL]! - core.table.epoch < GEN_SAFE_SPAN ||
-        stands(core, algo, next, permits, key, x)
-      ) {
-        if (next === REJECT && mode !== TRY) return false;
-        countWide(core, w, next, permits);
-        return next !== REJECT;
-      }
-    }
-    ref = core.table.refresh(key, last.atUs, algo);
-    i32 = core.i32;
-  }
-}
-
-/** decide() for a wide table: enter() and the first pass of runWide()'s loop. */
+/** decide() for a wide table: enter() and the first pass of run()'s loop. */
 export function decideWide<A extends Algorithm>(
   core: Core,
   algo: A,
@@ -326,7 +276,7 @@ export function decideWide<A extends Algorithm>(
       }
     }
   }
-  return runWide(core, algo, step, ref, permits, key, TRY);
+  return run(core, algo, step, ref, permits, key, TRY);
 }
 
 /**
@@ -374,6 +324,21 @@ function stands<A extends Algorithm>(
   }
   if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits);
   return false;
+}
+
+/** A grant in run(): raises the stamp, then the CAS of state word `w` from `s` to `next`. */
+function grant(
+  core: Core,
+  w: number,
+  s: number,
+  raw: number,
+  stamp: number,
+  next: number,
+): boolean {
+  if (core.last.stampNow > stamp) raiseStamp(core, w, raw);
+  if (Atomics.compareExchange(core.i32, w + S_STATE, s, next) !== s) return false;
+  core.last.state = next;
+  return true;
 }
 
 /**

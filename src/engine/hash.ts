@@ -44,19 +44,21 @@ function absorb(m: number): void {
   v0 ^= m;
 }
 
+/** The finalisation's rounds: the "4" of 2-4, before each output word. */
+function finalRounds(): void {
+  round();
+  round();
+  round();
+  round();
+}
+
 function finish(b: number, out: Int32Array): void {
   absorb(b);
   v2 ^= 0xee;
-  round();
-  round();
-  round();
-  round();
+  finalRounds();
   out[0] = v1 ^ v3;
   v1 ^= 0xdd;
-  round();
-  round();
-  round();
-  round();
+  finalRounds();
   out[1] = v1 ^ v3;
 }
 

@@ -60,8 +60,12 @@ function nowMs(): number {
  * by the sweep or by the release, never both. The balance cannot name which taker's permit
  * was released: where it guesses wrong (a thread dies holding permits it kept while another
  * taker's were handed over), a permit stays held too long — until that other taker dies
- * too — never one given back twice. Without room for a balance record (both of the key's
- * records held by live holders), a hand-off release is taken off any holder's record.
+ * too — never one given back twice. One guess errs the other way: a thread holding permits
+ * of its own on the key that releases a handed one is taken to release its own, and the
+ * taker's sweep then gives the handed one back again; a release that says it is a hand-off
+ * (release()'s `handedOver`) goes to the balance whatever this thread holds, and cannot.
+ * Without room for a balance record (both of the key's records held by live holders), a
+ * hand-off release is taken off any holder's record.
  *
  * While the limiter is not shared (its `handle` never read: see Core.shared) no other
  * thread can reach the buffer, so none could outlive this one to reap its records, and
@@ -300,14 +304,15 @@ export class Holders {
    * already given back by the dead-holder sweep, so that the caller releases only the
    * rest. Those are this thread's own ghosts (it looked dead once), and — for permits this
    * thread does not hold itself, handed to it by another thread — permits the sweep gave
-   * back when the thread that took them died.
+   * back when the thread that took them died. `handedOver`: the caller says they are all
+   * handed permits (release()'s `handedOver`), none of them this thread's own.
    */
-  ghosts(ref: number, permits: number): number {
+  ghosts(ref: number, permits: number, handedOver = false): number {
     if (!this.shared) return 0; // no other thread, no reaper
     const m = this.mineOf(ref);
     let n = 0;
     let own = 0;
-    if (m !== undefined) {
+    if (m !== undefined && !handedOver) {
       if (m.rw >= 0 && !this.intact(m.rw, ref)) this.lost(m, ref);
       n = Math.min(m.ghost, permits);
       m.ghost -= n;
@@ -326,10 +331,11 @@ export class Holders {
    * records — this thread's first; the rest (permits taken by another thread) onto the
    * key's balance, or, without one, off any record of that slot. Returns how many came off
    * this thread's: unreleasing() puts those back if the give-back does not happen.
+   * `handedOver`: none of them is this thread's (release()'s `handedOver`): all go to the balance.
    */
-  releasing(ref: number, permits: number): number {
+  releasing(ref: number, permits: number, handedOver = false): number {
     if (!this.shared) return 0; // no records: see the class comment
-    const m = this.mineOf(ref);
+    const m = handedOver ? undefined : this.mineOf(ref);
     let own = 0;
     if (m !== undefined && m.rw >= 0 && m.held > 0) {
       // An empty record stays this thread's until its heartbeat frees it: a key taken and

@@ -5,7 +5,7 @@ import type { AcquireOptions, Lease, Waits } from '../options.js';
 import { acquireOptions } from '../validate.js';
 import type { Algorithm } from './algorithm.js';
 import type { Core } from './core.js';
-import { type AttemptMode, ENQUEUE, enter, giveBackToKey, HEAD, run, runWide } from './decision.js';
+import { type AttemptMode, ENQUEUE, enter, giveBackToKey, HEAD, run } from './decision.js';
 import { retryAfterUs } from './explain.js';
 import { GEN_SHIFT, H_CONTROL, W_CLOSED, W_EVICTED, W_FREE, W_WAITING } from './layout.js';
 import { HEARTBEAT_MS, MOVED } from './queue.js';
@@ -44,21 +44,9 @@ export class WaitingRoom {
     const core = this.core;
     const algo = this.algo;
     const ref = enter(core, algo, key, permits, nowUs);
-    if (
-      !(core.wide
-        ? runWide(
-            core,
-            algo,
-            mode === HEAD ? algo.stepQueuedWide : algo.stepWide,
-            ref,
-            permits,
-            key,
-            mode,
-          )
-        : run(core, algo, mode === HEAD ? algo.stepQueued : algo.step, ref, permits, key, mode))
-    ) {
-      return false;
-    }
+    let step = mode === HEAD ? algo.stepQueued : algo.step;
+    if (core.wide) step = mode === HEAD ? algo.stepQueuedWide : algo.stepWide;
+    if (!run(core, algo, step, ref, permits, key, mode)) return false;
     // NO_SLOT: allowed without a slot by whenFull 'allow'.
     const last = core.last;
     if (last.word !== NO_SLOT) algo.admitted(last.word, last.prior, nowUs, permits);

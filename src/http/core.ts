@@ -192,6 +192,30 @@ export class Engine<Req, Res> {
   }
 
   /**
+   * run() for a framework that goes on through a callback (Express and Connect's `next`,
+   * Fastify's hook's `done`): `next()` when the request may go on, `next(error)` with what
+   * goes to the framework's error path; not called when the response was answered here.
+   */
+  runThen(req: Req, res: Res, next: (error?: Error) => void): void {
+    let r: Outcome | Promise<Outcome>;
+    try {
+      r = this.run(req, res);
+    } catch (error) {
+      next(asError(this.owner, error));
+      return;
+    }
+    if (r === GO) next();
+    else if (r !== ANSWERED) {
+      r.then(
+        (o) => {
+          if (o === GO) next();
+        },
+        (error) => next(asError(this.owner, error)),
+      );
+    }
+  }
+
+  /**
    * A failure while deciding. The limiter's own (its backend unreachable under
    * `whenUnavailable: 'throw'`): `onError` when given — it answers, returns true to let the
    * request go on, or throws to hand the error to the framework — else a 503 with

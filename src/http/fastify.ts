@@ -2,7 +2,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { show, typeError } from '../validate.js';
-import { ANSWERED, asError, Engine, GO, type Host, type Outcome } from './core.js';
+import { Engine, type Host } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type Config, OPTION_NAMES, type RateLimitOptions, readOptions } from './options.js';
 
@@ -119,29 +119,15 @@ function ownOptions(owner: string, options: unknown): Record<string, unknown> {
   return out;
 }
 
-function hookFor(engine: Engine<FastifyRequest, FastifyReply>, owner: string) {
+function hookFor(engine: Engine<FastifyRequest, FastifyReply>) {
   return function atomicLimiterOnRequest(
     request: FastifyRequest,
     reply: FastifyReply,
     done: (error?: Error) => void,
   ): void {
-    let r: Outcome | Promise<Outcome>;
-    try {
-      r = engine.run(request, reply);
-    } catch (error) {
-      done(asError(owner, error));
-      return;
-    }
-    // ANSWERED: the reply was sent from the hook, so `done` is not called (Fastify's rule).
-    if (r === GO) done();
-    else if (r !== ANSWERED) {
-      r.then(
-        (o) => {
-          if (o === GO) done();
-        },
-        (error) => done(asError(owner, error)),
-      );
-    }
+    // A reply sent from the hook is not followed by `done` (Fastify's rule): runThen()
+    // calls it only when the request goes on or failed.
+    engine.runThen(request, reply, done);
   };
 }
 
@@ -199,7 +185,7 @@ const plugin = (
     return;
   }
   const sharedEngine = new Engine(fastifyHost, config, owner);
-  const shared = hookFor(sharedEngine, owner);
+  const shared = hookFor(sharedEngine);
   /**
    * The hook of a route from its `config.rateLimit` (undefined: none). `where` names the
    * route in errors; `taken`: the limiters already counting the route's requests (a route's
@@ -217,7 +203,7 @@ const plugin = (
     // one, each plugin limits the route with its own limiter, as on other routes.)
     if ('limiter' in (own as object) && taken?.has(c.limiterOption)) return undefined;
     const engine = new Engine(fastifyHost, c, where);
-    return { limiter: c.limiterOption, hook: hookFor(engine, where), engine };
+    return { limiter: c.limiterOption, hook: hookFor(engine), engine };
   };
   // This plugin's mark on the routes it saw added (in their config, which Fastify copies
   // into the route's context with its own symbols).

@@ -1,15 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { show } from '../validate.js';
-import {
-  ANSWERED,
-  asError,
-  Engine,
-  GO,
-  type Host,
-  isLimiterError,
-  type Outcome,
-  REVISIT,
-} from './core.js';
+import { ANSWERED, Engine, GO, type Host, isLimiterError, type Outcome, REVISIT } from './core.js';
 import type { HeaderSink } from './headers.js';
 import { type RateLimitOptions, readOptions } from './options.js';
 import {
@@ -188,25 +179,11 @@ export function rateLimit<Req extends IncomingMessage = NodeRequest>(
     res: ServerResponse,
     next?: (error?: unknown) => void,
   ): undefined | Promise<boolean> {
-    let r: Outcome | Promise<Outcome>;
     if (typeof next === 'function') {
-      try {
-        r = engine.run(req, res);
-      } catch (error) {
-        next(asError(owner, error));
-        return;
-      }
-      if (r === GO) next();
-      else if (r !== ANSWERED) {
-        r.then(
-          (o) => {
-            if (o === GO) next();
-          },
-          (error) => next(asError(owner, error)),
-        );
-      }
+      engine.runThen(req, res, next);
       return;
     }
+    let r: Outcome | Promise<Outcome>;
     try {
       r = engine.run(req, res);
     } catch (error) {

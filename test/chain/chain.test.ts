@@ -282,4 +282,58 @@ describe('chain(): synchronous and asynchronous members', () => {
     await expect(chain(bucket, rejecting).consume('k', 2)).rejects.toBe(error);
     expect(bucket.stats('k').available).toBe(5);
   });
+
+  it('past an asynchronous refusal the later members are asked too, asynchronous ones included, and give back what they grant', async () => {
+    const clock = new ManualClock();
+    const log: string[] = [];
+    const window = new FixedWindow({ limit: 1, windowMs: 1000, clock });
+    const bucket = new TokenBucket({ capacity: 5, refillPerSecond: 1, clock });
+    const longer = new FixedWindow({ limit: 1, windowMs: 5000, clock });
+    expect(window.tryAcquire('k')).toBe(true);
+    expect(longer.tryAcquire('k')).toBe(true);
+    const d = await chain(
+      logged('a', later(window), log),
+      logged('b', bucket, log),
+      logged('c', later(longer), log),
+    ).consume('k');
+    // The latest retry of the members asked: the longer window's.
+    expect(d).toMatchObject({ allowed: false, retryAfterMs: 5000 });
+    expect(d.decisions.map((x) => x.allowed)).toEqual([false, true, false]);
+    expect(log).toEqual([
+      'a.consume(k, 1)',
+      'b.consume(k, 1)',
+      'c.consume(k, 1)',
+      'b.refund(k, 1)',
+    ]);
+    expect(bucket.stats('k').available).toBe(5);
+  });
+
+  it('an asynchronous member rejecting past a refusal ends the asking: the refusal stands, nothing stays taken', async () => {
+    const clock = new ManualClock();
+    const window = new FixedWindow({ limit: 1, windowMs: 1000, clock });
+    const bucket = new TokenBucket({ capacity: 5, refillPerSecond: 1, clock });
+    const after = new TokenBucket({ capacity: 5, refillPerSecond: 1, clock });
+    expect(window.tryAcquire('k')).toBe(true);
+    const rejecting: ChainMember = {
+      limit: 5,
+      consume: () => Promise.reject(new Error('Redis went away')),
+      refund: () => {},
+    };
+    const d = await chain(later(window), bucket, rejecting, after).consume('k');
+    expect(d).toMatchObject({ allowed: false, retryAfterMs: 1000 });
+    expect(d.decisions.map((x) => x.allowed)).toEqual([false, true]);
+    expect(bucket.stats('k').available).toBe(5);
+    expect(after.stats('k')).toMatchObject({ available: 5, admitted: 0, rejected: 0 });
+  });
+
+  it('an asynchronous member refusing for good ends the asking: nothing after it is touched', async () => {
+    const clock = new ManualClock();
+    const conc = new Concurrency({ limit: 1 });
+    const window = new FixedWindow({ limit: 5, windowMs: 1000, clock });
+    expect(conc.tryAcquire('k')).toBe(true);
+    const d = await chain(later(conc), window).consume('k');
+    expect(d).toMatchObject({ allowed: false, retryAfterMs: Number.POSITIVE_INFINITY });
+    expect(d.decisions).toHaveLength(1);
+    expect(window.stats('k')).toMatchObject({ available: 5, admitted: 0, rejected: 0 });
+  });
 });

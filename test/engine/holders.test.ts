@@ -182,6 +182,53 @@ describe.concurrent('Concurrency holder records', () => {
     await others.terminate();
     limiter.close();
   }, 60_000);
+
+  it('a handed permit released with handedOver by a thread that holds permits of its own on the key is not given back again when its taker dies', async ({
+    expect,
+  }) => {
+    const limiter = new Concurrency({ limit: 5, queueLimit: 5 });
+    const others = await holder(limiter, 'k', 3);
+    expect(limiter.tryAcquire('k')).toBe(true); // this thread's own permit, kept
+    const taker = await holder(limiter, 'k'); // takes one and hands its work to this thread
+    expect(limiter.stats('k').available).toBe(0);
+    limiter.release('k', 1, { handedOver: true }); // the handed permit, not this thread's own
+    expect(limiter.stats('k').available).toBe(1);
+    await taker.terminate();
+    // A holder of another key dying after the taker: once its permit is back, the sweep
+    // has been over the taker's records too.
+    const marker = await holder(limiter, 'marker', 5);
+    await marker.terminate();
+    const lease = await limiter.acquire('marker', 1, { timeoutMs: 30_000 });
+    lease.release();
+    // Held: the other thread's three and this thread's own one. Exactly one more fits.
+    expect(limiter.stats('k').available).toBe(1);
+    expect(limiter.tryAcquire('k')).toBe(true);
+    expect(limiter.tryAcquire('k')).toBe(false);
+    limiter.release('k', 2);
+    const done = first(others);
+    others.postMessage('release');
+    await done;
+    expect(limiter.stats('k').available).toBe(5);
+    expect(() => limiter.release('k')).toThrow(RangeError);
+    await others.terminate();
+    limiter.close();
+  }, 60_000);
+
+  it('release() refuses options it does not know, or a handedOver that is not a boolean, and releases nothing', ({
+    expect,
+  }) => {
+    const limiter = new Concurrency({ limit: 2 });
+    expect(limiter.tryAcquire('k')).toBe(true);
+    const bad: unknown[] = [null, 'yes', { handedOver: 'yes' }, { handed: true }];
+    for (const options of bad) {
+      expect(() => limiter.release('k', 1, options as { handedOver?: boolean })).toThrow(TypeError);
+    }
+    expect(() => limiter.release('k', 1, { handedOver: 'yes' } as never)).toThrow(/handedOver/);
+    expect(limiter.stats('k').available).toBe(1);
+    limiter.release('k', 1, {});
+    expect(limiter.stats('k').available).toBe(2);
+    limiter.close();
+  });
 });
 
 // Concurrent: each test waits HOLDER_DEAD_MS of real time (heartbeats are real time).
