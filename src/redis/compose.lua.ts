@@ -29,6 +29,20 @@ export function getKey(key: string): string {
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
 }
 
+/** getKey() of the first key, as rules load it. */
+const GET_K1 = getKey('K1');
+
+/**
+ * GET_K1 in a batch: the value prefetched for the key (PRE, taken once), else a GET. MGET
+ * reads a key of another type as none: the GET then fails on it as GET_K1 does.
+ */
+const PREFETCHED_GET_K1 = `local v = PRE
+PRE = nil
+if not v then
+  v = redis.pcall('GET', K1)
+  if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end
+end`;
+
 /** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
 export function luaNumber(x: number): string {
   if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
@@ -143,22 +157,33 @@ local ok
 ${body}`;
 }
 
+/**
+ * Lua: the reply of a decision, from its fields: allowed (1 or 0), avail, retry, fresh, now,
+ * then a refusal's hint or a lease's got and counted.
+ */
+type Decide = (fields: readonly string[]) => string;
+
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
 function decide(
   rule: Rule,
   ops: readonly Op[],
   ret: Ret,
   tryRet: Ret,
-  decision: (fields: string) => string = (f) => ret(`{${f}}`),
+  decision: Decide = (f) => ret(`{${f.join(', ')}}`),
+  needsNow = true,
 ): string {
   const has = (o: Op) => ops.includes(o);
   const only = ops.length === 1;
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
   const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = decision(`0, avail, retry, fresh, now, ${rule.hint ?? '0'}`);
+  const refusedReply = decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0']);
   const grantedReply = (lease: boolean) =>
-    decision(lease ? '1, avail, 0, fresh, now, got, counted' : '1, avail, 0, fresh, now');
+    decision(
+      lease
+        ? ['1', 'avail', '0', 'fresh', 'now', 'got', 'counted']
+        : ['1', 'avail', '0', 'fresh', 'now'],
+    );
   return `${verdict(rule, lease)}
 if ok then
   ${rule.take('got')}
@@ -186,8 +211,7 @@ ${
     : `local avail
 ${rule.avail}
 ${toReply('fresh')}
-local now = NOW
-${toReply('now')}
+${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
 if ok then
   ${
     !has('b')
@@ -204,8 +228,8 @@ return ${refusedReply}`
 }`;
 }
 
-/** Lua: the driver's body for every op. */
-function driverBody(rule: Rule, ret: Ret): string {
+/** Lua: the driver's body for every op (`decision`, `needsNow`: decide()'s). */
+function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): string {
   return `${rule.load}
 if OP == 'x' then
   ${rule.drop}
@@ -233,7 +257,127 @@ elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
 end
 local LEAST
 if OP == 'b' then LEAST = tonumber(EXTRA) end
-${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret)}`;
+${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret, decision, needsNow)}`;
+}
+
+/**
+ * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls ('t', 'c': OP)
+ * of P permits on one key, each decided as its own driver run would decide it, with one
+ * load and one save for all of them: a key's state, read and written by Redis commands that
+ * cost more than the arithmetic, is kept in locals from one call to the next (rule.again
+ * re-derives what load derives from it). Each call's reply goes out as flatReplies() has it.
+ */
+function decideRun(rule: Rule, decision: Decide): string {
+  return `${rule.load}
+local granted = false
+for _ = 1, CALLS do
+  local got = P
+  local ok = ${rule.fits('P')}
+  if ok then
+    ${rule.take('got')}
+    adm = adm + got
+    granted = true
+    ${rule.again}
+  else
+    rej = rej + P
+  end
+  if OP == 't' then
+    putv(ok and 1 or 0)
+  else
+    local fresh = 0
+    ${rule.fresh}
+    local avail
+    ${rule.avail}
+    ${toReply('fresh')}
+    if ok then
+      ${decision(['1', 'avail', '0', 'fresh', 'now'])}
+    else
+      ${rule.retry}
+      ${RETRY_SEARCH}
+      ${toReply('retry')}
+      ${decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'])}
+    end
+  end
+end
+-- save's ok: the state saved is after a grant.
+local ok = granted
+local fresh = 0
+${rule.fresh}
+${rule.save}
+${rule.after ?? ''}
+return true`;
+}
+
+/**
+ * The top-level fields of the Lua table literal `x` (`{a, f(b, c)}` → `a`, `f(b, c)`), or
+ * undefined when `x` is not one literal table.
+ */
+export function tableFields(x: string): string[] | undefined {
+  const t = x.trim();
+  if (!t.startsWith('{') || !t.endsWith('}')) return undefined;
+  const fields: string[] = [];
+  let depth = 0;
+  let quote = '';
+  let start = 1;
+  for (let i = 1; i < t.length - 1; i++) {
+    const ch = t[i]!;
+    if (quote !== '') {
+      if (ch === '\\') i++;
+      else if (ch === quote) quote = '';
+    } else if (ch === '"' || ch === "'") {
+      quote = ch;
+    } else if (ch === '(' || ch === '{' || ch === '[') {
+      depth++;
+    } else if (ch === ')' || ch === '}' || ch === ']') {
+      if (--depth < 0) return undefined;
+    } else if (ch === ',' && depth === 0) {
+      fields.push(t.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  if (depth !== 0 || quote !== '') return undefined;
+  const last = t.slice(start, -1).trim();
+  if (last !== '') fields.push(last);
+  else if (fields.length > 0) return undefined;
+  return fields;
+}
+
+/**
+ * The batch form's replies, written into one flat table R (from R[D + 1]) instead of a table
+ * per call: Redis converts every table of a reply at a cost (a lookup of each of its
+ * special fields), and the client parses one array instead of one per call. Each entry:
+ * - a bare value (tryAcquire()'s verdict): `putv(x)`, as is;
+ * - a table of n fields: n, then the fields (`putN`);
+ * - a decision: −n, then its n fields without `now` (`decN`): allowed, avail, retry, fresh,
+ *   then a refusal's hint or a lease's got and counted. The client knows each call's time.
+ * Returns the helpers' Lua (for the arities used) with the Ret and Decide that call them.
+ */
+function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
+  const tables = new Set<number>();
+  const decisions = new Set<number>();
+  const ret: Ret = (x) => {
+    const fields = tableFields(x);
+    if (fields === undefined) return `putv(${x})`;
+    tables.add(fields.length);
+    return `put${fields.length}(${fields.join(', ')})`;
+  };
+  const decision: Decide = (f) => {
+    const fields = [...f.slice(0, 4), ...f.slice(5)];
+    decisions.add(fields.length);
+    return `dec${fields.length}(${fields.join(', ')})`;
+  };
+  const helper = (name: string, head: number, n: number) => {
+    const params = Array.from({ length: n }, (_, i) => `a${i + 1}`);
+    const sets = params.map((a, i) => `R[D + ${i + 2}] = ${a}`).join(' ');
+    return `local function ${name}(${params.join(', ')}) R[D + 1] = ${head} ${sets} D = D + ${n + 1} return true end`;
+  };
+  const helpers = () =>
+    [
+      'local function putv(x) R[D + 1] = x D = D + 1 return true end',
+      ...[...tables].sort().map((n) => helper(`put${n}`, n, n)),
+      ...[...decisions].sort().map((n) => helper(`dec${n}`, -n, n)),
+    ].join('\n');
+  return { ret, decision, helpers };
 }
 
 /** Lua: `r`, a failure (an error reply or a raised error), as an error's text. */
@@ -276,11 +420,17 @@ end`;
  * 'r' refund, 'l' release, 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' =
  * Redis TIME), 3 permits, 4 extra (a refund's taking time, a lease id, a block's least).
  * A single form's: 't'/'c' 1 permits (absent: 1), 2 time (absent: TIME); 'b' 1 least,
- * 2 most, 3 time. The batch's: 1 the number of runs, 2 keys per call, 3 where the runs
- * start, then six per run of equal calls: how many, which key (1 = the first names), op,
- * time ('' = TIME, read once per batch), permits, extra. The batch replies one entry per
- * call: what the driver replies, or '!' and the error's text for a call whose run failed
- * (that call alone fails; what it wrote before failing stays, as for its own EVALSHA).
+ * 2 most, 3 time.
+ *
+ * The batch's ARGV: 1 keys per call, then items, the token last. An item that is not a
+ * number sets the mode of the calls after it: op, time ('' = TIME, read once per batch),
+ * extra (three arguments). A number is a run of equal calls in that mode: its magnitude is
+ * permits × 256 + how many; positive, on the next call's keys in KEYS (each key's names
+ * once), negative, on the same keys as the run before. One argument per run: every
+ * argument costs the client an encoding and Redis a parse and a Lua string. The batch
+ * replies {token, TIME's µs (0 when no call read it), then one entry per call
+ * (flatReplies())}; a call whose run failed has '!' and the error's text (that call alone
+ * fails; what it wrote before failing stays, as for its own EVALSHA).
  */
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
@@ -299,50 +449,125 @@ ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
 ${top(driverBody(rule, ret))}`;
+  const flat = flatReplies();
+  const batchBody = driverBody(rule, flat.ret, flat.decision, false);
+  const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
+  const functions = `local function one()
+${batchBody}
+end
+local function oneT()
+${rule.load}
+${decide(rule, ['t'], flat.ret, flat.ret, flat.decision, false)}
+end
+local function oneC()
+${rule.load}
+${decide(rule, ['c'], flat.ret, flat.ret, flat.decision, false)}
+end
+${
+  runBody === undefined
+    ? ''
+    : `local function run(CALLS)
+${runBody}
+end`
+}`;
+  // A rule whose load GETs its first key takes it from one MGET of every call's first key,
+  // made before the first call: one command instead of one a key. Only a key's first load
+  // in the batch takes it (its later calls read what the ones before wrote); a key MGET
+  // found no string (none, or another type) is read by GET, which says which.
+  const prefetched = functions.split(GET_K1).join(PREFETCHED_GET_K1);
+  const prefetch = prefetched !== functions;
   const batch = `-- atomic-limiter:${rule.name}-batch
 local K1, K2, TOKEN
 ${consts}
 local OP, NOW, SERVER, P, EXTRA
-local function one()
-${driverBody(rule, bare)}
-end
-local runs = tonumber(ARGV[1])
-local nk = tonumber(ARGV[2])
-local at = tonumber(ARGV[3])
-local serverNow
-local replies = {}
-local done = 0
-for i = 0, runs - 1 do
-  local a = at + i * 6
-  local g = (tonumber(ARGV[a + 1]) - 1) * nk
-  K1, K2 = KEYS[g + 1], KEYS[g + 2]
-  OP = ARGV[a + 2]
-  SERVER = ARGV[a + 3] == ''
-  if SERVER then
-    if not serverNow then
-      local t = redis.call('TIME')
-      serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local R, D = {}, 2
+local PRE, MG
+${flat.helpers()}
+${prefetched}
+local ONE = one
+local nk = tonumber(ARGV[1])
+${
+  prefetch
+    ? `if nk == 1 then
+  MG = redis.call('MGET', unpack(KEYS))
+else
+  local firsts = {}
+  for j = 1, #KEYS, nk do firsts[#firsts + 1] = KEYS[j] end
+  MG = redis.call('MGET', unpack(firsts))
+end`
+    : ''
+}
+local last = #ARGV - 1
+local serverNow = 0
+local g = 0
+local i = 2
+while i <= last do
+  local e = tonumber(ARGV[i])
+  if not e then
+    OP = ARGV[i]
+    SERVER = ARGV[i + 1] == ''
+    if SERVER then
+      if serverNow == 0 then
+        local t = redis.call('TIME')
+        serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      NOW = serverNow
+    else
+      NOW = tonumber(ARGV[i + 1])
     end
-    NOW = serverNow
+    EXTRA = ARGV[i + 2]
+    -- tryAcquire() and consume() have forms of their own: no other op's branches.
+    if OP == 't' then ONE = oneT elseif OP == 'c' then ONE = oneC else ONE = one end
+    i = i + 3
   else
-    NOW = tonumber(ARGV[a + 3])
-  end
-  local permits = tonumber(ARGV[a + 4])
-  EXTRA = ARGV[a + 5]
-  for c = 1, tonumber(ARGV[a]) do
-    P = permits
-    local ok, r = pcall(one)
-    if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
-    if ok and type(r) == 'table' and r.err then ok = false end
-    if not ok then
-      ${ERROR_TEXT}
-      r = '!' .. r
+    if e > 0 then
+      K1, K2 = KEYS[g + 1], KEYS[g + 2]
+      ${prefetch ? 'PRE = MG[g / nk + 1]' : ''}
+      g = g + nk
+    else
+      e = -e
+      PRE = nil
     end
-    done = done + 1
-    replies[done] = r
+    local count = e % 256
+    local permits = (e - count) / 256
+    ${
+      runBody === undefined
+        ? ''
+        : `if count > 1 and (OP == 't' or OP == 'c') then
+      -- A run of equal calls on one key: one load and one save (run()). Failing, it fails
+      -- every call of the run, having written nothing.
+      P = permits
+      local from = D
+      local ok, r = pcall(run, count)
+      if ok and r ~= true then ok, r = false, 'ERR the script returned nothing' end
+      if not ok then
+        ${ERROR_TEXT}
+        D = from
+        for c = 1, count do
+          R[D + 1] = '!' .. r
+          D = D + 1
+        end
+      end
+      count = 0
+    end`
+    }
+    for c = 1, count do
+      P = permits
+      local ok, r = pcall(ONE)
+      if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
+      if ok and type(r) == 'table' and r.err then ok = false end
+      if not ok then
+        ${ERROR_TEXT}
+        R[D + 1] = '!' .. r
+        D = D + 1
+      end
+    end
+    i = i + 1
   end
 end
-return {ARGV[#ARGV], replies}`;
+R[1] = ARGV[#ARGV]
+R[2] = serverNow
+return R`;
   const single = (op: 't' | 'c' | 'b') => {
     const args =
       op === 'b'
@@ -355,7 +580,9 @@ ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
     // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict, and a decision
     // as one flat table, the token first: Redis converts every table of a reply at a cost.
     const tryRet: Ret = rule.guarded ? bare : (x) => `tonumber(TOKEN) * 2 + ${x}`;
-    const flat = rule.guarded ? undefined : (f: string) => `{TOKEN, ${f}}`;
+    const flatDecision: Decide | undefined = rule.guarded
+      ? undefined
+      : (f) => `{TOKEN, ${f.join(', ')}}`;
     return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
 local K1, K2 = KEYS[1], KEYS[2]
 local TOKEN = ARGV[1]
@@ -363,7 +590,7 @@ ${consts}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flat)}`)}`;
+${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flatDecision)}`)}`;
   };
   return { driver, batch, single };
 }

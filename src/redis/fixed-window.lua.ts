@@ -69,6 +69,8 @@ local win = math.floor(NOW / W)
 local count = 0
 if sw and sw >= win then win, count = sw, sc end`,
     fits: (x) => `count + ${x} <= LIMIT`,
+    // take keeps win and count as a load would derive them.
+    again: '',
     take: (x) => `count = count + ${x}
 sw, sc = win, count`,
     fresh: 'if count > 0 then fresh = (win + 1) * W - NOW end',

@@ -133,6 +133,7 @@ local base = u
 if tat and tat > u then base = tat end`,
     fits: (x) => `base - u + ${x} * K <= ${allowance(x)}`,
     take: (x) => `tat = base + ${x} * K`,
+    again: 'base = tat',
     fresh,
     save,
     avail: `avail = LIMIT

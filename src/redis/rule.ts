@@ -54,6 +54,14 @@ export interface Rule {
   readonly guarded?: boolean;
   /** Lua: after a grant or refusal is saved (Concurrency publishes here). */
   readonly after?: string;
+  /**
+   * Lua: after `take`, sets again what `load` derives from the state at NOW, as a load of the
+   * state just taken would. Given (even empty) only where take, fresh and avail touch
+   * nothing but locals, and save's TTL choice holds from the first load to the last take
+   * (its `ok`: any of them granted): a batch's run of equal calls on one key then shares one
+   * load and one save.
+   */
+  readonly again?: string;
 }
 
 /** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */

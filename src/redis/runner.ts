@@ -253,11 +253,11 @@ export class Runner {
         continue;
       }
       for (let i = 0; i < g.length; i += MAX_BATCH) {
-        const calls = g.slice(i, i + MAX_BATCH);
+        const calls = g.length <= MAX_BATCH ? g : g.slice(i, i + MAX_BATCH);
         units.push(
           calls.length === 1
             ? { calls, script: calls[0]!.alone, verb: 'EVALSHA' }
-            : { calls, script: batch, verb: 'EVALSHA' },
+            : { calls: byKey(calls), script: batch, verb: 'EVALSHA' },
         );
       }
     }
@@ -275,42 +275,40 @@ export class Runner {
         : [...first.head, ...first.params, token];
       return { verb: u.verb, script, keys: first.keys, args, slot: first.slot };
     }
-    // Each key's names go once; a run of equal calls (same keys, op, time, permits and
-    // extra: a hot key's calls) goes as one entry with its count. Every argument costs the
-    // client an encoding and Redis a parse, so a hot batch stays a few dozen bytes.
-    const keys: string[] = [...first.keys];
-    const groups = new Map<string, number>([[first.keys[0]!, 1]]);
-    const args: string[] = ['', String(first.keys.length), '', first.head[4]!, ''];
-    for (const a of first.params) args.push(a);
-    args[2] = String(args.length + 1);
-    let runs = 0;
-    let countAt = -1;
+    // The calls come grouped by key (byKey()): each key's names go once, a run of equal
+    // calls (a hot key's) goes as one number, and the mode (op, time, extra) only where it
+    // changes — a batch of one kind of call on distinct keys is one argument a call.
+    const keys: string[] = [];
+    const args: string[] = [String(first.keys.length)];
+    let op = '';
+    let time = '';
+    let extra = '';
     let prev: Pending | undefined;
+    let runAt = -1;
+    let run = 0;
+    let sign = 1;
     for (const p of u.calls) {
       const h = p.head;
-      if (
-        prev &&
-        prev.keys[0] === p.keys[0] &&
-        prev.head[0] === h[0] &&
-        prev.head[1] === h[1] &&
-        prev.head[2] === h[2] &&
-        prev.head[3] === h[3]
-      ) {
-        args[countAt] = String(Number(args[countAt]) + 1);
+      const sameKeys = prev !== undefined && prev.keys[0] === p.keys[0];
+      if (h[0] !== op || h[1] !== time || h[3] !== extra || runAt < 0) {
+        op = h[0]!;
+        time = h[1]!;
+        extra = h[3]!;
+        args.push(op, time, extra);
+      } else if (sameKeys && prev!.head[2] === h[2] && run < 255) {
+        run++;
+        prev = p;
         continue;
       }
-      let g = groups.get(p.keys[0]!);
-      if (g === undefined) {
-        g = groups.size + 1;
-        groups.set(p.keys[0]!, g);
-        for (const k of p.keys) keys.push(k);
-      }
-      countAt = args.length;
-      args.push('1', String(g), h[0]!, h[1]!, h[2]!, h[3]!);
-      runs++;
+      if (runAt >= 0) args[runAt] = runItem(sign, prev!.head[2]!, run);
+      if (!sameKeys) for (const k of p.keys) keys.push(k);
+      sign = sameKeys ? -1 : 1;
+      runAt = args.length;
+      args.push('');
+      run = 1;
       prev = p;
     }
-    args[0] = String(runs);
+    args[runAt] = runItem(sign, prev!.head[2]!, run);
     args.push(token);
     return { verb: u.verb, script, keys, args, slot: first.slot };
   }
@@ -394,16 +392,18 @@ export class Runner {
   }
 
   private settleUnit(u: Unit, tokened: unknown): void {
-    const reply = untoken(tokened, u.token!);
-    if (reply === FOREIGN) {
+    if (u.script !== u.calls[0]!.script.batch) {
+      const reply = untoken(tokened, u.token!);
+      if (reply === FOREIGN) this.foreign(u.calls[0]!);
+      else this.settle(u.calls[0]!, reply);
+      return;
+    }
+    if (!Array.isArray(tokened) || tokened[0] !== u.token) {
       for (const p of u.calls) this.foreign(p);
       return;
     }
-    if (u.script !== u.calls[0]!.script.batch) {
-      this.settle(u.calls[0]!, reply);
-      return;
-    }
-    if (!Array.isArray(reply) || reply.length !== u.calls.length) {
+    const replies = batchReplies(tokened, u.calls);
+    if (replies === undefined) {
       const error = new Error(
         `atomic-limiter/redis: script ${u.script.name} returned an unexpected batch reply`,
       );
@@ -411,8 +411,8 @@ export class Runner {
       return;
     }
     u.calls.forEach((p, i) => {
-      const r = reply[i];
-      if (typeof r === 'string' && r.startsWith('!')) this.failed(p, new Error(r.slice(1)));
+      const r = replies[i];
+      if (typeof r === 'string') this.failed(p, new Error(r.slice(1)));
       else this.settle(p, r);
     });
   }
@@ -527,6 +527,72 @@ function untoken(tokened: unknown, token: string): unknown {
     if (verdict === 0 || verdict === 1) return verdict;
   }
   return FOREIGN;
+}
+
+/**
+ * The calls of a batch grouped by key, each key's in their order, keys in order of first
+ * call: calls on different keys decide the same in any order, and a key's calls side by
+ * side go as runs (a hot key's batch is a few arguments, whatever its length).
+ */
+function byKey(calls: readonly Pending[]): readonly Pending[] {
+  let moved = false;
+  const firsts = new Set<string>();
+  for (let i = 0; i < calls.length; i++) {
+    const k = calls[i]!.keys[0]!;
+    if (i > 0 && calls[i - 1]!.keys[0] === k) continue;
+    if (firsts.has(k)) {
+      moved = true;
+      break;
+    }
+    firsts.add(k);
+  }
+  if (!moved) return calls;
+  const seen = new Map<string, Pending[]>();
+  for (const p of calls) {
+    const g = seen.get(p.keys[0]!);
+    if (g) g.push(p);
+    else seen.set(p.keys[0]!, [p]);
+  }
+  return [...seen.values()].flat();
+}
+
+/** A run's item in a batch's ARGV: ± (permits × 256 + how many); negative on the same keys. */
+function runItem(sign: number, permits: string, run: number): string {
+  return String(sign * ((permits === '1' ? 1 : Number(permits)) * 256 + run));
+}
+
+/**
+ * Each call's reply in a batch's flat reply ({token, TIME's µs, entries…}: compose.lua.ts),
+ * as its own command would have replied: tryAcquire()'s verdict, a table as an array, a
+ * decision with its time put back; '!' and the text of a call that failed. Undefined when
+ * the reply is not of that form.
+ */
+function batchReplies(reply: unknown[], calls: readonly Pending[]): unknown[] | undefined {
+  const serverNow = reply[1];
+  if (typeof serverNow !== 'number') return undefined;
+  const out: unknown[] = new Array(calls.length);
+  let at = 2;
+  for (let i = 0; i < calls.length; i++) {
+    const head = calls[i]!.head;
+    const x = reply[at++];
+    if (typeof x === 'string') {
+      if (!x.startsWith('!')) return undefined;
+      out[i] = x;
+    } else if (typeof x !== 'number') {
+      return undefined;
+    } else if (head[0] === 't') {
+      out[i] = x;
+    } else {
+      const n = Math.abs(x);
+      if (at + n > reply.length) return undefined;
+      const fields = reply.slice(at, at + n);
+      at += n;
+      // A decision: allowed, avail, retry, fresh, then the time of its call, then the rest.
+      if (x < 0) fields.splice(4, 0, head[1] === '' ? serverNow : Number(head[1]));
+      out[i] = fields;
+    }
+  }
+  return at === reply.length ? out : undefined;
 }
 
 /**

@@ -102,6 +102,8 @@ if sw then
 end
 local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))`,
     fits: (x) => fits('weighted', `curr + ${x}`),
+    // A load of the state taken reads the previous count as stored (take set weighted so).
+    again: p.prevQuantum === 1 ? '' : `prev = ${stored('prev')}`,
     // A grant saves the previous count as it is read back (in steps, for a wide window).
     take: (x) => `curr = curr + ${x}
 sw, sp, sc = win, prev, curr${p.prevQuantum === 1 ? '' : `\nweighted = ${stored('prev')} * math.max(0, W - math.max(0, NOW - win * W))`}`,

@@ -124,6 +124,8 @@ else
 end
 local un = math.floor(NOW * PERUS)`,
     fits: () => 'not (nf and nf > un)',
+    // take keeps the state as a load would read it; load derives only `un`, from NOW.
+    again: '',
     // From the stored permits while the state is warm, else from a cold bucket.
     take: (x) => `local s0, from = MAXP, un
 if nf then

@@ -112,6 +112,39 @@ async function scriptRuns(ports: readonly number[]): Promise<number> {
   return n;
 }
 
+/** The commands Redis ran while `body` ran (MONITOR): each its arguments, and whether a script ran it. */
+async function commandsRun(
+  redis: IoRedis,
+  body: () => Promise<void>,
+): Promise<{ args: string[]; lua: boolean }[]> {
+  const run: { args: string[]; lua: boolean }[] = [];
+  const monitor = await redis.monitor();
+  try {
+    const marker = `end-${Math.random()}`;
+    const seen = new Promise<void>((resolve) => {
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        if (args[0]?.toLowerCase() === 'echo' && args[1] === marker) resolve();
+        run.push({ args: [args[0]!.toLowerCase(), ...args.slice(1)], lua: source === 'lua' });
+      });
+    });
+    await body();
+    // MONITOR shows commands in the order they ran: once it shows this one, it has shown
+    // every command before it.
+    await redis.echo(marker);
+    await seen;
+  } finally {
+    monitor.disconnect();
+  }
+  return run;
+}
+
+/** The EVALSHA and EVAL commands a client sent while `body` ran, each its arguments. */
+async function scriptsSent(redis: IoRedis, body: () => Promise<void>): Promise<string[][]> {
+  return (await commandsRun(redis, body))
+    .filter((c) => !c.lua && (c.args[0] === 'evalsha' || c.args[0] === 'eval'))
+    .map((c) => c.args);
+}
+
 async function resetStats(ports: readonly number[]): Promise<void> {
   for (const port of ports) await cli(port, 'CONFIG', 'RESETSTAT');
 }
@@ -549,6 +582,172 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     expect(await r.stats('hot')).toMatchObject({ available: 0, admitted: 150, rejected: 49 });
     await r.close();
   });
+
+  it('a tick of one kind of call on distinct keys goes as one argument a call, read by one MGET, and comes back as one flat array', async () => {
+    const clock = new ManualClock(0);
+    const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: 3,
+      refillPerSecond: 1,
+      clock,
+      prefix: 'b-flat',
+    });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    const keys = Array.from({ length: 40 }, (_, i) => `k${i}`);
+    // Every key spent first, so that the tick holds grants and refusals.
+    for (const k of keys.slice(0, 20)) {
+      expect(await r.consume(k, 3)).toEqual(m.consume(k, 3));
+    }
+    const run = await commandsRun(redis, async () => {
+      const got = await Promise.all(keys.map((k) => r.consume(k)));
+      expect(got).toEqual(keys.map((k) => m.consume(k)));
+    });
+    const sent = run
+      .filter((c) => !c.lua && (c.args[0] === 'evalsha' || c.args[0] === 'eval'))
+      .map((c) => c.args);
+    expect(sent).toHaveLength(1);
+    // One MGET reads the keys; GET only those it found empty (the 20 never used).
+    const reads = run.filter((c) => c.lua && (c.args[0] === 'mget' || c.args[0] === 'get'));
+    expect(reads.map((c) => [c.args[0], c.args.length - 1])).toEqual([
+      ['mget', 40],
+      ...keys.slice(20).map(() => ['get', 1]),
+    ]);
+    const [verb, sha, numkeys, ...rest] = sent[0]!;
+    expect([verb, Number(numkeys)]).toEqual(['evalsha', 40]);
+    // Keys per call, the mode (op, time, extra), one item a call, the token.
+    const argv = rest.slice(40);
+    expect(argv).toHaveLength(1 + 3 + 40 + 1);
+    // Run again as sent: one array of numbers and strings, no table per call.
+    const reply = (await redis.evalsha(sha!, 40, ...rest)) as unknown[];
+    expect(reply.some((x) => typeof x !== 'number' && typeof x !== 'string')).toBe(false);
+    await r.close();
+  });
+
+  it("two hot keys interleaved in one tick go as two runs, each key's calls decided in order", async () => {
+    const clock = new ManualClock(0);
+    const m = new mem.TokenBucket({ capacity: 30, refillPerSecond: 1, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: 30,
+      refillPerSecond: 1,
+      clock,
+      prefix: 'b-two-hot',
+    });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    const keys = Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? 'a' : 'b'));
+    const sent = await scriptsSent(redis, async () => {
+      const got = await Promise.all(keys.map((k) => r.tryAcquire(k)));
+      expect(got).toEqual(keys.map((k) => m.tryAcquire(k)));
+    });
+    expect(sent).toHaveLength(1);
+    // Two keys; keys per call, the mode, a run a key, the token.
+    expect(sent[0]!.slice(2)).toHaveLength(1 + 2 + 1 + 3 + 2 + 1);
+    for (const k of ['a', 'b']) {
+      const { queued: _, ...got } = await r.stats(k);
+      const { queued: __, ...want } = m.stats(k);
+      expect(got).toEqual(want);
+    }
+    await r.close();
+  });
+
+  // (name, the limiters, the permits of each call, the ms the clock moves between ticks)
+  const RUNS: [string, (clock: ManualClock) => readonly [Limiter, RedisLimiter], number, number][] =
+    [
+      [
+        'TokenBucket',
+        (clock) => [
+          new mem.TokenBucket({ capacity: 30, refillPerSecond: 2, clock }),
+          new red.TokenBucket({ redis, capacity: 30, refillPerSecond: 2, clock, prefix: 'b-run' }),
+        ],
+        2,
+        400,
+      ],
+      [
+        'FixedWindow',
+        (clock) => [
+          new mem.FixedWindow({ limit: 30, windowMs: 1000, clock }),
+          new red.FixedWindow({ redis, limit: 30, windowMs: 1000, clock, prefix: 'b-run' }),
+        ],
+        2,
+        400,
+      ],
+      [
+        'WarmingBucket',
+        (clock) => [
+          new mem.WarmingBucket({ ratePerSecond: 20, warmupMs: 1000, clock }) as never,
+          new red.WarmingBucket({
+            redis,
+            ratePerSecond: 20,
+            warmupMs: 1000,
+            clock,
+            prefix: 'b-run',
+          }) as never,
+        ],
+        2,
+        400,
+      ],
+      [
+        'SlidingWindow',
+        (clock) => [
+          new mem.SlidingWindow({ limit: 30, windowMs: 1000, clock }) as never,
+          new red.SlidingWindow({
+            redis,
+            limit: 30,
+            windowMs: 1000,
+            clock,
+            prefix: 'b-run',
+          }) as never,
+        ],
+        2,
+        700,
+      ],
+      [
+        // Wide: the previous count read back in steps.
+        'SlidingWindow, wide',
+        (clock) => [
+          new mem.SlidingWindow({ limit: 3_000_000, windowMs: 3_600_000, clock }) as never,
+          new red.SlidingWindow({
+            redis,
+            limit: 3_000_000,
+            windowMs: 3_600_000,
+            clock,
+            prefix: 'b-run-wide',
+          }) as never,
+        ],
+        100_001,
+        2_500_000,
+      ],
+    ];
+  for (const [name, make, permits, stepMs] of RUNS) {
+    it(`${name}: a run of equal calls on one key reads the key once (one MGET) and writes it once, each call decided as alone`, async () => {
+      const clock = new ManualClock(0);
+      const [m, r] = make(clock);
+      await Promise.all([r.stats('warm'), r.stats('warm')]);
+      const [key] = r.redisKeys('hot');
+      // The key holds a state: one MGET reads it for the whole batch.
+      expect(await r.consume('hot')).toEqual(m.consume('hot'));
+      for (const [method, calls] of [
+        ['consume', 45],
+        ['tryAcquire', 20],
+        ['consume', 45],
+      ] as const) {
+        clock.advance(stepMs);
+        const run = await commandsRun(redis, async () => {
+          const got = await Promise.all(
+            Array.from({ length: calls }, () => r[method]('hot', permits) as Promise<unknown>),
+          );
+          expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', permits)));
+        });
+        const onKey = run.filter((c) => c.lua && c.args[1] === key).map((c) => c.args[0]);
+        expect([method, onKey]).toEqual([method, ['mget', 'set']]);
+      }
+      const { queued: _, ...got } = await r.stats('hot');
+      const { queued: __, ...want } = m.stats('hot');
+      expect(got).toEqual(want);
+      await r.close();
+    });
+  }
 
   it('a call on a key of another type fails alone; the rest of its batch is decided', async () => {
     const clock = new ManualClock(0);
