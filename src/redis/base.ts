@@ -95,6 +95,18 @@ interface ConfigRecord {
   readonly times: readonly number[];
 }
 
+/** A limiter's options at one options version: what configure() builds its scripts from. */
+export interface OptionsAt {
+  /** The in-memory class's parameters. */
+  readonly params: readonly number[];
+  /** The options version: 0 until the first reconfigure() on the prefix. */
+  readonly version: number;
+  /** The parameters of versions 0 … version − 1. */
+  readonly past: readonly (readonly number[])[];
+  /** When each version from 1 on was made (µs, the limiter's clock). */
+  readonly times: readonly number[];
+}
+
 /**
  * What the six Redis limiters share: options, the script runner, the failure policy, the
  * per-key local wait queues of acquire(). Each subclass names its script, keys and
@@ -203,29 +215,19 @@ export abstract class RedisLimiter {
   // ---- reconfigure() -----------------------------------------------------------------
 
   /**
-   * @internal Makes `params` (the in-memory class's parameters) the limiter's options:
-   * its public figures and its scripts, for options version `version` whose earlier
-   * versions had the options `past`, and were made at `times` (µs, versions 1 on).
+   * @internal Makes `at.params` (the in-memory class's parameters) the limiter's options:
+   * its public figures and its scripts.
    */
-  protected abstract configure(
-    params: readonly number[],
-    version: number,
-    past: readonly (readonly number[])[],
-    times: readonly number[],
-  ): void;
+  protected abstract configure(at: OptionsAt): void;
 
   /** @internal The options reconfigure() takes (the in-memory class's list). */
   protected abstract reconfigurable(): readonly string[];
 
   /**
-   * @internal The parameters after `opts` (names checked) replace some of `current`'s:
+   * @internal The parameters after `opts` (names checked) replace some of this.params':
    * validated as the constructor and the in-memory class validate them.
    */
-  protected abstract reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[];
+  protected abstract reconfigured(name: string, opts: Record<string, unknown>): number[];
 
   /**
    * @internal What the numbers of a key's state mean under `params` (a window's length, a
@@ -247,7 +249,7 @@ export abstract class RedisLimiter {
     this.own = params;
     this.params = params;
     this.lineage = [params];
-    this.configure(params, 0, [], []);
+    this.configure({ params, version: 0, past: [], times: [] });
   }
 
   /**
@@ -269,7 +271,12 @@ export abstract class RedisLimiter {
     this.lineage = r.lineage;
     this.times = r.times;
     this.params = r.lineage[r.version]!;
-    this.configure(this.params, r.version, r.lineage.slice(0, r.version), r.times);
+    this.configure({
+      params: this.params,
+      version: r.version,
+      past: r.lineage.slice(0, r.version),
+      times: r.times,
+    });
   }
 
   /**
@@ -395,7 +402,7 @@ export abstract class RedisLimiter {
     try {
       if (this.closed) throw new LimiterClosedError();
       opts = checkOptionsObject(name, options, this.reconfigurable());
-      this.check(this.reconfigured(name, opts, this.params));
+      this.check(this.reconfigured(name, opts));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -431,7 +438,7 @@ export abstract class RedisLimiter {
     for (;;) {
       if (this.foreign) throw this.foreign;
       if (this.closed) throw new LimiterClosedError();
-      const next = this.reconfigured(name, opts, this.params);
+      const next = this.reconfigured(name, opts);
       this.check(next);
       const same = next.length === this.params.length && next.every((x, i) => x === this.params[i]);
       const lineage = same ? this.lineage : [...this.lineage, next];

@@ -11,6 +11,7 @@ import {
   typeError,
 } from '../validate.js';
 import {
+  type OptionsAt,
   type RedisLease,
   RedisLimiter,
   type RedisOptions,
@@ -90,7 +91,7 @@ export class Concurrency extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(params: readonly number[], version: number): void {
+  protected configure({ params, version }: OptionsAt): void {
     const leaseUs = this.leaseMs * 1000;
     const rule = concurrencyRule({ limit: params[0]!, leaseUs, channel: this.channel, version });
     this.useRule(rule, false);
@@ -102,11 +103,8 @@ export class Concurrency extends RedisLimiter {
   }
 
   /** @internal */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const limit = integerOption(name, 'limit', opts.limit ?? current[0], 1, MAX_WIDE_CONCURRENCY);
     return [limit, Math.max(current[1]!, current[0]!, limit)];
   }

@@ -1,5 +1,5 @@
 import { readWindowOptions, reconfiguredWindow } from '../algorithms/window-bits.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { fixedWindowRule, windowLineage } from './fixed-window.lua.js';
 
 /** The options of atomic-limiter/redis's `new FixedWindow()` (at most `limit` per fixed `windowMs`): its own, then every Redis limiter's. */
@@ -42,12 +42,7 @@ export class FixedWindow extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(
-    params: readonly number[],
-    version: number,
-    past: readonly (readonly number[])[],
-    times: readonly number[],
-  ): void {
+  protected configure({ params, version, past, times }: OptionsAt): void {
     const lineage = windowLineage(
       version,
       past.map((p) => p[1]! * 1000),
@@ -62,11 +57,8 @@ export class FixedWindow extends RedisLimiter {
   }
 
   /** @internal */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const [limit, windowMs, ceiling] = current as [number, number, number];
     return reconfiguredWindow(name, opts, { limit, windowMs }, 1, this.wide, ceiling);
   }

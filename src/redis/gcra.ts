@@ -2,6 +2,7 @@ import { gcraUnits, reconfiguredBucket } from '../algorithms/gcra.js';
 import { QueueFullError } from '../errors.js';
 import {
   NO_OP_LEASE,
+  type OptionsAt,
   type RedisCommon,
   type RedisLease,
   RedisLimiter,
@@ -51,12 +52,7 @@ export abstract class RedisGcra extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(
-    params: readonly number[],
-    version: number,
-    past: readonly (readonly number[])[],
-    times: readonly number[],
-  ): void {
+  protected configure({ params, version, past, times }: OptionsAt): void {
     const [capacity, rate] = params as [number, number];
     const { k, scale } = this.units(params);
     // The bucket is a leaky bucket's queue: a smaller capacity bounds queueLimit too.
@@ -86,11 +82,8 @@ export abstract class RedisGcra extends RedisLimiter {
   }
 
   /** @internal */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const [capacity, rate, ceiling] = current as [number, number, number];
     return reconfiguredBucket(name, opts, { capacity, rate }, this.rateName, this.wide, ceiling);
   }

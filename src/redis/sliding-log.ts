@@ -1,5 +1,5 @@
 import { readLogOptions } from '../algorithms/sliding-log.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { slidingLogRule } from './sliding-log.lua.js';
 
 /** The options of atomic-limiter/redis's `new SlidingLog()` (at most `limit` in any trailing `windowMs`): its own, then every Redis limiter's. */
@@ -41,7 +41,7 @@ export class SlidingLog extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(params: readonly number[], version: number): void {
+  protected configure({ params, version }: OptionsAt): void {
     const [limit, windowMs, keep, keepMs] = params as [number, number, number, number];
     const keepUs = keepMs * 1000;
     this.useRule(slidingLogRule({ limit, windowUs: windowMs * 1000, keep, keepUs, version }));
@@ -53,11 +53,8 @@ export class SlidingLog extends RedisLimiter {
   }
 
   /** @internal */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const { limit, windowMs } = readLogOptions(name, {
       limit: current[0],
       windowMs: current[1],

@@ -1,7 +1,7 @@
 import { readSlidingWindowOptions, segmentBits } from '../algorithms/segment-bits.js';
 import { reconfiguredWindow, wideSlidingBits } from '../algorithms/window-bits.js';
 import { rangeError, show } from '../validate.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { slidingLineage, slidingWindowRule } from './sliding-window.lua.js';
 import { slidingWindowSegmentsRule } from './sliding-window-segments.lua.js';
 
@@ -80,12 +80,7 @@ export class SlidingWindow extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(
-    params: readonly number[],
-    version: number,
-    past: readonly (readonly number[])[],
-    times: readonly number[],
-  ): void {
+  protected configure({ params, version, past, times }: OptionsAt): void {
     const [limit, windowMs, segments] = params as [number, number, number];
     if (segments === 0) {
       const lineage = slidingLineage(
@@ -109,11 +104,8 @@ export class SlidingWindow extends RedisLimiter {
   }
 
   /** @internal The in-memory SlidingWindow's checks, message for message. */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const [limit0, windowMs0, segments, ceiling] = current as [number, number, number, number];
     const now = { limit: limit0, windowMs: windowMs0 };
     if (segments === 0) {

@@ -1,5 +1,5 @@
 import { readWarmingOptions, warmingModel } from '../algorithms/warming-bucket.js';
-import { RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
+import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
 import { warmingBucketRule, warmingGeometry } from './warming-bucket.lua.js';
 
 /** The options of atomic-limiter/redis's `new WarmingBucket()` (Guava's warm-up to `ratePerSecond` over `warmupMs`): its own, then every Redis limiter's. */
@@ -67,12 +67,7 @@ export class WarmingBucket extends RedisLimiter {
   }
 
   /** @internal */
-  protected configure(
-    params: readonly number[],
-    version: number,
-    past: readonly (readonly number[])[],
-    times: readonly number[],
-  ): void {
+  protected configure({ params, version, past, times }: OptionsAt): void {
     const geometries = past.map((p) => warmingGeometry(this.model(p)));
     this.useRule(warmingBucketRule(this.model(params), version, geometries, times), false);
   }
@@ -83,11 +78,8 @@ export class WarmingBucket extends RedisLimiter {
   }
 
   /** @internal */
-  protected reconfigured(
-    name: string,
-    opts: Record<string, unknown>,
-    current: readonly number[],
-  ): number[] {
+  protected reconfigured(name: string, opts: Record<string, unknown>): number[] {
+    const current = this.params;
     const { rate, warmupMs, coldFactor } = readWarmingOptions(name, {
       ratePerSecond: current[1],
       warmupMs: current[2],
