@@ -1,12 +1,6 @@
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, saveState, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import {
-  decodeState,
-  encodeState,
-  type Lineage,
-  versionConst,
-  windowGeometry,
-} from './state.lua.js';
+import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
 const GEO = windowGeometry('W');
 
@@ -57,13 +51,7 @@ local W = ${luaNumber(p.windowUs)}
 ${versionConst(lineage)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
-    load: `local sw, sc, adm, rej
-${getKey('K1')}
-if v then
-  ${decodeState('v', ['sw', 'sc', 'adm', 'rej'], 'FixedWindow', GEO, lineage)}
-else
-  adm, rej = 0, 0
-end
+    load: `${loadState(['sw', 'sc'], 'FixedWindow', GEO, lineage)}
 local stored = sw
 local win = math.floor(NOW / W)
 local count = 0

@@ -1,13 +1,7 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, saveState, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
-import {
-  decodeState,
-  encodeState,
-  type Lineage,
-  versionConst,
-  windowGeometry,
-} from './state.lua.js';
+import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
 export interface SlidingParams {
@@ -80,13 +74,7 @@ local Q = ${luaNumber(p.prevQuantum)}
 ${versionConst(lineage)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
-    load: `local sw, sp, sc, adm, rej
-${getKey('K1')}
-if v then
-  ${decodeState('v', ['sw', 'sp', 'sc', 'adm', 'rej'], 'SlidingWindow', geo, lineage)}
-else
-  adm, rej = 0, 0
-end
+    load: `${loadState(['sw', 'sp', 'sc'], 'SlidingWindow', geo, lineage)}
 local ends
 if sw then
   if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end

@@ -1,4 +1,4 @@
-import { luaNumber, MARK } from './compose.lua.js';
+import { getKey, luaNumber, MARK } from './compose.lua.js';
 
 /**
  * How a bucket's or a window's state is stored in its key: a version byte (2; 3 past a
@@ -170,6 +170,27 @@ export function decodeState(
   else
     ${convert}
   end`;
+}
+
+/**
+ * Lua: the load of K1's state of `fields` and then the admitted and rejected counters, as
+ * locals of those names: decoded by decodeState() when the key holds one; else the fields
+ * nil (a fresh key) and the counters 0.
+ */
+export function loadState(
+  fields: readonly string[],
+  what: string,
+  geo: Geometry,
+  lineage: Lineage | undefined,
+): string {
+  const names = [...fields, 'adm', 'rej'];
+  return `local ${names.join(', ')}
+${getKey('K1')}
+if v then
+  ${decodeState('v', names, what, geo, lineage)}
+else
+  adm, rej = 0, 0
+end`;
 }
 
 /** Lua: `local VERSION`, the options version a lineage's decodeState() compares with. */

@@ -1,26 +1,17 @@
-import { getKey, luaNumber, ttlTo } from './compose.lua.js';
+import type { WarmingModel } from '../algorithms/warming-bucket.js';
+import { luaNumber, ttlTo } from './compose.lua.js';
 import type { Rule } from './rule.js';
 import {
-  decodeState,
   encodeState,
   type Geometry,
   type Lineage,
+  loadState,
   shown,
   versionConst,
 } from './state.lua.js';
 
-/** warmingModel()'s figures (src/algorithms/warming-bucket.ts). */
-export interface WarmingParams {
-  readonly stableUs: number;
-  readonly threshold: number;
-  readonly maxPermits: number;
-  readonly slope: number;
-  readonly coolDownUs: number;
-  readonly quanta: number;
-  readonly unitUs: number;
-  readonly limit: number;
-  readonly maxQuanta: number;
-}
+/** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
+type WarmingParams = Omit<WarmingModel, 'staleUs'>;
 
 /**
  * A WarmingBucket's settings: its stable interval, most stored permits, cool-down per
@@ -115,13 +106,7 @@ local function waitUs(stored, take)
   end
   return us + math.floor(S * take)
 end`,
-    load: `local q, nf, adm, rej
-${getKey('K1')}
-if v then
-  ${decodeState('v', ['q', 'nf', 'adm', 'rej'], 'WarmingBucket', GEO, lineage)}
-else
-  adm, rej = 0, 0
-end
+    load: `${loadState(['q', 'nf'], 'WarmingBucket', GEO, lineage)}
 local un = math.floor(NOW * PERUS)`,
     fits: () => 'not (nf and nf > un)',
     // take keeps the state as a load would read it; load derives only `un`, from NOW.
