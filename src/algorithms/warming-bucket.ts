@@ -248,6 +248,14 @@ export class WarmingBucket extends Limiter {
     return this.encode(d[0]! * this.m.maxPermits, Math.ceil(d[1]! * this.perUs));
   }
 
+  /**
+   * @internal Stamped at its next free time: a debt run up under a longer warm-up may be
+   * longer than the new options' stale() allows for, and stays owed all the same.
+   */
+  override restampUs(d: number[], nowUs: number): number {
+    return Math.max(nowUs, this.epochUs + d[1]!);
+  }
+
   // The same four lines in every class: see Limiter.consume.
   override consume(key?: Key, permits = 1): Decision {
     const a = this.tryAcquire(key, permits);

@@ -161,6 +161,14 @@ export abstract class Algorithm {
     return this.core.wide ? W_FRESH : FRESH;
   }
 
+  /**
+   * @internal The time (µs, the limiter's clock) the slot of restate()'s state is stamped
+   * with: now, or later for a state that the new options would take for stale too early.
+   */
+  restampUs(_d: number[], nowUs: number): number {
+    return nowUs;
+  }
+
   // ---- implemented by Limiter for every class ------------------------------------------
 
   /** @internal See SlotPolicy (table.ts): the slot's state is as good as fresh and nobody waits. */

@@ -211,11 +211,13 @@ function convertAll(
         Atomics.store(i32, w + S_STATE, gen | FRESH);
         continue;
       }
-      // The new state is written relative to a stamp of now (only ever raised).
+      // The new state is written relative to a stamp of now, or later (restampUs()): only
+      // ever raised.
+      const stamp = Math.floor((algo.restampUs(d, nowUs) - core.epochUs) * STAMP_PER_US);
       for (;;) {
         const raw = Atomics.load(i32, w + S_STAMP);
-        if (unwrapStamp(raw, stampNow) >= stampNow) break;
-        const raised = (stampNow & STAMP_MASK) | (raw & ~STAMP_MASK);
+        if (unwrapStamp(raw, stampNow) >= stamp) break;
+        const raised = (stamp & STAMP_MASK) | (raw & ~STAMP_MASK);
         if (Atomics.compareExchange(i32, w + S_STAMP, raw, raised) === raw) break;
       }
       last.word = w;

@@ -305,6 +305,22 @@ describe('reconfigure() on WarmingBucket', () => {
     expect(play(bucket, clock, steps, 'k')).toEqual(steps);
   });
 
+  it('keeps a debt longer than a shorter warm-up could run up: owed until it is paid', () => {
+    const clock = new ManualClock();
+    // 4 per second, warm-up 2 s: 8 stored permits when cold, all 8 taken at once owe 3 s
+    // (the warm-up's trapezoid, then 4 at the stable 250 ms). A 500 ms warm-up could owe
+    // about 1 s at most; the 3 s stay owed.
+    const bucket = new WarmingBucket({ ratePerSecond: 4, warmupMs: 2000, clock });
+    const steps: Step[] = [
+      [0, 8, true],
+      [0, { warmupMs: 500 }],
+      [2600, 1, false],
+      [2999, 1, false],
+      [3000, 1, true],
+    ];
+    expect(play(bucket, clock, steps, 'k')).toEqual(steps);
+  });
+
   it('leaves a cold key cold: it starts as a new limiter with the new options would', () => {
     const clock = new ManualClock();
     const bucket = new WarmingBucket({ ratePerSecond: 10, warmupMs: 1000, clock });

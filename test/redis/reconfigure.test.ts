@@ -160,11 +160,11 @@ const CASES: [string, (redis: Redis, clock: ManualClock) => Case][] = [
           ...more,
         }) as never,
       windowMs: 1500,
-      // One warm-up: the in-memory class forgets a debt longer than a new, shorter warm-up
-      // allows for (its state then reads as stale).
+      // A shorter warm-up keeps a debt a longer one ran up.
       options: (next) =>
         some(next, {
           ratePerSecond: pick(next, [4, 10, 25]),
+          warmupMs: pick(next, [250, 1000, 2000]),
           coldFactor: pick(next, [2, 3, 5]),
         }),
     }),
