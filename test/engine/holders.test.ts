@@ -33,6 +33,17 @@ async function holder(limiter: Concurrency, key: string | undefined, permits = 1
   return worker;
 }
 
+/**
+ * Waits until the dead-holder sweep has run since the workers terminated so far: a holder of
+ * another key, terminated now, has its permit back only after a sweep over every record.
+ */
+async function sweptSince(limiter: Concurrency): Promise<void> {
+  const marker = await holder(limiter, 'marker', limiter.limit);
+  await marker.terminate();
+  const lease = await limiter.acquire('marker', 1, { timeoutMs: 30_000 });
+  lease.release();
+}
+
 describe.concurrent('Concurrency holder records', () => {
   it('serves 300 threads on one limiter: no grant is followed by a throw, every permit comes back', async ({
     expect,
@@ -168,12 +179,7 @@ describe.concurrent('Concurrency holder records', () => {
     limiter.release('k'); // the handed permit, released while its taker lives
     expect(limiter.stats('k').available).toBe(1);
     await taker.terminate();
-    // A holder of another key dying after the taker: once its permit is back, the sweep
-    // has been over the taker's records too.
-    const marker = await holder(limiter, 'marker', 5);
-    await marker.terminate();
-    const lease = await limiter.acquire('marker', 1, { timeoutMs: 30_000 });
-    lease.release();
+    await sweptSince(limiter);
     expect(limiter.stats('k').available).toBe(1);
     const done = first(others);
     others.postMessage('release');
@@ -194,12 +200,7 @@ describe.concurrent('Concurrency holder records', () => {
     limiter.release('k', 1, { handedOver: true }); // the handed permit, not this thread's own
     expect(limiter.stats('k').available).toBe(1);
     await taker.terminate();
-    // A holder of another key dying after the taker: once its permit is back, the sweep
-    // has been over the taker's records too.
-    const marker = await holder(limiter, 'marker', 5);
-    await marker.terminate();
-    const lease = await limiter.acquire('marker', 1, { timeoutMs: 30_000 });
-    lease.release();
+    await sweptSince(limiter);
     // Held: the other thread's three and this thread's own one. Exactly one more fits.
     expect(limiter.stats('k').available).toBe(1);
     expect(limiter.tryAcquire('k')).toBe(true);
