@@ -81,6 +81,37 @@ export function fmtRatio(x) {
   return x.toPrecision(2);
 }
 
+/**
+ * A row of the Redis part for one subject's figures `x`, formatted by `us` (µs in): p50, p99,
+ * per call in flight, Redis CPU per decision one at a time and in flight.
+ */
+export function redisRow(name, x, us) {
+  return [
+    name,
+    us(x.p50Us),
+    us(x.p99Us),
+    us(x.inFlightPerCallUs),
+    us(x.cpuUsPerDecision),
+    us(x.cpuUsPerDecisionInFlight),
+  ];
+}
+
+/**
+ * A row of the Redis part's ratios `k` (ours ÷ a reference): tryAcquire and consume on the hot
+ * key, then on many keys.
+ */
+export function redisRatioRow(r, name, k) {
+  const h = r.workloads.hotKey.ratios;
+  const m = r.workloads.manyKeys.ratios;
+  return [
+    name,
+    fmtRatio(h[`tryAcquire${k}`]),
+    fmtRatio(h[`consume${k}`]),
+    fmtRatio(m[`tryAcquire${k}`]),
+    fmtRatio(m[`consume${k}`]),
+  ];
+}
+
 export function fmtOps(ops) {
   if (ops === undefined || !Number.isFinite(ops)) return '-';
   return `${(ops / 1e6).toFixed(ops < 1e7 ? 2 : 1)} M/s`;

@@ -1,7 +1,7 @@
 // Turns the measurements into ratios and console tables. Every ratio is a cost ratio:
 // ×floor = our time per decision ÷ the floor's time per operation (1 is the floor itself);
 // for peers, peer ÷ ours = the peer's time per decision ÷ ours (above 1: ours is faster).
-import { fmtNs, fmtOps, fmtRatio, KEYS, median, table } from './lib.mjs';
+import { fmtNs, fmtOps, fmtRatio, KEYS, median, redisRatioRow, redisRow, table } from './lib.mjs';
 
 const PEERS = ['limiter', 'rate-limiter-flexible', 'bottleneck'];
 const SHORT = { limiter: 'limiter', 'rate-limiter-flexible': 'rlf', bottleneck: 'bottleneck' };
@@ -535,14 +535,7 @@ function httpSection(h) {
 function redisSection(r) {
   if (r.skipped) return `== Redis: skipped (${r.skipped})`;
   const us = (x) => fmtNs(x * 1000);
-  const row = (name, x) => [
-    name,
-    us(x.p50Us),
-    us(x.p99Us),
-    us(x.inFlightPerCallUs),
-    us(x.cpuUsPerDecision),
-    us(x.cpuUsPerDecisionInFlight),
-  ];
+  const row = (name, x) => redisRow(name, x, us);
   const rows = (w) => {
     const s = r.workloads[w].subjects;
     return [
@@ -555,13 +548,7 @@ function redisSection(r) {
   };
   const h = r.workloads.hotKey.ratios;
   const m = r.workloads.manyKeys.ratios;
-  const ratio = (name, k) => [
-    name,
-    fmtRatio(h[`tryAcquire${k}`]),
-    fmtRatio(h[`consume${k}`]),
-    fmtRatio(m[`tryAcquire${k}`]),
-    fmtRatio(m[`consume${k}`]),
-  ];
+  const ratio = (name, k) => redisRatioRow(r, name, k);
   const c = r.commands;
   const d = r.down;
   const ms = (x) => (x === null || x === undefined ? '-' : fmtNs(x * 1e6));

@@ -4,7 +4,7 @@
 // top-level README (between its `bench:summary` markers); a quick or partial run writes
 // bench/results/RESULTS.md, which is not committed.
 import { execFileSync } from 'node:child_process';
-import { fmtNs, fmtOps, fmtRatio } from './lib.mjs';
+import { fmtNs, fmtOps, fmtRatio, redisRatioRow, redisRow } from './lib.mjs';
 
 const PEERS = ['limiter', 'rate-limiter-flexible', 'bottleneck'];
 
@@ -436,14 +436,7 @@ function httpSection(h) {
 
 function redisSection(r) {
   if (r.skipped) return `## Redis\n\nSkipped: ${r.skipped}.`;
-  const row = (name, x) => [
-    name,
-    us(x.p50Us),
-    us(x.p99Us),
-    us(x.inFlightPerCallUs),
-    us(x.cpuUsPerDecision),
-    us(x.cpuUsPerDecisionInFlight),
-  ];
+  const row = (name, x) => redisRow(name, x, us);
   const rows = (w, label) => {
     const s = r.workloads[w].subjects;
     return [
@@ -454,15 +447,7 @@ function redisSection(r) {
       row(`${label}: state floor, TIME, GET, SET … KEEPTTL`, s.stateFloor),
     ];
   };
-  const h = r.workloads.hotKey.ratios;
-  const m = r.workloads.manyKeys.ratios;
-  const ratio = (name, k) => [
-    name,
-    fmtRatio(h[`tryAcquire${k}`]),
-    fmtRatio(h[`consume${k}`]),
-    fmtRatio(m[`tryAcquire${k}`]),
-    fmtRatio(m[`consume${k}`]),
-  ];
+  const ratio = (name, k) => redisRatioRow(r, name, k);
   const d = r.down;
   const ms = (x) => (x === undefined || x === null ? '-' : fmtNs(x * 1e6));
   return [
