@@ -20,6 +20,7 @@ import {
   wideRejectedWord,
 } from './layout.js';
 import { GEN_SAFE_SPAN, type Key, NO_SLOT } from './table.js';
+import { withSlotLocked } from './table-walk.js';
 import { cas64, storeWide, wideExt, widePayload, wideState } from './wide.js';
 
 /** How decide() was called: a plain try, acquire()'s first try, or the head waiter. */
@@ -314,7 +315,7 @@ function stands<A extends Algorithm>(
   // A reconfigure() moves the control word by GEN_SAFE_SPAN, so every thread's next decision
   // asks here: one made with the options it replaced is taken back and made again.
   if (algo.decidedOnOldOptions()) {
-    if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits);
+    if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits, key);
     return false;
   }
   // The default key's slot is never reassigned.
@@ -322,7 +323,7 @@ function stands<A extends Algorithm>(
     core.table.renewEpoch();
     return true;
   }
-  if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits);
+  if (next !== REJECT) takeBack(core, algo, w, s, x, next, permits, key);
   return false;
 }
 
@@ -577,6 +578,7 @@ function takeBack(
   x: number,
   next: number,
   permits: number,
+  key: Key | undefined,
 ): void {
   try {
     // Nobody decided on the slot since: put it back as it was.
@@ -584,14 +586,17 @@ function takeBack(
       // Somebody did: give the permits back to the key holding the slot, as a refund of
       // permits taken now would, while it holds it (reassigned again, its state is gone).
       const nowUs = core.last.atUs;
-      updateSlot(
-        core,
-        w,
-        s >>> GEN_SHIFT,
-        nowUs,
-        (q, stamp) => algo.giveBack(q, stamp, nowUs, permits, nowUs),
-        undefined,
-      );
+      const giveBack = (q: number, stamp: number) => algo.giveBack(q, stamp, nowUs, permits, nowUs);
+      const gen = s >>> GEN_SHIFT;
+      if (updateSlot(core, w, gen, nowUs, giveBack, undefined) === SLOT_GONE && key !== undefined) {
+        // Or its generation moved while it stayed the key's: a reconfigure() converted the
+        // state, grant included, after the CAS. The permits are given back from there,
+        // under the stripe's lock so that no further conversion moves it meanwhile.
+        withSlotLocked(core.table, w, () => {
+          const now = Atomics.load(core.i32, w + S_STATE) >>> GEN_SHIFT;
+          if (core.table.holds(w, now, key)) updateSlot(core, w, now, nowUs, giveBack, undefined);
+        });
+      }
     }
   } finally {
     algo.gaveBack();

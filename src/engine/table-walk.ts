@@ -52,6 +52,20 @@ export function rebuildSlot(
   }
 }
 
+/**
+ * Calls `f` holding the lock of the stripe of hot word `w`: meanwhile nobody converts
+ * (reconfigure()), rebuilds or reassigns the slot, so its generation stays as `f` reads it.
+ */
+export function withSlotLocked(table: SlotTable, w: number, f: () => void): void {
+  const word = lockWordOf(table.layout, slotOfHotWord(table.layout, w));
+  const token = lock(table.i32, word);
+  try {
+    f();
+  } finally {
+    unlock(table.i32, word, token);
+  }
+}
+
 /** The lock word guarding slot `s` (its stripe's, or the default key's). */
 function lockWordOf(layout: Layout, s: number): number {
   if (s === 0) return H_DEFAULT_LOCK;

@@ -163,12 +163,25 @@ export class SlotTable {
    * converted it stands, though the slot's generation moved on.
    */
   trusted(): boolean {
-    // The options' version first: a reconfigure() it counts has added to the control word.
-    // (One under way at the epoch is not counted: floor.)
-    const config = Atomics.load(this.i32, H_CONFIG);
-    const control = Atomics.load(this.i32, H_CONTROL);
-    const reconfigures = Math.floor((config - this.epochConfig) / 2);
-    return control - this.epoch - reconfigures * (GEN_SAFE_SPAN - 2) < GEN_SAFE_SPAN;
+    for (;;) {
+      // The options' version first: a reconfigure() it counts has added to the control word.
+      // (One under way at the epoch is not counted: floor.)
+      const config = Atomics.load(this.i32, H_CONFIG);
+      // One under way now may have added to the control word, or be about to: wait for it
+      // to finish (sync() does), and count it. Not counted, it would make the decision
+      // untrusted, and a grant its conversion has already carried over be taken back from
+      // a slot of another generation: charged, yet reported refused.
+      // (Still under way after sync(): this thread is the one running it.)
+      if ((config & 1) !== 0) {
+        this.sync();
+        if (Atomics.load(this.i32, H_CONFIG) !== config) continue;
+      }
+      const control = Atomics.load(this.i32, H_CONTROL);
+      // One that started between the two reads: the same.
+      if (Atomics.load(this.i32, H_CONFIG) !== config) continue;
+      const reconfigures = Math.floor((config - this.epochConfig) / 2);
+      return control - this.epoch - reconfigures * (GEN_SAFE_SPAN - 2) < GEN_SAFE_SPAN;
+    }
   }
 
   /**
