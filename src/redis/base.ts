@@ -17,7 +17,7 @@ import {
 import { Reconfigurable } from './options-record.js';
 import { decisionOf, type Reply } from './replies.js';
 import type { Rule } from './rule.js';
-import { failedFast, Script, Unavailable } from './runner.js';
+import { type Call, failedFast, Script, Unavailable } from './runner.js';
 import { NEWER_ERROR } from './state.lua.js';
 import {
   acquireUnavailable,
@@ -227,31 +227,34 @@ export abstract class RedisLimiter extends Reconfigurable {
     // Another process's reconfigure(): the record is read first, at most once per
     // configRefreshMs (a read every call with 0). Calls made while it is read wait for it
     // too, in order: calls keep the order they were made in.
+    // The slot only groups a Cluster's batches; standalone it is not computed.
+    const keys = this.keysOf(tag);
+    const slot = this.adapter.cluster ? slotOf(tag) : 0;
     if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
       const reading = this.refresh();
       if (reading !== undefined) {
         return reading.then((error) =>
-          error === undefined ? this.send(op, tag, head, late, 0) : Promise.reject(error),
+          error === undefined ? this.send(keys, slot, head, late, 0) : Promise.reject(error),
         );
       }
     }
-    return this.send(op, tag, head, late, 0);
+    return this.send(keys, slot, head, late, 0);
   }
 
   /**
    * @internal Runs a call under the options this limiter has now. A key written under newer
    * options stops it unchanged (NEWER): the record is read, and the call runs again under
-   * them.
+   * them (again()).
    */
   private send(
-    op: string,
-    tag: string,
+    keys: readonly string[],
+    slot: number,
     head: readonly string[],
     late: ((reply: unknown) => void) | undefined,
     tries: number,
   ): Promise<unknown> {
     if (this.foreign) return Promise.reject(this.foreign);
-    // The slot only groups a Cluster's batches; standalone it is not computed.
+    const op = head[0];
     const alone =
       (op === 't'
         ? this.tryScript
@@ -260,32 +263,36 @@ export abstract class RedisLimiter extends Reconfigurable {
           : op === 'b'
             ? this.leaseScript
             : undefined) ?? this.script;
-    return this.runner
-      .run(
-        this.script,
-        alone,
-        this.keysOf(tag),
-        head,
-        NO_PARAMS,
-        this.adapter.cluster ? slotOf(tag) : 0,
-        late,
-      )
-      .catch((error: unknown) => {
-        const newer =
-          error instanceof Error && !(error instanceof Unavailable)
-            ? NEWER_ERROR.exec(error.message)
-            : null;
-        if (newer === null) throw error;
-        if (tries >= 3) {
-          throw new Error(
-            `atomic-limiter/redis: ${this.owner}: ${this.keysOf(tag)[0]} holds a state of options version ${newer[1]}, and the options record ${this.recordKey[0]} is at version ${this.version}`,
-          );
-        }
-        return (this.refresh() ?? Promise.resolve(undefined)).then((error) =>
-          error === undefined ? this.send(op, tag, head, late, tries + 1) : Promise.reject(error),
-        );
-      });
+    return this.runner.run(
+      this.script,
+      alone,
+      keys,
+      head,
+      NO_PARAMS,
+      slot,
+      late,
+      this.again,
+      tries,
+    );
   }
+
+  /** @internal A call's script error (runner.ts Again): NEWER reads the record, then again. */
+  private readonly again = (error: Error, c: Call): Promise<unknown> | undefined => {
+    const newer = NEWER_ERROR.exec(error.message);
+    if (newer === null) return undefined;
+    if (c.tries >= 3) {
+      return Promise.reject(
+        new Error(
+          `atomic-limiter/redis: ${this.owner}: ${c.keys[0]} holds a state of options version ${newer[1]}, and the options record ${this.recordKey[0]} is at version ${this.version}`,
+        ),
+      );
+    }
+    return (this.refresh() ?? Promise.resolve(undefined)).then((error) =>
+      error === undefined
+        ? this.send(c.keys, c.slot, c.head, c.late, c.tries + 1)
+        : Promise.reject(error),
+    );
+  };
 
   /**
    * Runs a call that may grant ('t', 'c', 'w'). Where a grant has an id (Concurrency), a

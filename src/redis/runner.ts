@@ -73,8 +73,26 @@ export function failedFast(error: unknown): boolean {
 // refused, offline queue disabled) do not.
 const REPLY = /^[A-Z][A-Z0-9_-]* /;
 
+/**
+ * What a limiter does with its call's script error (one function per limiter, passed with
+ * every call: nothing is allocated per call for the rare error): the reply of the call made
+ * again, or undefined when the call fails with `error`. A key holding a state of newer
+ * options (base.ts) is read again under them.
+ */
+export type Again = (error: Error, call: Call) => Promise<unknown> | undefined;
+
+/** What Again reads of the call that failed. */
+export interface Call {
+  readonly keys: readonly string[];
+  readonly head: readonly string[];
+  readonly slot: number;
+  readonly late: ((reply: unknown) => void) | undefined;
+  /** How many times the call was made again before this one. */
+  readonly tries: number;
+}
+
 /** One call: its script, keys and arguments, and how its promise settles. */
-interface Pending {
+interface Pending extends Call {
   /** The algorithm's script (its batch form decides this call beside others). */
   readonly script: Script;
   /** The script to run when the call goes alone (a faster one of its own, or `script`). */
@@ -89,6 +107,7 @@ interface Pending {
   readonly reject: (error: unknown) => void;
   /** Called with a reply that came after the call had failed (timed out): see run(). */
   readonly late: ((reply: unknown) => void) | undefined;
+  readonly again: Again | undefined;
   /** performance.now() past which it fails as unavailable; set when the call goes out. */
   deadline: number;
   done: boolean;
@@ -146,6 +165,8 @@ export class Runner {
     params: readonly string[],
     slot: number,
     late?: (reply: unknown) => void,
+    again?: Again,
+    tries = 0,
   ): Promise<unknown> {
     // Redis was found unavailable a moment ago (health.ts): the call fails at once, and its
     // limiter applies whenUnavailable, until a probe finds Redis answering.
@@ -161,6 +182,8 @@ export class Runner {
         resolve,
         reject,
         late,
+        again,
+        tries,
         deadline: 0,
         done: false,
       });
@@ -488,12 +511,17 @@ export class Runner {
       this.reject(p, new Unavailable(message, { cause: error }));
       return;
     }
-    this.reject(
-      p,
-      new Error(`atomic-limiter/redis: script ${p.script.name} failed: ${message}`, {
-        cause: error.cause ?? error,
-      }),
-    );
+    const failure = new Error(`atomic-limiter/redis: script ${p.script.name} failed: ${message}`, {
+      cause: error.cause ?? error,
+    });
+    const again = p.again?.(failure, p);
+    if (again === undefined) {
+      this.reject(p, failure);
+      return;
+    }
+    p.done = true;
+    this.inFlight.delete(p);
+    again.then(p.resolve, p.reject);
   }
 
   /** Fails every call past its deadline; returns the earliest deadline left. */

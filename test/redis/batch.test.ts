@@ -624,6 +624,29 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await r.close();
   });
 
+  it('calls of one tick on keys written under newer options are decided again under them, each once, in order', async () => {
+    const clock = new ManualClock(0);
+    const options = { redis, capacity: 10, refillPerSecond: 1, clock, prefix: 'b-newer' };
+    const a = new red.TokenBucket(options);
+    // B reads the options record now, and not again for 2^31 − 1 ms.
+    const b = new red.TokenBucket({ ...options, configRefreshMs: 2 ** 31 - 1 });
+    await b.consume('warm');
+    await a.reconfigure({ capacity: 4 });
+    const m = new mem.TokenBucket({ capacity: 4, refillPerSecond: 1, clock });
+    for (const k of ['x', 'y']) expect(await a.consume(k)).toEqual(m.consume(k));
+    expect(b.capacity).toBe(10);
+    // One tick of B: runs and single calls on both keys, every one meeting the newer state.
+    const keys = ['x', 'x', 'y', 'x', 'y', 'y', 'y', 'x'];
+    const got = await Promise.all(
+      keys.map((k, i) => (i % 3 === 0 ? b.consume(k) : b.tryAcquire(k))),
+    );
+    expect(got).toEqual(keys.map((k, i) => (i % 3 === 0 ? m.consume(k) : m.tryAcquire(k))));
+    expect(b.capacity).toBe(4);
+    for (const k of ['x', 'y']) expect((await b.stats(k)).admitted).toBe(m.stats(k).admitted);
+    await a.close();
+    await b.close();
+  });
+
   it("two hot keys interleaved in one tick go as two runs, each key's calls decided in order", async () => {
     const clock = new ManualClock(0);
     const m = new mem.TokenBucket({ capacity: 30, refillPerSecond: 1, clock });
