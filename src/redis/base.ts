@@ -15,7 +15,7 @@ import {
   type RedisLease,
 } from './options.js';
 import { Reconfigurable } from './options-record.js';
-import { decisionOf, type Reply } from './replies.js';
+import { decisionOf, decisionOfReply, type Reply } from './replies.js';
 import type { Rule } from './rule.js';
 import { type Call, failedFast, Script, Unavailable } from './runner.js';
 import { NEWER_ERROR } from './state.lua.js';
@@ -163,11 +163,14 @@ export abstract class RedisLimiter extends Reconfigurable {
   /** @internal */
   private directConsume(tag: string, key: Key | undefined, permits: number): Promise<Decision> {
     const id = this.grantId();
-    return this.grantCall('c', tag, permits, id).then(
-      (reply) => this.decision(this.parse(reply)),
-      (error) => this.fallback(error, key, permits),
+    return this.grantCall('c', tag, permits, id).then(this.decide, (error) =>
+      this.fallback(error, key, permits),
     );
   }
+
+  /** @internal A consume() reply as its Decision (made once: no closure per call). */
+  private readonly decide = (reply: unknown): Decision =>
+    decisionOfReply(this.script.name, reply, this.limit);
 
   /** @internal Redis keys of a tag; every one carries `{tag}`, so all share one slot. */
   protected keysOf(tag: string): readonly string[] {

@@ -71,3 +71,37 @@ export function decisionOf(r: Reply, limit: number): Decision {
   };
   return r.allowed ? d : { ...d, reason: 'limited' };
 }
+
+/**
+ * decisionOf(parseReply()) without the Reply between, for consume(): a reply of numbers
+ * (what the scripts send but for Infinity and fractions) is read in place; any other goes
+ * the long way, which reads strings and names the script for a bad reply.
+ */
+export function decisionOfReply(script: string, reply: unknown, limit: number): Decision {
+  if (Array.isArray(reply) && reply.length >= 5 && reply.length <= 7) {
+    const [flag, remaining, retry, fresh, now, hint, counted] = reply;
+    if (
+      typeof remaining === 'number' &&
+      typeof retry === 'number' &&
+      typeof fresh === 'number' &&
+      typeof now === 'number' &&
+      (hint === undefined || typeof hint === 'number') &&
+      (counted === undefined || typeof counted === 'number')
+    ) {
+      if (flag === 1) {
+        return { allowed: true, remaining, limit, retryAfterMs: 0, resetAfterMs: fresh / 1000 };
+      }
+      if (flag === 0) {
+        return {
+          allowed: false,
+          remaining,
+          limit,
+          retryAfterMs: retry / 1000,
+          resetAfterMs: fresh / 1000,
+          reason: 'limited',
+        };
+      }
+    }
+  }
+  return decisionOf(parseReply(script, reply), limit);
+}

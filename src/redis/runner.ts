@@ -547,7 +547,10 @@ function untoken(tokened: unknown, token: string): unknown {
     if (tokened[0] !== token) return FOREIGN;
     // {token, reply}, or a single-call decision's flat {token, field, …} (five or more).
     if (tokened.length === 2) return tokened[1];
-    return tokened.length > 5 ? tokened.slice(1) : FOREIGN;
+    if (tokened.length <= 5) return FOREIGN;
+    // The reply is this call's alone: its fields are taken in place, not copied.
+    tokened.shift();
+    return tokened;
   }
   // A single-call tryAcquire(): token × 2 + verdict.
   if (typeof tokened === 'number') {

@@ -3,6 +3,7 @@ import * as nodeRedis from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BackendUnavailableError } from '../../src/index.js';
 import { TokenBucket } from '../../src/redis/index.js';
+import { decisionOf, decisionOfReply, parseReply } from '../../src/redis/replies.js';
 import { RedisProxy, RedisServer } from '../helpers/redis.js';
 
 // A call takes only its own reply as its decision. node-redis 5, its connection cut every
@@ -118,5 +119,47 @@ describe("a call's own reply, and no other", () => {
       /script atomic-limiter:gcra(-consume)? failed: ERR atomic-limiter: /,
     );
     expect(error.message).not.toMatch(/\[[0-9a-z]+\]$/);
+  });
+});
+
+describe('a consume() reply read in place', () => {
+  const read = (reply: unknown) => {
+    try {
+      return decisionOfReply('s', reply, 10);
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+  const long = (reply: unknown) => {
+    try {
+      return decisionOf(parseReply('s', reply), 10);
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+
+  it('gives the Decision the Reply gives, field for field and in order, for every form a script sends', () => {
+    const replies: unknown[] = [
+      [1, 9, 0, 250_000, 1_000_000],
+      [0, 0, 1500, 2_000_000, 1_000_000, 0],
+      [0, 0, 1500, 2_000_000, 1_000_000, -1, 7],
+      [1, 3, 0, '0.5', 1_000_000],
+      [0, 0, 'inf', '12.25', '1e+20'],
+      [0, 0, '333.33333333333331', 0, 5, '0'],
+      [1, 2, 0, 0, 0, 'x'],
+      [2, 9, 0, 0, 0],
+      [1, 9, 0, 0],
+      [1, 9, 0, 0, 0, 0, 0, 0],
+      [1, null, 0, 0, 0],
+      [[1], 9, 0, 0, 0],
+      ['1', 9, 0, 0, 0],
+      1,
+      'OK',
+    ];
+    for (const reply of replies) {
+      const got = read(reply);
+      expect({ reply, got }).toEqual({ reply, got: long(reply) });
+      if (typeof got === 'object') expect(Object.keys(got)).toEqual(Object.keys(long(reply)));
+    }
   });
 });
