@@ -15,6 +15,11 @@ import { type Health, healthOf } from './health.js';
 export interface Adapter {
   readonly kind: 'ioredis' | 'node-redis';
   readonly cluster: boolean;
+  /**
+   * Whether a command given to the client is written to its socket at once (ioredis), not at
+   * the end of the tick (node-redis, which writes every command of one tick in one write).
+   */
+  readonly writesAtOnce: boolean;
   /** Sends `EVALSHA`/`EVAL` calls; each call's promise settles with its own reply or error. */
   send(calls: readonly Command[]): Promise<unknown>[];
   /** send() of one call: its reply (the path of a call alone, without the arrays). */
@@ -142,6 +147,7 @@ function warnIfResending(options: Record<string, unknown> | undefined, cluster: 
 
 class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
+  readonly writesAtOnce = true;
   readonly health: Health;
   constructor(
     private readonly client: AnyClient,
@@ -254,6 +260,7 @@ class IoRedisAdapter implements Adapter {
 
 class NodeRedisAdapter implements Adapter {
   readonly kind = 'node-redis';
+  readonly writesAtOnce = false;
   readonly health: Health;
   constructor(
     private readonly client: AnyClient,

@@ -127,20 +127,31 @@ interface Unit {
 export const MAX_BATCH = 128;
 
 /**
- * Runs scripts for one limiter: every call made in the same tick goes to the adapter in
- * one batch (one write), every call settles within `timeoutMs` whatever the client does
+ * Calls per batch on a client that writes each command at once (Adapter.writesAtOnce): a
+ * tick's calls go out in batches of this many, each as soon as it is full, so that Redis
+ * decides one while this process makes the next calls and reads the replies before them.
+ * One batch per tick makes the two take turns: Redis idle while the client works, the
+ * client idle while Redis does. Smaller batches cost both sides more per call (each command
+ * has its fixed work), larger ones overlap less.
+ */
+export const EARLY_BATCH = 16;
+
+/**
+ * Runs scripts for one limiter: the calls made in the same tick go to the adapter in one
+ * batch (one write) — on a client that writes at once, in batches of EARLY_BATCH calls, each
+ * sent as soon as it is full — every call settles within `timeoutMs` whatever the client does
  * (reconnecting, queueing offline), and only NOSCRIPT is retried — by EVAL, which runs the
  * script and caches it on that node. After a timeout or a dropped connection the script may
  * have run; running it again could charge twice, so those are reported, never replayed.
  *
- * Calls of one tick that share a script, its parameters and a hash slot go out as ONE
+ * Calls of one batch that share a script, its parameters and a hash slot go out as ONE
  * `EVALSHA` of the script's batch form (compose.lua.ts), which decides them in order, each as
  * its own call would be decided: one command, one script run and one `TIME` for all of
  * them. A call alone goes as its own `EVALSHA`. A batch whose reply is lost or late fails
  * each of its calls, as if each had been sent alone.
  *
  * One timer covers all calls in flight (armed for the oldest deadline), not one per call;
- * the calls of one tick share one deadline, read from the clock once when they go out.
+ * the calls of one batch share one deadline, read from the clock once when they go out.
  * A call alone takes the shortest path: no batch bookkeeping, one adapter call.
  */
 export class Runner {
@@ -152,10 +163,20 @@ export class Runner {
   /** The one timer for every call's deadline (deadlines.ts). */
   private readonly deadlines = new DeadlineTimer((now) => this.expire(now));
 
+  /** Calls queued that go out at once, before the tick ends (EARLY_BATCH). */
+  private readonly early: number;
+  /** Whether calls of this tick went out early already (see send()). */
+  private split = false;
+
   constructor(
     private readonly adapter: Adapter,
     private readonly timeoutMs: number,
-  ) {}
+  ) {
+    // A client that writes its commands at the end of the tick itself (node-redis) would
+    // only split the batch: no overlap to gain. On a Cluster a tick's calls spread over
+    // slots already; split further, they would go as calls alone.
+    this.early = adapter.writesAtOnce && !adapter.cluster ? EARLY_BATCH : Number.POSITIVE_INFINITY;
+  }
 
   run(
     script: Script,
@@ -190,6 +211,10 @@ export class Runner {
       if (!this.scheduled) {
         this.scheduled = true;
         process.nextTick(this.flush);
+      } else if (this.queue.length >= this.early) {
+        // The tick's flush is still due, for the calls made after these.
+        this.split = true;
+        this.send(true);
       }
     });
   }
@@ -205,13 +230,25 @@ export class Runner {
 
   private readonly flush = (): void => {
     this.scheduled = false;
+    const split = this.split;
+    this.split = false;
+    this.send(split);
+  };
+
+  /**
+   * Sends the calls queued. `whole`: calls of this tick went before them, in the batch form
+   * (one script): a call left alone goes in it too. Alone, it would run the single-call
+   * script, which a node may hold while it lacks the batch form: the batches before it,
+   * refused NOSCRIPT and run again by EVAL, would then run after it, out of order.
+   */
+  private send(whole: boolean): void {
     const queue = this.queue;
-    if (queue.length === 0) return; // sent already by flushNow()
+    if (queue.length === 0) return; // sent already (flushNow(), a full early batch)
     if (!this.adapter.ready()) {
       this.park(queue);
       return;
     }
-    if (queue.length === 1) {
+    if (queue.length === 1 && !whole) {
       // The array stays this runner's queue: nothing of this call holds it. The bookkeeping
       // comes after the write, while Redis works (a reply settles in a later microtask).
       const p = queue.pop()!;
@@ -222,8 +259,8 @@ export class Runner {
     const deadline = performance.now() + this.timeoutMs;
     for (const p of queue) this.track(p, deadline);
     this.queue = [];
-    this.sendBatches(queue);
-  };
+    this.sendBatches(queue, whole);
+  }
 
   /**
    * Holds the calls of a tick while the client connects or reconnects, and sends those
@@ -257,8 +294,11 @@ export class Runner {
     else if (calls.length > 1) this.sendBatches(calls);
   };
 
-  /** Sends calls already tracked: in batches by script, parameters and hash slot. */
-  private sendBatches(queue: Pending[]): void {
+  /**
+   * Sends calls already tracked: in batches by script, parameters and hash slot. `whole`: a
+   * call alone in its slot goes in the batch form too (send()).
+   */
+  private sendBatches(queue: Pending[], whole = false): void {
     // One runner serves one limiter: its calls share the script and parameters, and group
     // by hash slot (all in one standalone), each group in its calls' order.
     const groups = new Map<number, Pending[]>();
@@ -271,17 +311,15 @@ export class Runner {
     }
     for (const g of groups.values()) {
       const batch = g[0]!.script.batch;
-      if (g.length === 1 || !batch) {
+      if ((g.length === 1 && !whole) || !batch) {
         for (const p of g) units.push({ calls: [p], script: p.alone, verb: 'EVALSHA' });
         continue;
       }
+      // A group past MAX_BATCH goes in several batches; the last one in the batch form
+      // even if it is one call (send()'s `whole`).
       for (let i = 0; i < g.length; i += MAX_BATCH) {
         const calls = g.length <= MAX_BATCH ? g : g.slice(i, i + MAX_BATCH);
-        units.push(
-          calls.length === 1
-            ? { calls, script: calls[0]!.alone, verb: 'EVALSHA' }
-            : { calls: byKey(calls), script: batch, verb: 'EVALSHA' },
-        );
+        units.push({ calls: byKey(calls), script: batch, verb: 'EVALSHA' });
       }
     }
     this.dispatch(units);

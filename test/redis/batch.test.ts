@@ -5,7 +5,7 @@ import * as mem from '../../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
 import { slotOf, tagOf } from '../../src/redis/keys.js';
-import { MAX_BATCH } from '../../src/redis/runner.js';
+import { EARLY_BATCH, MAX_BATCH } from '../../src/redis/runner.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisServer, withRedisServer } from '../helpers/redis.js';
 
@@ -152,7 +152,8 @@ async function resetStats(ports: readonly number[]): Promise<void> {
 /**
  * Random ticks of calls (consume, tryAcquire, refund; several keys) through both limiters,
  * time moving between ticks. Every answer must be equal, in order. Returns the calls made
- * and the commands a batch per tick and slot should take.
+ * and the commands a batch per tick and slot should take: on a standalone ioredis client
+ * (`early` EARLY_BATCH) a tick's calls go in batches of `early`.
  */
 async function ticks(
   name: string,
@@ -163,6 +164,7 @@ async function ticks(
   cluster: boolean,
   clock: ManualClock,
   count: number,
+  early: number,
 ): Promise<{ calls: number; commands: number }> {
   const next = seededRandom(name.length * 7919 + keys.length);
   let calls = 0;
@@ -173,8 +175,10 @@ async function ticks(
     const size = next() < 0.05 ? MAX_BATCH + 5 : 1 + Math.floor(next() * 12);
     const expected: unknown[] = [];
     const got: Promise<unknown>[] = [];
-    const slots = new Map<number, number>();
+    const batches: Map<number, number>[] = [];
     for (let i = 0; i < size; i++) {
+      if (i % early === 0) batches.push(new Map());
+      const slots = batches[batches.length - 1]!;
       const key = keys[Math.floor(next() * keys.length)]!;
       const permits = 1 + Math.floor(next() ** 3 * 3);
       const x = next();
@@ -195,7 +199,9 @@ async function ticks(
     const answers = await Promise.all(got);
     expect({ tick, answers }).toEqual({ tick, answers: expected });
     calls += size;
-    for (const n of slots.values()) commands += Math.ceil(n / MAX_BATCH);
+    for (const slots of batches) {
+      for (const n of slots.values()) commands += Math.ceil(n / MAX_BATCH);
+    }
   }
   for (const key of keys) {
     expect([key, (await r.stats(key)).available]).toEqual([key, m.stats(key).available]);
@@ -212,7 +218,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   });
 
   for (const [name, make, windowMs] of CASES) {
-    it(`${name}: random ticks give equal answers, one command per tick`, async () => {
+    it(`${name}: random ticks give equal answers, one command per batch of ${EARLY_BATCH} calls`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(redis, clock, `b-${name}`);
       // The scripts are loaded by a first call, so that no NOSCRIPT retry is counted.
@@ -220,7 +226,17 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       await Promise.all([r.stats('warm'), r.stats('warm')]);
       await resetStats([server.port]);
       const keys = ['a', 'b{x}', 42, ''];
-      const { calls, commands } = await ticks(name, m, r, windowMs, keys, false, clock, 60);
+      const { calls, commands } = await ticks(
+        name,
+        m,
+        r,
+        windowMs,
+        keys,
+        false,
+        clock,
+        60,
+        EARLY_BATCH,
+      );
       const runs = (await scriptRuns([server.port])) - keys.length; // the stats() at the end
       expect(runs).toBe(commands);
       expect(calls).toBeGreaterThan(4 * commands);
@@ -578,12 +594,12 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     expect(hot.slice(0, 150).every(Boolean)).toBe(true);
     expect(hot.slice(150).some(Boolean)).toBe(false);
     expect(got[60]).toBe(true);
-    expect(await scriptRuns([server.port])).toBe(Math.ceil(200 / MAX_BATCH));
+    expect(await scriptRuns([server.port])).toBe(Math.ceil(200 / EARLY_BATCH));
     expect(await r.stats('hot')).toMatchObject({ available: 0, admitted: 150, rejected: 49 });
     await r.close();
   });
 
-  it('a tick of one kind of call on distinct keys goes as one argument a call, read by one MGET, and comes back as one flat array', async () => {
+  it('a batch of one kind of call on distinct keys goes as one argument a call, read by one MGET, and comes back as one flat array', async () => {
     const clock = new ManualClock(0);
     const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
     const r = new red.TokenBucket({
@@ -594,9 +610,11 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       prefix: 'b-flat',
     });
     await Promise.all([r.stats('warm'), r.stats('warm')]);
-    const keys = Array.from({ length: 40 }, (_, i) => `k${i}`);
-    // Every key spent first, so that the tick holds grants and refusals.
-    for (const k of keys.slice(0, 20)) {
+    // One batch: as many calls as one takes.
+    const n = EARLY_BATCH;
+    const keys = Array.from({ length: n }, (_, i) => `k${i}`);
+    // Half the keys spent first, so that the batch holds grants and refusals.
+    for (const k of keys.slice(0, n / 2)) {
       expect(await r.consume(k, 3)).toEqual(m.consume(k, 3));
     }
     const run = await commandsRun(redis, async () => {
@@ -607,19 +625,19 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       .filter((c) => !c.lua && (c.args[0] === 'evalsha' || c.args[0] === 'eval'))
       .map((c) => c.args);
     expect(sent).toHaveLength(1);
-    // One MGET reads the keys; GET only those it found empty (the 20 never used).
+    // One MGET reads the keys; GET only those it found empty (the half never used).
     const reads = run.filter((c) => c.lua && (c.args[0] === 'mget' || c.args[0] === 'get'));
     expect(reads.map((c) => [c.args[0], c.args.length - 1])).toEqual([
-      ['mget', 40],
-      ...keys.slice(20).map(() => ['get', 1]),
+      ['mget', n],
+      ...keys.slice(n / 2).map(() => ['get', 1]),
     ]);
     const [verb, sha, numkeys, ...rest] = sent[0]!;
-    expect([verb, Number(numkeys)]).toEqual(['evalsha', 40]);
+    expect([verb, Number(numkeys)]).toEqual(['evalsha', n]);
     // Keys per call, the mode (op, time, extra), one item a call, the token.
-    const argv = rest.slice(40);
-    expect(argv).toHaveLength(1 + 3 + 40 + 1);
+    const argv = rest.slice(n);
+    expect(argv).toHaveLength(1 + 3 + n + 1);
     // Run again as sent: one array of numbers and strings, no table per call.
-    const reply = (await redis.evalsha(sha!, 40, ...rest)) as unknown[];
+    const reply = (await redis.evalsha(sha!, n, ...rest)) as unknown[];
     expect(reply.some((x) => typeof x !== 'number' && typeof x !== 'string')).toBe(false);
     await r.close();
   });
@@ -647,6 +665,25 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await b.close();
   });
 
+  it('a tick longer than a batch keeps its calls in order when the node lacks the batch form but holds the single-call one', async () => {
+    const clock = new ManualClock(0);
+    // Settings of their own: scripts no other test loaded.
+    const m = new mem.TokenBucket({ capacity: EARLY_BATCH, refillPerSecond: 0.37, clock });
+    const r = new red.TokenBucket({
+      redis,
+      capacity: EARLY_BATCH,
+      refillPerSecond: 0.37,
+      clock,
+      prefix: 'b-order',
+    });
+    // A call alone loads the single-call form; the batch form is not loaded yet.
+    expect(await r.consume('k')).toEqual(m.consume('k'));
+    const n = EARLY_BATCH + 1;
+    const got = await Promise.all(Array.from({ length: n }, () => r.consume('k')));
+    expect(got).toEqual(Array.from({ length: n }, () => m.consume('k')));
+    await r.close();
+  });
+
   it("two hot keys interleaved in one tick go as two runs, each key's calls decided in order", async () => {
     const clock = new ManualClock(0);
     const m = new mem.TokenBucket({ capacity: 30, refillPerSecond: 1, clock });
@@ -663,9 +700,9 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       const got = await Promise.all(keys.map((k) => r.tryAcquire(k)));
       expect(got).toEqual(keys.map((k) => m.tryAcquire(k)));
     });
-    expect(sent).toHaveLength(1);
-    // Two keys; keys per call, the mode, a run a key, the token.
-    expect(sent[0]!.slice(2)).toHaveLength(1 + 2 + 1 + 3 + 2 + 1);
+    // A batch each EARLY_BATCH calls: two keys; keys per call, the mode, a run a key, the token.
+    expect(sent).toHaveLength(Math.ceil(keys.length / EARLY_BATCH));
+    for (const command of sent) expect(command.slice(2)).toHaveLength(1 + 2 + 1 + 3 + 2 + 1);
     for (const k of ['a', 'b']) {
       const { queued: _, ...got } = await r.stats(k);
       const { queued: __, ...want } = m.stats(k);
@@ -743,7 +780,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
       ],
     ];
   for (const [name, make, permits, stepMs] of RUNS) {
-    it(`${name}: a run of equal calls on one key reads the key once (one MGET) and writes it once, each call decided as alone`, async () => {
+    it(`${name}: a run of equal calls on one key reads the key once a batch (one MGET) and writes it once, each call decided as alone`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(clock);
       await Promise.all([r.stats('warm'), r.stats('warm')]);
@@ -762,8 +799,10 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
           );
           expect(got).toEqual(Array.from({ length: calls }, () => m[method]('hot', permits)));
         });
+        // Once per batch of EARLY_BATCH calls.
         const onKey = run.filter((c) => c.lua && c.args[1] === key).map((c) => c.args[0]);
-        expect([method, onKey]).toEqual([method, ['mget', 'set']]);
+        const batches = Math.ceil(calls / EARLY_BATCH);
+        expect([method, onKey]).toEqual([method, Array(batches).fill(['mget', 'set']).flat()]);
       }
       const { queued: _, ...got } = await r.stats('hot');
       const { queued: __, ...want } = m.stats('hot');
@@ -888,7 +927,17 @@ describe('a batch decides as the calls one by one (node-redis, standalone)', () 
       await Promise.all([r.stats('warm'), r.stats('warm')]);
       await resetStats([server.port]);
       const keys = ['a', 'b{x}', 7];
-      const { calls, commands } = await ticks(name, m, r, windowMs, keys, false, clock, 40);
+      const { calls, commands } = await ticks(
+        name,
+        m,
+        r,
+        windowMs,
+        keys,
+        false,
+        clock,
+        40,
+        Number.POSITIVE_INFINITY,
+      );
       expect((await scriptRuns([server.port])) - keys.length).toBe(commands);
       expect(calls).toBeGreaterThan(4 * commands);
       await r.close();
@@ -941,7 +990,18 @@ describe('a batch per hash slot on a three-master Redis Cluster', () => {
           for (const k of keys) await r.stats(k);
           await Promise.all(keys.map((k) => r.stats(k)));
           await resetStats(cluster.ports);
-          const { calls, commands } = await ticks(name, m, r, windowMs, keys, true, clock, 30);
+          // A Cluster's calls go in one batch per tick and slot.
+          const { calls, commands } = await ticks(
+            name,
+            m,
+            r,
+            windowMs,
+            keys,
+            true,
+            clock,
+            30,
+            Number.POSITIVE_INFINITY,
+          );
           expect((await scriptRuns(cluster.ports)) - keys.length).toBe(commands);
           expect(calls).toBeGreaterThan(commands);
           await r.close();
