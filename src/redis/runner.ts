@@ -134,7 +134,7 @@ export const MAX_BATCH = 128;
  * client idle while Redis does. Smaller batches cost both sides more per call (each command
  * has its fixed work), larger ones overlap less.
  */
-export const EARLY_BATCH = 16;
+export const EARLY_BATCH = 32;
 
 /**
  * Runs scripts for one limiter: the calls made in the same tick go to the adapter in one
