@@ -665,6 +665,21 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     await b.close();
   });
 
+  it('a full batch goes out before its tick ends, so Redis decides it while the next calls are made', async () => {
+    const r = new red.TokenBucket({ redis, capacity: 100, refillPerSecond: 1, prefix: 'b-early' });
+    await Promise.all([r.stats('warm'), r.stats('warm')]);
+    // ioredis's queue of commands written and not yet answered.
+    const written = (redis as unknown as { commandQueue: { length: number } }).commandQueue;
+    const before = written.length;
+    const calls = Array.from({ length: 2 * EARLY_BATCH + 1 }, () => r.tryAcquire('k'));
+    const inTick = written.length - before;
+    expect(await Promise.all(calls)).toEqual(calls.map(() => true));
+    // Two full batches at once; the call left goes when the tick ends.
+    expect(inTick).toBe(2);
+    expect((await r.stats('k')).admitted).toBe(2 * EARLY_BATCH + 1);
+    await r.close();
+  });
+
   it('a tick longer than a batch keeps its calls in order when the node lacks the batch form but holds the single-call one', async () => {
     const clock = new ManualClock(0);
     // Settings of their own: scripts no other test loaded.
