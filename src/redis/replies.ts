@@ -79,7 +79,14 @@ export function decisionOf(r: Reply, limit: number): Decision {
  */
 export function decisionOfReply(script: string, reply: unknown, limit: number): Decision {
   if (Array.isArray(reply) && reply.length >= 5 && reply.length <= 7) {
-    const [flag, remaining, retry, fresh, now, hint, counted] = reply;
+    // Read by index: destructuring would go through the array's iterator.
+    const flag = reply[0];
+    const remaining = reply[1];
+    const retry = reply[2];
+    const fresh = reply[3];
+    const now = reply[4];
+    const hint = reply[5];
+    const counted = reply[6];
     if (
       typeof remaining === 'number' &&
       typeof retry === 'number' &&

@@ -103,8 +103,8 @@ interface Pending extends Call {
   /** The limiter's parameters, ARGV[6…]: one array per limiter, so calls batch by it. */
   readonly params: readonly string[];
   readonly slot: number;
-  readonly resolve: (reply: unknown) => void;
-  readonly reject: (error: unknown) => void;
+  resolve: (reply: unknown) => void;
+  reject: (error: unknown) => void;
   /** Called with a reply that came after the call had failed (timed out): see run(). */
   readonly late: ((reply: unknown) => void) | undefined;
   readonly again: Again | undefined;
@@ -122,6 +122,9 @@ interface Unit {
   /** The token its reply must carry (set when it goes out). */
   token?: string;
 }
+
+/** A Pending's resolve and reject until its promise is made. */
+function settled(): void {}
 
 /** Calls per batch at most: a longer batch would hold Redis (a single thread) longer. */
 export const MAX_BATCH = 128;
@@ -192,31 +195,36 @@ export class Runner {
     // Redis was found unavailable a moment ago (health.ts): the call fails at once, and its
     // limiter applies whenUnavailable, until a probe finds Redis answering.
     if (this.adapter.health.failsFast(slot, this.timeoutMs)) return Promise.reject(FAST);
-    return new Promise((resolve, reject) => {
-      this.queue.push({
-        script,
-        alone,
-        keys,
-        head,
-        params,
-        slot,
-        resolve,
-        reject,
-        late,
-        again,
-        tries,
-        deadline: 0,
-        done: false,
-      });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        process.nextTick(this.flush);
-      } else if (this.queue.length >= this.early) {
-        // The tick's flush is still due, for the calls made after these.
-        this.split = true;
-        this.send(true);
-      }
+    const p: Pending = {
+      script,
+      alone,
+      keys,
+      head,
+      params,
+      slot,
+      resolve: settled,
+      reject: settled,
+      late,
+      again,
+      tries,
+      deadline: 0,
+      done: false,
+    };
+    // The executor holds the call alone (not every argument of run()).
+    const promise = new Promise<unknown>((resolve, reject) => {
+      p.resolve = resolve;
+      p.reject = reject;
     });
+    this.queue.push(p);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      process.nextTick(this.flush);
+    } else if (this.queue.length >= this.early) {
+      // The tick's flush is still due, for the calls made after these.
+      this.split = true;
+      this.send(true);
+    }
+    return promise;
   }
 
   /**
@@ -654,10 +662,16 @@ function batchReplies(reply: unknown[], calls: readonly Pending[]): unknown[] | 
     } else {
       const n = Math.abs(x);
       if (at + n > reply.length) return undefined;
-      const fields = reply.slice(at, at + n);
-      at += n;
       // A decision: allowed, avail, retry, fresh, then the time of its call, then the rest.
-      if (x < 0) fields.splice(4, 0, head[1] === '' ? serverNow : Number(head[1]));
+      // Made at its length at once (a copy grown by an insert is garbage twice over).
+      const before = x < 0 ? Math.min(4, n) : n;
+      const fields: unknown[] = new Array(x < 0 ? n + 1 : n);
+      for (let j = 0; j < before; j++) fields[j] = reply[at + j];
+      if (x < 0) {
+        fields[before] = head[1] === '' ? serverNow : Number(head[1]);
+        for (let j = before; j < n; j++) fields[j + 1] = reply[at + j];
+      }
+      at += n;
       out[i] = fields;
     }
   }
