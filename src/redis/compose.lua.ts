@@ -1,4 +1,4 @@
-import type { Composed, Op, Ret, Rule } from './rule.js';
+import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from './rule.js';
 
 /**
  * The one composer of every Redis script: composeScript() builds from an algorithm's rule
@@ -42,12 +42,6 @@ if not v then
   v = redis.pcall('GET', K1)
   if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end
 end`;
-
-/** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
-export function luaNumber(x: number): string {
-  if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
-  return String(x);
-}
 
 /**
  * Lua: `name` made a reply figure in place: integers stay numbers (exact integer replies), the
@@ -169,7 +163,7 @@ function decide(
   ops: readonly Op[],
   ret: Ret,
   tryRet: Ret,
-  decision: Decide = (f) => ret(`{${f.join(', ')}}`),
+  decision: Decide = ret,
   needsNow = true,
 ): string {
   const has = (o: Op) => ops.includes(o);
@@ -196,7 +190,7 @@ ${
     ? `if OP == 'q' and not ok then
   ${rule.retry}
   ${RETRY_SEARCH}
-  ${rule.reserve ? rule.reserve(ret) : `return ${ret('{0}')}`}
+  ${rule.reserve ? rule.reserve(ret) : `return ${ret(['0'])}`}
 end
 `
     : ''
@@ -233,14 +227,14 @@ function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): s
   return `${rule.load}
 if OP == 'x' then
   ${rule.drop}
-  return ${ret('{1}')}
+  return ${ret(['1'])}
 elseif OP == 's' then
   local avail
   ${rule.avail}
   ${toReply('avail')}
   ${toReply('adm')}
   ${toReply('rej')}
-  return ${ret('{avail, adm, rej}')}
+  return ${ret(['avail', 'adm', 'rej'])}
 elseif OP == 'r' then
   local TAKEN = NOW
   if EXTRA ~= '' then TAKEN = tonumber(EXTRA) end
@@ -249,9 +243,9 @@ elseif OP == 'r' then
   local fresh = 0
   ${rule.fresh}
   ${rule.save}
-  return ${ret('{1}')}
+  return ${ret(['1'])}
 elseif OP == 'l' then
-  ${rule.release ? rule.release(ret) : `return ${ret('{0}')}`}
+  ${rule.release ? rule.release(ret) : `return ${ret(['0'])}`}
 elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
   error(redis.error_reply('ERR atomic-limiter: unknown op ' .. tostring(OP) .. ${MARK}))
 end
@@ -309,40 +303,6 @@ return true`;
 }
 
 /**
- * The top-level fields of the Lua table literal `x` (`{a, f(b, c)}` → `a`, `f(b, c)`), or
- * undefined when `x` is not one literal table.
- */
-export function tableFields(x: string): string[] | undefined {
-  const t = x.trim();
-  if (!t.startsWith('{') || !t.endsWith('}')) return undefined;
-  const fields: string[] = [];
-  let depth = 0;
-  let quote = '';
-  let start = 1;
-  for (let i = 1; i < t.length - 1; i++) {
-    const ch = t[i]!;
-    if (quote !== '') {
-      if (ch === '\\') i++;
-      else if (ch === quote) quote = '';
-    } else if (ch === '"' || ch === "'") {
-      quote = ch;
-    } else if (ch === '(' || ch === '{' || ch === '[') {
-      depth++;
-    } else if (ch === ')' || ch === '}' || ch === ']') {
-      if (--depth < 0) return undefined;
-    } else if (ch === ',' && depth === 0) {
-      fields.push(t.slice(start, i).trim());
-      start = i + 1;
-    }
-  }
-  if (depth !== 0 || quote !== '') return undefined;
-  const last = t.slice(start, -1).trim();
-  if (last !== '') fields.push(last);
-  else if (fields.length > 0) return undefined;
-  return fields;
-}
-
-/**
  * The batch form's replies, written into one flat table R (from R[D + 1]) instead of a table
  * per call: Redis converts every table of a reply at a cost (a lookup of each of its
  * special fields), and the client parses one array instead of one per call. Each entry:
@@ -356,10 +316,9 @@ function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
   const tables = new Set<number>();
   const decisions = new Set<number>();
   const ret: Ret = (x) => {
-    const fields = tableFields(x);
-    if (fields === undefined) return `putv(${x})`;
-    tables.add(fields.length);
-    return `put${fields.length}(${fields.join(', ')})`;
+    if (typeof x === 'string') return `putv(${x})`;
+    tables.add(x.length);
+    return `put${x.length}(${x.join(', ')})`;
   };
   const decision: Decide = (f) => {
     const fields = [...f.slice(0, 4), ...f.slice(5)];
@@ -435,8 +394,8 @@ end`;
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
 ${rule.consts}`;
-  const bare: Ret = (x) => x;
-  const tokened: Ret = (x) => `{TOKEN, ${x}}`;
+  const bare: Ret = luaValue;
+  const tokened: Ret = (x) => `{TOKEN, ${luaValue(x)}}`;
   // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
   const ret = rule.guarded ? bare : tokened;
   const top = (body: string) => (rule.guarded ? guard(body) : body);

@@ -1,5 +1,5 @@
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import { newer } from './state.lua.js';
 
 /** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
@@ -134,21 +134,21 @@ local guess = math.huge`,
   return math.max(0, tonumber(first[2]) - NOW)
 end)()`,
     // refund(): like memory's giveBack, never below zero.
-    give: (ret) => `if held == 0 then return ${ret('{1}')} end
+    give: (ret) => `if held == 0 then return ${ret(['1'])} end
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
     // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
     // more are released than held.
     release: (ret) => `if EXTRA ~= '' then
-  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret('{0}')} end
+  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret(['0'])} end
 else
-  if held < P then return ${ret('{-1, string.format("%.17g", held)}')} end
+  if held < P then return ${ret(['-1', 'string.format("%.17g", held)'])} end
   free(P)
 end
 held, freed = math.max(0, held - P), true
 ${save}
-return ${ret('{1}')}`,
+return ${ret(['1'])}`,
     drop: `redis.call('DEL', K1, K2)
 redis.call('PUBLISH', CHANNEL, tag())`,
   };

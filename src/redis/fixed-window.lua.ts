@@ -1,5 +1,5 @@
-import { luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
 const GEO = windowGeometry('W');
@@ -78,7 +78,7 @@ local guess = (win + 1) * W - NOW`,
     // Leased permits count in this window: spent after it ends they would be spent in the next.
     counted: '(win + 1) * W - NOW',
     // Permits go back to the window they were taken in; from a window that has passed, nowhere.
-    give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret('{1}')} end
+    give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret(['1'])} end
 count = math.max(0, count - P)
 sw, sc = win, count`,
     drop: "redis.call('DEL', K1)",

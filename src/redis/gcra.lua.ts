@@ -1,5 +1,5 @@
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { getKey, saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import {
   bucketGeometry,
   decodeState,
@@ -151,7 +151,7 @@ end
 local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
     // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
     counted: 'math.huge',
-    give: (ret) => `if not (tat and tat > u) then return ${ret('{1}')} end
+    give: (ret) => `if not (tat and tat > u) then return ${ret(['1'])} end
 tat = math.max(u, tat - P * K)`,
     drop: "redis.call('DEL', K1)",
     // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
@@ -173,7 +173,7 @@ end
 local fresh = 0
 ${fresh}
 ${save}
-if full then return ${ret('{2, string.format("%.17g", retry)}')} end
-return ${ret('{3, string.format("%.17g", retry), string.format("%.17g", NOW)}')}`,
+if full then return ${ret(['2', 'string.format("%.17g", retry)'])} end
+return ${ret(['3', 'string.format("%.17g", retry)', 'string.format("%.17g", NOW)'])}`,
   };
 }

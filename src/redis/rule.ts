@@ -64,8 +64,22 @@ export interface Rule {
   readonly again?: string;
 }
 
-/** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */
-export type Ret = (x: string) => string;
+/**
+ * Lua: a reply as the form returns it (with its token, or bare): a value `x` (a Lua
+ * expression), or a table of the fields `x`.
+ */
+export type Ret = (x: string | readonly string[]) => string;
+
+/** Lua: the table literal of `x`'s fields, or the value `x`. */
+export function luaValue(x: string | readonly string[]): string {
+  return typeof x === 'string' ? x : `{${x.join(', ')}}`;
+}
+
+/** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
+export function luaNumber(x: number): string {
+  if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
+  return String(x);
+}
 
 /** The forms of one limiter's script. */
 export interface Composed {

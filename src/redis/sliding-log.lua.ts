@@ -1,5 +1,5 @@
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import { newer } from './state.lua.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
@@ -119,12 +119,12 @@ local guess = e + W - NOW`,
     // Fewer found (a block's permits of two leases share the older stamp): the rest stay
     // counted, the safe direction. Permits refunded as taken just now are the newest entries.
     give: (ret) => `if EXTRA ~= '' then
-  if TAKEN <= NOW - W then return ${ret('{1}')} end
+  if TAKEN <= NOW - W then return ${ret(['1'])} end
   redis.call('LREM', K1, -P, string.format('%.17g', TAKEN))
 else
   local k = 0
   while k < P and ${entry('k')} > NOW - W do k = k + 1 end
-  if k == 0 then return ${ret('{1}')} end
+  if k == 0 then return ${ret(['1'])} end
   redis.call('LPOP', K1, k)
 end`,
     drop: "redis.call('DEL', K1, K2)",

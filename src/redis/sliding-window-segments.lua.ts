@@ -1,5 +1,5 @@
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { getKey, saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import { checkSegmentsTag, segmentsTag } from './state.lua.js';
 
 /** A segmented SlidingWindow's parameters. */
@@ -111,7 +111,7 @@ end`,
     give: (ret) => `local at = math.floor(TAKEN / S) - cur + N
 local c = 0
 if at >= 1 and at + shift <= N then c = tonumber(cs[at + shift]) end
-if at > N or c == 0 then return ${ret('{1}')} end
+if at > N or c == 0 then return ${ret(['1'])} end
 ${roll}
 cs[at] = math.max(0, c - P)`,
     drop: "redis.call('DEL', K1)",

@@ -1,6 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { saveState, ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
@@ -141,7 +141,7 @@ if tw == win and curr > 0 then
 elseif tw == win - 1 and prev > 0 then
   prev = math.max(0, prev - P)
 else
-  return ${ret('{1}')}
+  return ${ret(['1'])}
 end
 sw, sp, sc = win, prev, curr`,
     drop: "redis.call('DEL', K1)",

@@ -1,4 +1,5 @@
-import { getKey, luaNumber, MARK } from './compose.lua.js';
+import { getKey, MARK } from './compose.lua.js';
+import { luaNumber } from './rule.js';
 
 /**
  * How a bucket's or a window's state is stored in its key: a version byte (2; 3 past a
@@ -89,10 +90,9 @@ export function decodeState(
   v: string,
   names: readonly string[],
   what: string,
-  geo?: Geometry,
+  geo: Geometry,
   lineage?: Lineage,
 ): string {
-  if (geo === undefined) return decodeUnmarked(v, names, what);
   const n = geo.values.length;
   const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)'`;
   const stored = geo.values.map((_, i) => `g${i + 1}`);
@@ -199,23 +199,10 @@ export function versionConst(lineage: Lineage | undefined): string {
 }
 
 /**
- * Lua: decodeState() of a state that records no settings (version 1): for an algorithm
- * whose stored numbers no setting reinterprets, or not given one yet.
- */
-function decodeUnmarked(v: string, names: readonly string[], what: string): string {
-  const error = `'ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of this version'`;
-  return `if #${v} ~= ${stateBytes(names.length)} then error(redis.error_reply(${error} .. ${MARK})) end
-  local version
-  version, ${names.join(', ')} = struct.unpack('${format(names.length)}', ${v})
-  if version ~= 1 then error(redis.error_reply(${error} .. ${MARK})) end`;
-}
-
-/**
  * Lua: the stored string of the values given (Lua expressions), with the writer's settings
  * (and, past version 0, its options version and the lineage's field list).
  */
-export function encodeState(values: readonly string[], geo?: Geometry, lineage?: Lineage): string {
-  if (geo === undefined) return `struct.pack('${format(values.length)}', 1, ${values.join(', ')})`;
+export function encodeState(values: readonly string[], geo: Geometry, lineage?: Lineage): string {
   if (lineage && lineage.version > 0) {
     const fields = lineage.fields ?? values;
     return `struct.pack('<Bd${'d'.repeat(geo.values.length + fields.length)}', 3, VERSION, ${geo.values.join(', ')}, ${fields.join(', ')})`;

@@ -1,6 +1,6 @@
 import type { WarmingModel } from '../algorithms/warming-bucket.js';
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
+import { ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
 import {
   encodeState,
   type Geometry,
@@ -131,7 +131,7 @@ if nf then guess = math.max(0, nf * UNIT - NOW) end`,
     counted: 'math.huge',
     // A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
     // from there costs, never to before now; nothing once the debt is paid.
-    give: (ret) => `if not (nf and nf > un) then return ${ret('{1}')} end
+    give: (ret) => `if not (nf and nf > un) then return ${ret(['1'])} end
 local stored = math.min(MAXP, q / QUANTA)
 local back = math.min(MAXP, stored + P)
 local credit = waitUs(back, back - stored) + math.floor((P - (back - stored)) * S)
