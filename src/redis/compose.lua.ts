@@ -66,17 +66,33 @@ export function ttlTo(endUs: string): string {
 }
 
 /**
- * Lua: writes `packed` to `key`, keeping the key's TTL when `keep` says that the state
- * stored before ends no earlier than the one written — on Redis time only: every writer
- * sets a TTL reaching at least its state's end, so a state ending no later than the stored
- * one is covered by the TTL already there. Setting an expiry is the dearest part of a SET.
+ * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 with
+ * a TTL reaching its end, or K1 deleted when fresh is 0. The key's TTL is kept when `keep`
+ * says that the state stored before ends no earlier — on Redis time only: every writer sets
+ * a TTL reaching at least its state's end, so a state ending no later than the stored one is
+ * covered by the TTL already there. Setting an expiry is the dearest part of a SET.
  */
-export function saveState(key: string, packed: string, keep: string, ttlMs: string): string {
-  return `if SERVER and ${keep} then
-    redis.call('SET', ${key}, ${packed}, 'KEEPTTL')
+function save(rule: Rule): string {
+  const s = rule.stored;
+  const px = s && `redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})`;
+  const write = !s
+    ? rule.save
+    : `if fresh > 0 then
+  ${
+    s.keep === undefined
+      ? px
+      : `if SERVER and ${s.keep} then
+    redis.call('SET', K1, ${s.value}, 'KEEPTTL')
   else
-    redis.call('SET', ${key}, ${packed}, 'PX', ${ttlMs})
-  end`;
+    ${px}
+  end`
+  }
+else
+  redis.call('DEL', K1)
+end`;
+  return `local fresh = 0
+${rule.fresh}
+${write}`;
 }
 
 /**
@@ -112,6 +128,21 @@ else
     end
   end
 end`;
+
+/** Lua: `grants(r)` and `guess` (rule.ts), then `local retry`, the search's answer. */
+function retry(rule: Rule): string {
+  const grants =
+    rule.at === undefined
+      ? rule.retry
+      : `local function grants(r)
+  local t = NOW + r
+  ${rule.at('t')}
+  return ${rule.fits('P')}
+end
+${rule.guess}`;
+  return `${grants}
+${RETRY_SEARCH}`;
+}
 
 /**
  * Lua: the verdict, `ok` and `got`. A call: its P permits, if they fit. A fleet lease: the
@@ -188,15 +219,12 @@ end
 ${
   has('q')
     ? `if OP == 'q' and not ok then
-  ${rule.retry}
-  ${RETRY_SEARCH}
-  ${rule.reserve ? rule.reserve(ret) : `return ${ret(['0'])}`}
+  ${retry(rule)}
+  ${rule.reserve ? rule.reserve(ret, save(rule)) : `return ${ret(['0'])}`}
 end
 `
     : ''
-}local fresh = 0
-${rule.fresh}
-${rule.save}
+}${save(rule)}
 ${rule.after ?? ''}
 ${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
@@ -210,13 +238,12 @@ if ok then
   ${
     !has('b')
       ? `return ${grantedReply(false)}`
-      : `local counted = ${rule.counted}
+      : `local counted = ${rule.counted ?? 'math.huge'}
   ${toReply('counted')}
   ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`
   }
 end
-${rule.retry}
-${RETRY_SEARCH}
+${retry(rule)}
 ${toReply('retry')}
 return ${refusedReply}`
 }`;
@@ -226,7 +253,7 @@ return ${refusedReply}`
 function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): string {
   return `${rule.load}
 if OP == 'x' then
-  ${rule.drop}
+  ${rule.drop ?? "redis.call('DEL', K1)"}
   return ${ret(['1'])}
 elseif OP == 's' then
   local avail
@@ -240,9 +267,7 @@ elseif OP == 'r' then
   if EXTRA ~= '' then TAKEN = tonumber(EXTRA) end
   local ok = false
   ${rule.give(ret)}
-  local fresh = 0
-  ${rule.fresh}
-  ${rule.save}
+  ${save(rule)}
   return ${ret(['1'])}
 elseif OP == 'l' then
   ${rule.release ? rule.release(ret) : `return ${ret(['0'])}`}
@@ -286,8 +311,7 @@ for _ = 1, CALLS do
     if ok then
       ${decision(['1', 'avail', '0', 'fresh', 'now'])}
     else
-      ${rule.retry}
-      ${RETRY_SEARCH}
+      ${retry(rule)}
       ${toReply('retry')}
       ${decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'])}
     end
@@ -295,9 +319,7 @@ for _ = 1, CALLS do
 end
 -- save's ok: the state saved is after a grant.
 local ok = granted
-local fresh = 0
-${rule.fresh}
-${rule.save}
+${save(rule)}
 ${rule.after ?? ''}
 return true`;
 }

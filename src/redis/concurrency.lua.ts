@@ -126,7 +126,6 @@ add = ${x}`,
     avail: 'avail = math.max(0, LIMIT - held)',
     retry: `local function grants(r) return false end
 local guess = math.huge`,
-    counted: 'math.huge',
     // Time until the earliest lease expires (when waiting alone helps), or -1.
     hint: `(function()
   local first = redis.call('ZRANGE', K2, 0, 0, 'WITHSCORES')

@@ -1,4 +1,3 @@
-import { saveState, ttlTo } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
@@ -44,6 +43,9 @@ export function windowLineage(
  * window. A stored window later than now means the clock went back: it keeps counting in it.
  */
 export function fixedWindowRule(p: WindowParams, lineage?: Lineage): Rule {
+  const at = (t: string) => `local win = math.floor(${t} / W)
+local count = 0
+if sw and sw >= win then win, count = sw, sc end`;
   return {
     name: 'fixed-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
@@ -53,34 +55,26 @@ ${versionConst(lineage)}`,
     // state counts something: one with nothing to count is deleted).
     load: `${loadState(['sw', 'sc'], 'FixedWindow', GEO, lineage)}
 local stored = sw
-local win = math.floor(NOW / W)
-local count = 0
-if sw and sw >= win then win, count = sw, sc end`,
+${at('NOW')}`,
+    at,
     fits: (x) => `count + ${x} <= LIMIT`,
     // take keeps win and count as a load would derive them.
     again: '',
     take: (x) => `count = count + ${x}
 sw, sc = win, count`,
     fresh: 'if count > 0 then fresh = (win + 1) * W - NOW end',
-    save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sc', 'adm', 'rej'], GEO, lineage), 'stored == win', ttlTo('(win + 1) * W'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: encodeState(['sw', 'sc', 'adm', 'rej'], GEO, lineage),
+      keep: 'stored == win',
+      until: '(win + 1) * W',
+    },
     avail: 'avail = math.max(0, LIMIT - count)',
-    retry: `local function grants(r)
-  local w = math.floor((NOW + r) / W)
-  local n = 0
-  if sw and sw >= w then n = sc end
-  return n + P <= LIMIT
-end
-local guess = (win + 1) * W - NOW`,
+    guess: 'local guess = (win + 1) * W - NOW',
     // Leased permits count in this window: spent after it ends they would be spent in the next.
     counted: '(win + 1) * W - NOW',
     // Permits go back to the window they were taken in; from a window that has passed, nowhere.
     give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret(['1'])} end
 count = math.max(0, count - P)
 sw, sc = win, count`,
-    drop: "redis.call('DEL', K1)",
   };
 }

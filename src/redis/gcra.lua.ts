@@ -1,4 +1,4 @@
-import { getKey, saveState, ttlTo } from './compose.lua.js';
+import { getKey } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import {
   bucketGeometry,
@@ -85,13 +85,11 @@ export function gcraRule(p: GcraParams): Rule {
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
   // A leaky bucket's allowance is the cost itself.
   const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
-  const fresh = 'if tat and tat > u then fresh = (tat - u) / SCALE end';
-  const save = `if fresh > 0 then
-  local ends = math.ceil(${endUs('tat')} / STEP_US)
-  ${saveState('K1', encodeState(fields, GEO, lineage), 'oldEnds and ends <= oldEnds', ttlTo('ends * STEP_US'))}
-else
-  redis.call('DEL', K1)
-end`;
+  const at = (t: string) => `local u = math.floor(${since(t)} * SCALE)
+local base = u
+if tat and tat > u then base = tat end`;
+  // The step the state ends in.
+  const ends = `math.ceil(${endUs('tat')} / STEP_US)`;
   return {
     name: 'gcra',
     consts: `local K = ${luaNumber(p.k)}
@@ -111,7 +109,7 @@ else
   adm, rej = 0, 0
 end${lineage && !fast ? '\nE = 0' : ''}
 local oldEnds
-if tat then oldEnds = math.ceil(${endUs('tat')} / STEP_US) end
+if tat then oldEnds = ${ends} end
 ${
   fast
     ? `local origin = 0
@@ -128,39 +126,31 @@ elseif not E then
 end
 `
     : ''
-}local u = math.floor(${since('NOW')} * SCALE)
-local base = u
-if tat and tat > u then base = tat end`,
+}${at('NOW')}`,
+    at,
     fits: (x) => `base - u + ${x} * K <= ${allowance(x)}`,
     take: (x) => `tat = base + ${x} * K`,
     again: 'base = tat',
-    fresh,
-    save,
+    fresh: 'if tat and tat > u then fresh = (tat - u) / SCALE end',
+    stored: {
+      value: encodeState(fields, GEO, lineage),
+      keep: `oldEnds and ${ends} <= oldEnds`,
+      until: `${ends} * STEP_US`,
+    },
     avail: `avail = LIMIT
 if tat then
   local ahead = math.max(0, tat - u)
   ${p.leaky ? 'if ahead > 0 then avail = 0 end' : 'avail = math.max(0, math.min(LIMIT, math.floor((TAU - ahead) / K)))'}
 end`,
-    retry: `local cost = P * K
-local function grants(r)
-  local n = math.floor(${since('NOW + r')} * SCALE)
-  local b = n
-  if tat and tat > n then b = tat end
-  return b - n + cost <= ${p.leaky ? 'cost' : 'TAU'}
-end
-local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
-    // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
-    counted: 'math.huge',
+    guess: `local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + P * K - TAU - u) / SCALE'}`,
     give: (ret) => `if not (tat and tat > u) then return ${ret(['1'])} end
 tat = math.max(u, tat - P * K)`,
-    drop: "redis.call('DEL', K1)",
     // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
     // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
     // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
     // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
-    reserve: (
-      ret,
-    ) => `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
+    reserve: (ret, save) => `local cost = P * K
+local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge
 if full then
   rej = rej + P
@@ -170,8 +160,6 @@ else
   tat = n + cost
   adm = adm + P
 end
-local fresh = 0
-${fresh}
 ${save}
 if full then return ${ret(['2', 'string.format("%.17g", retry)'])} end
 return ${ret(['3', 'string.format("%.17g", retry)', 'string.format("%.17g", NOW)'])}`,

@@ -27,25 +27,49 @@ export interface Rule {
   /** Lua: sets `fresh`, the µs until the state (as it would be saved) is fresh. */
   readonly fresh: string;
   /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
-  readonly save: string;
+  readonly save?: string;
+  /** Instead of `save`: K1's state as one string, saved by the composer (saveState()). */
+  readonly stored?: {
+    /** Lua expression: the string. */
+    readonly value: string;
+    /** Lua condition: the stored state ends no earlier than this one (saveState()). */
+    readonly keep?: string;
+    /** Lua expression: the µs (NOW's clock) its key lives to. */
+    readonly until: string;
+  };
   /** Lua: sets `avail` (after save: of the state saved). */
   readonly avail: string;
   /**
-   * Lua: defines `grants(r)` (P permits would be granted at NOW + r, the state as loaded)
-   * and `guess` (µs from NOW: where the retry search starts).
+   * Lua: declares what `fits` reads, derived from the state as loaded, as seen at time `t`
+   * (load gives it NOW; the retry search, NOW + r): the retry search is then `fits` at a
+   * later time, with no function call on the grant path.
    */
-  readonly retry: string;
-  /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
-  readonly counted: string;
+  at?(t: string): string;
+  /** Lua: `local guess`, µs from NOW: where the retry search starts (with `at`). */
+  readonly guess?: string;
+  /**
+   * Lua, for a rule without `at`: defines `grants(r)` (P permits would be granted at NOW + r,
+   * the state as loaded) and `guess`.
+   */
+  readonly retry?: string;
+  /**
+   * Lua expression: µs from NOW that permits just leased keep counting where counted; absent:
+   * no end makes that exact (a block is held to blockTtlMs alone).
+   */
+  readonly counted?: string;
   /** Lua: P permits given back, taken at TAKEN (µs); then saved (`ret`: a reply, returned). */
   give(ret: Ret): string;
-  readonly drop: string;
+  /** Lua: reset(); absent: K1 deleted. */
+  readonly drop?: string;
   /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
   readonly hint?: string;
   /** Lua: release() of a lease (replies itself). */
   release?(ret: Ret): string;
-  /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
-  reserve?(ret: Ret): string;
+  /**
+   * Lua: acquire()'s reservation of a refused call, `retry` known (replies itself); `save`:
+   * the state's save, `fresh` declared.
+   */
+  reserve?(ret: Ret, save: string): string;
   /**
    * Whether a command on the keys other than the first GET may fail (a key of another type
    * for a list or a sorted set): such a script runs inside pcall, whose error carries the

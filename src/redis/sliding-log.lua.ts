@@ -111,7 +111,6 @@ local function grants(r) return not (e > NOW + r - W) end
 local guess = e + W - NOW`,
     // A logged permit counts for W from its grant, but spent later it would count for W from
     // its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
-    counted: 'math.huge',
     // Only entries still inside the window count against the limit; give those back. Permits
     // taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of
     // that stamp: up to P of them go, from the oldest side, never other entries (the newest

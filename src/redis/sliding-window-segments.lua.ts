@@ -1,4 +1,4 @@
-import { getKey, saveState, ttlTo } from './compose.lua.js';
+import { getKey } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { checkSegmentsTag, segmentsTag } from './state.lua.js';
 
@@ -37,6 +37,14 @@ export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
   end
 end
 seg, shift = cur, 0`;
+  const at = (t: string) => `local cur = math.floor(${t} / S)
+local shift = 0
+if seg then
+  if seg > cur then cur = seg end
+  shift = cur - seg
+end
+local used = 0
+for j = shift + 1, N do used = used + cs[j] end`;
   return {
     name: 'sliding-window-segments',
     consts: `local LIMIT = ${luaNumber(p.limit)}
@@ -61,14 +69,7 @@ if v then
   seg, adm, rej = tonumber(cs[-2]), tonumber(cs[-1]), tonumber(cs[0])
 end
 for j = i, N do cs[j] = 0 end
-local cur = math.floor(NOW / S)
-local shift = 0
-if seg then
-  if seg > cur then cur = seg end
-  shift = cur - seg
-end
-local used = 0
-for j = shift + 1, N do used = used + cs[j] end
+${at('NOW')}
 local full = seg == cur and tonumber(cs[N]) > 0`,
     fits: (x) => `used + ${x} <= LIMIT`,
     take: (x) => `${roll}
@@ -81,21 +82,16 @@ used = used + ${x}`,
   end
 end`,
     // A refusal saves the stored state again (its rejected count aside): it ends where it did.
-    save: `if fresh > 0 then
-  ${saveState('K1', `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`, '(not ok or full)', ttlTo('NOW + fresh'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
+      keep: '(not ok or full)',
+      until: 'NOW + fresh',
+    },
     avail: 'avail = math.max(0, LIMIT - used)',
     // est(): when enough of the oldest segments holding permits have left the window (the
     // counts past the stored ones, rolled in as 0, change nothing).
-    retry: `local function grants(r)
-  local sh = math.max(math.floor((NOW + r) / S), seg or cur) - (seg or cur)
-  local u = 0
-  for j = sh + 1, N do u = u + cs[j] end
-  return u + P <= LIMIT
-end
-local guess = (cur + N) * S - NOW
+    at,
+    guess: `local guess = (cur + N) * S - NOW
 local u = used
 for j = 1, N - shift do
   u = u - cs[j + shift]
@@ -114,6 +110,5 @@ if at >= 1 and at + shift <= N then c = tonumber(cs[at + shift]) end
 if at > N or c == 0 then return ${ret(['1'])} end
 ${roll}
 cs[at] = math.max(0, c - P)`,
-    drop: "redis.call('DEL', K1)",
   };
 }

@@ -1,5 +1,4 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { saveState, ttlTo } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
 
@@ -66,6 +65,16 @@ export function slidingWindowRule(p: SlidingParams, lineage?: Lineage): Rule {
   const stored = (x: string) =>
     p.prevQuantum === 1 ? x : `math.min(LIMIT, math.ceil(${x} / Q) * Q)`;
   const geo = windowGeometry('W', 'Q');
+  const at = (t: string) => `local win = math.floor(${t} / W)
+local prev, curr = 0, 0
+if sw then
+  if sw >= win then
+    win, prev, curr = sw, ${stored('sp')}, sc
+  elseif sw == win - 1 then
+    prev = sc
+  end
+end
+local weighted = prev * math.max(0, W - math.max(0, ${t} - win * W))`;
   return {
     name: 'sliding-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
@@ -79,16 +88,8 @@ local ends
 if sw then
   if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end
 end
-local win = math.floor(NOW / W)
-local prev, curr = 0, 0
-if sw then
-  if sw >= win then
-    win, prev, curr = sw, ${stored('sp')}, sc
-  elseif sw == win - 1 then
-    prev = sc
-  end
-end
-local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))`,
+${at('NOW')}`,
+    at,
     fits: (x) => fits('weighted', `curr + ${x}`),
     // A load of the state taken reads the previous count as stored (take set weighted so).
     again: p.prevQuantum === 1 ? '' : `prev = ${stored('prev')}`,
@@ -102,26 +103,13 @@ elseif prev > 0 then
 end`,
     // A grant saves a state counting in NOW's window (it ends a window later); a refusal or a
     // refund saves a state ending no later than the stored one.
-    save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo, lineage), 'ends and (not ok or win + 2 <= ends)', ttlTo('NOW + fresh'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo, lineage),
+      keep: 'ends and (not ok or win + 2 <= ends)',
+      until: 'NOW + fresh',
+    },
     avail: 'avail = math.max(0, math.floor(LIMIT - (weighted / W + curr)))',
-    retry: `local function grants(r)
-  local t = NOW + r
-  local w = math.floor(t / W)
-  local pv, cu = 0, 0
-  if sw then
-    if sw >= w then
-      w, pv, cu = sw, ${stored('sp')}, sc
-    elseif sw == w - 1 then
-      pv = sc
-    end
-  end
-  return ${fits('pv * math.max(0, W - math.max(0, t - w * W))', 'cu + P')}
-end
-local guess
+    guess: `local guess
 if curr + P <= LIMIT then
   if prev == 0 then
     guess = 0
@@ -144,6 +132,5 @@ else
   return ${ret(['1'])}
 end
 sw, sp, sc = win, prev, curr`,
-    drop: "redis.call('DEL', K1)",
   };
 }

@@ -1,5 +1,4 @@
 import type { WarmingModel } from '../algorithms/warming-bucket.js';
-import { ttlTo } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import {
   encodeState,
@@ -80,6 +79,7 @@ export function warmingBucketRule(
   const lineage: Lineage | undefined = version > 0 ? { version, past, times, convert } : undefined;
   const fresh =
     'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
+  const at = (t: string) => `local un = math.floor(${t} * PERUS)`;
   return {
     name: 'warming-bucket',
     // waitUs(): Guava's storedPermitsToWaitTime(), the trapezoid above the threshold, the
@@ -107,7 +107,8 @@ local function waitUs(stored, take)
   return us + math.floor(S * take)
 end`,
     load: `${loadState(['q', 'nf'], 'WarmingBucket', GEO, lineage)}
-local un = math.floor(NOW * PERUS)`,
+${at('NOW')}`,
+    at,
     fits: () => 'not (nf and nf > un)',
     // take keeps the state as a load would read it; load derives only `un`, from NOW.
     again: '',
@@ -119,16 +120,10 @@ if nf then
 end
 ${reserve(x, 's0', 'from', 'un')}`,
     fresh,
-    save: `if fresh > 0 then
-  redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'], GEO, lineage)}, 'PX', ${ttlTo('NOW + fresh')})
-else
-  redis.call('DEL', K1)
-end`,
+    stored: { value: encodeState(['q', 'nf', 'adm', 'rej'], GEO, lineage), until: 'NOW + fresh' },
     avail: 'if nf and nf > un then avail = 0 else avail = LIMIT end',
-    retry: `local function grants(r) return not (nf and nf > math.floor((NOW + r) * PERUS)) end
-local guess = 0
+    guess: `local guess = 0
 if nf then guess = math.max(0, nf * UNIT - NOW) end`,
-    counted: 'math.huge',
     // A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
     // from there costs, never to before now; nothing once the debt is paid.
     give: (ret) => `if not (nf and nf > un) then return ${ret(['1'])} end
@@ -136,6 +131,5 @@ local stored = math.min(MAXP, q / QUANTA)
 local back = math.min(MAXP, stored + P)
 local credit = waitUs(back, back - stored) + math.floor((P - (back - stored)) * S)
 q, nf = math.min(MAXQ, math.ceil(back * QUANTA)), math.max(un, nf - math.floor(credit * PERUS))`,
-    drop: "redis.call('DEL', K1)",
   };
 }
