@@ -188,6 +188,28 @@ ${body}`;
  */
 type Decide = (fields: readonly string[]) => string;
 
+/** A grant's decision fields (a lease's add got and counted); a refusal's. */
+const granted = ['1', 'avail', '0', 'fresh', 'now'];
+const refused = (rule: Rule) => ['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'];
+
+/**
+ * Lua: a decision's reply, `ok` and `fresh` known: avail, then `granted` (Lua, given `now`
+ * when `needsNow`) or, the retry searched, `refused`.
+ */
+function reply(rule: Rule, granted: string, refused: string, needsNow: boolean): string {
+  return `local avail
+${rule.avail}
+${toReply('fresh')}
+${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
+if ok then
+  ${granted}
+else
+  ${retry(rule)}
+  ${toReply('retry')}
+  ${refused}
+end`;
+}
+
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
 function decide(
   rule: Rule,
@@ -202,13 +224,9 @@ function decide(
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
   const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0']);
+  const refusedReply = decision(refused(rule));
   const grantedReply = (lease: boolean) =>
-    decision(
-      lease
-        ? ['1', 'avail', '0', 'fresh', 'now', 'got', 'counted']
-        : ['1', 'avail', '0', 'fresh', 'now'],
-    );
+    decision(lease ? [...granted, 'got', 'counted'] : granted);
   return `${verdict(rule, lease)}
 if ok then
   ${rule.take('got')}
@@ -230,22 +248,16 @@ ${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')
 ${
   only && has('t')
     ? ''
-    : `local avail
-${rule.avail}
-${toReply('fresh')}
-${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
-if ok then
-  ${
-    !has('b')
-      ? `return ${grantedReply(false)}`
-      : `local counted = ${rule.counted ?? 'math.huge'}
+    : reply(
+        rule,
+        !has('b')
+          ? `return ${grantedReply(false)}`
+          : `local counted = ${rule.counted ?? 'math.huge'}
   ${toReply('counted')}
-  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`
-  }
-end
-${retry(rule)}
-${toReply('retry')}
-return ${refusedReply}`
+  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`,
+        `return ${refusedReply}`,
+        needsNow,
+      )
 }`;
 }
 
@@ -305,16 +317,7 @@ for _ = 1, CALLS do
   else
     local fresh = 0
     ${rule.fresh}
-    local avail
-    ${rule.avail}
-    ${toReply('fresh')}
-    if ok then
-      ${decision(['1', 'avail', '0', 'fresh', 'now'])}
-    else
-      ${retry(rule)}
-      ${toReply('retry')}
-      ${decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'])}
-    end
+    ${reply(rule, decision(granted), decision(refused(rule)), false)}
   end
 end
 -- save's ok: the state saved is after a grant.
@@ -436,14 +439,14 @@ ${top(driverBody(rule, ret))}`;
   const functions = `local function one()
 ${batchBody}
 end
-local function oneT()
+${(['t', 'c'] as const)
+  .map(
+    (op) => `local function one${op.toUpperCase()}()
 ${rule.load}
-${decide(rule, ['t'], flat.ret, flat.ret, flat.decision, false)}
-end
-local function oneC()
-${rule.load}
-${decide(rule, ['c'], flat.ret, flat.ret, flat.decision, false)}
-end
+${decide(rule, [op], flat.ret, flat.ret, flat.decision, false)}
+end`,
+  )
+  .join('\n')}
 ${
   runBody === undefined
     ? ''
@@ -511,36 +514,29 @@ while i <= last do
     end
     local count = e % 256
     local permits = (e - count) / 256
+    local f, n = ONE, 1
     ${
       runBody === undefined
         ? ''
-        : `if count > 1 and (OP == 't' or OP == 'c') then
-      -- A run of equal calls on one key: one load and one save (run()). Failing, it fails
-      -- every call of the run, having written nothing.
+        : `-- A run of equal calls on one key: one load and one save (run()). Failing, it fails
+    -- every call of the run, having written nothing.
+    if count > 1 and (OP == 't' or OP == 'c') then f, n = run, count end`
+    }
+    for _ = 1, count / n do
       P = permits
       local from = D
-      local ok, r = pcall(run, count)
-      if ok and r ~= true then ok, r = false, 'ERR the script returned nothing' end
+      local ok, r = pcall(f, n)
+      if ok and r ~= true then
+        ok = false
+        if not (type(r) == 'table' and r.err) then r = 'ERR the script returned nothing' end
+      end
       if not ok then
         ${ERROR_TEXT}
         D = from
-        for c = 1, count do
+        for _ = 1, n do
           R[D + 1] = '!' .. r
           D = D + 1
         end
-      end
-      count = 0
-    end`
-    }
-    for c = 1, count do
-      P = permits
-      local ok, r = pcall(ONE)
-      if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
-      if ok and type(r) == 'table' and r.err then ok = false end
-      if not ok then
-        ${ERROR_TEXT}
-        R[D + 1] = '!' .. r
-        D = D + 1
       end
     end
     i = i + 1

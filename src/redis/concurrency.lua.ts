@@ -1,6 +1,6 @@
 import { ttlTo } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
-import { newer } from './state.lua.js';
+import { readCounts, writeCounts } from './state.lua.js';
 
 /** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
 function luaString(s: string): string {
@@ -23,10 +23,7 @@ export function concurrencyRule(p: {
   readonly version?: number;
 }): Rule {
   const version = p.version ?? 0;
-  const counts =
-    version > 0
-      ? `string.format('%.17g %.17g %.17g @${version}', held, adm, rej)`
-      : "string.format('%.17g %.17g %.17g', held, adm, rej)";
+  const counts = writeCounts(['held', 'adm', 'rej'], version);
   const save = `if add then
   -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release() by
   -- key frees those first, and a lease's own release() still finds its id.
@@ -59,23 +56,25 @@ local function tag() return string.match(K1, '{([^{}]*)}$') end
 local function permitsOf(member) return tonumber(string.match(member, '|(%d+)$')) end
 local function free(n)
   local left = n
+  -- Frees what left asks of member m (score s): true when part of m stays.
+  local function take(m, s)
+    local c = permitsOf(m)
+    redis.call('ZREM', K2, m)
+    local part = c > left
+    if part then
+      redis.call('ZADD', K2, s, string.match(m, '^(.*)|%d+$') .. '|' .. (c - left))
+      c = left
+    end
+    left = left - c
+    return part
+  end
   local at = 0
   while left > 0 and at < 128 do
     local batch = redis.call('ZRANGE', K2, at, at + 31, 'WITHSCORES')
     if #batch == 0 then break end
     local kept = 0
     for i = 1, #batch, 2 do
-      local m = batch[i]
-      if left > 0 and string.sub(m, 1, 1) == '~' then
-        local c = permitsOf(m)
-        redis.call('ZREM', K2, m)
-        if c > left then
-          redis.call('ZADD', K2, batch[i + 1], string.match(m, '^(.*)|%d+$') .. '|' .. (c - left))
-          kept = kept + 1
-          c = left
-        end
-        left = left - c
-      else
+      if not (left > 0 and string.sub(batch[i], 1, 1) == '~') or take(batch[i], batch[i + 1]) then
         kept = kept + 1
       end
     end
@@ -84,13 +83,7 @@ local function free(n)
   while left > 0 do
     local first = redis.call('ZRANGE', K2, 0, 0, 'WITHSCORES')
     if #first == 0 then break end
-    local c = permitsOf(first[1])
-    redis.call('ZREM', K2, first[1])
-    if c > left then
-      redis.call('ZADD', K2, first[2], string.match(first[1], '^(.*)|%d+$') .. '|' .. (c - left))
-      c = left
-    end
-    left = left - c
+    take(first[1], first[2])
   end
 end`,
     // Written at once when leases expired: ops that only read (stats) must not leave the
@@ -99,12 +92,7 @@ end`,
 local add, freed
 local v = redis.call('GET', K1)
 if v then
-  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+)(.*)$')
-  -- Written under newer options: the call stops before any write (state.lua.ts).
-  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
-    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
-  end
-  held, adm, rej = tonumber(a), tonumber(b), tonumber(c)
+  $readCounts('v', ['held', 'adm', 'rej'], version)
 end
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)
 if #gone > 0 then
@@ -114,13 +102,13 @@ if #gone > 0 then
   if held == 0 then
     redis.call('DEL', K1)
   else
-    redis.call('SET', K1, ${counts}, 'KEEPTTL')
+    redis.call('SET', K1, $counts, 'KEEPTTL')
   end
   redis.call('PUBLISH', CHANNEL, tag())
 end`,
-    fits: (x) => `held + ${x} <= LIMIT`,
-    take: (x) => `held = held + ${x}
-add = ${x}`,
+    fits: (x) => `held + $x<= LIMIT`,
+    take: (x) => `held = held + $x
+add = $x`,
     fresh: 'if held > 0 then fresh = math.huge end',
     save,
     avail: 'avail = math.max(0, LIMIT - held)',
@@ -133,21 +121,21 @@ local guess = math.huge`,
   return math.max(0, tonumber(first[2]) - NOW)
 end)()`,
     // refund(): like memory's giveBack, never below zero.
-    give: (ret) => `if held == 0 then return ${ret(['1'])} end
+    give: (ret) => `if held == 0 then return $ret(['1'])end
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
     // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
     // more are released than held.
     release: (ret) => `if EXTRA ~= '' then
-  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret(['0'])} end
+  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return $ret(['0'])end
 else
-  if held < P then return ${ret(['-1', 'string.format("%.17g", held)'])} end
+  if held < P then return $ret(['-1', 'string.format("%.17g", held)'])end
   free(P)
 end
 held, freed = math.max(0, held - P), true
-${save}
-return ${ret(['1'])}`,
+$save
+return $ret(['1'])`,
     drop: `redis.call('DEL', K1, K2)
 redis.call('PUBLISH', CHANNEL, tag())`,
   };

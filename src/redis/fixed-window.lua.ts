@@ -1,7 +1,5 @@
 import { luaNumber, type Rule } from './rule.js';
-import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
-
-const GEO = windowGeometry('W');
+import { encodeState, type History, loadState, type Packed, windowGeometry } from './state.lua.js';
 
 /** A window's parameters. */
 export interface WindowParams {
@@ -26,34 +24,27 @@ function convert(from: readonly string[], to: readonly string[], at: string): st
 }
 
 /**
- * The lineage of a FixedWindow at `version`, whose earlier versions had windows `pastUs`
- * and were made at `times` (µs).
- */
-export function windowLineage(
-  version: number,
-  pastUs: readonly number[],
-  times: readonly number[],
-): Lineage {
-  return { version, past: pastUs.map((w) => [w]), times, convert };
-}
-
-/**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
  * Stored as window, count, admitted, rejected (state.lua.ts) with a TTL of the rest of the
  * window. A stored window later than now means the clock went back: it keeps counting in it.
  */
-export function fixedWindowRule(p: WindowParams, lineage?: Lineage): Rule {
+export function fixedWindowRule(p: WindowParams, history?: History): Rule {
+  const state: Packed = {
+    what: 'FixedWindow',
+    fields: ['sw', 'sc', 'adm', 'rej'],
+    geo: windowGeometry('W'),
+    lineage: history && { ...history, convert },
+  };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local count = 0
 if sw and sw >= win then win, count = sw, sc end`;
   return {
     name: 'fixed-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
-local W = ${luaNumber(p.windowUs)}
-${versionConst(lineage)}`,
+local W = ${luaNumber(p.windowUs)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
-    load: `${loadState(['sw', 'sc'], 'FixedWindow', GEO, lineage)}
+    load: `${loadState(state)}
 local stored = sw
 ${at('NOW')}`,
     at,
@@ -64,7 +55,7 @@ ${at('NOW')}`,
 sw, sc = win, count`,
     fresh: 'if count > 0 then fresh = (win + 1) * W - NOW end',
     stored: {
-      value: encodeState(['sw', 'sc', 'adm', 'rej'], GEO, lineage),
+      value: encodeState(state),
       keep: 'stored == win',
       until: '(win + 1) * W',
     },

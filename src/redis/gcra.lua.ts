@@ -1,15 +1,13 @@
-import { getKey } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import {
   bucketGeometry,
-  decodeState,
   encodeState,
+  type History,
   type Lineage,
+  loadState,
+  type Packed,
   stateBytes,
-  versionConst,
 } from './state.lua.js';
-
-const GEO = bucketGeometry('K', 'SCALE');
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
 export interface GcraParams {
@@ -23,11 +21,8 @@ export interface GcraParams {
   readonly queueLimit: number;
   /** The TTL's step in ms (gcraStepMs()). */
   readonly stepMs: number;
-  /** The options version (reconfigure()) and the units [k, scale] of each earlier one. */
-  readonly version?: number;
-  readonly past?: readonly (readonly number[])[];
-  /** When each version from 1 on was made (µs). */
-  readonly times?: readonly number[];
+  /** The options' versions (reconfigure()), `past` the units [k, scale] of each earlier one. */
+  readonly history?: History;
 }
 
 /**
@@ -59,13 +54,11 @@ export function gcraRule(p: GcraParams): Rule {
   // the rate may cross 10^6 per second between versions. What a key owes, in permits,
   // stays owed (the in-memory describe() and restate()): rounded up in the new units.
   const lineage: Lineage | undefined =
-    p.version && p.version > 0
+    p.history && p.history.version > 0
       ? {
-          version: p.version,
-          past: p.past ?? [],
+          ...p.history,
           fields: fastFields,
           others: [fast ? slowFields : fastFields],
-          times: p.times ?? [],
           // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E
           // (the origin) as the fast rule sets it, for the next version's units.
           convert: (from, to, at) => `if tat then
@@ -80,6 +73,13 @@ export function gcraRule(p: GcraParams): Rule {
       end`,
         }
       : undefined;
+  const state: Packed = {
+    what: 'TokenBucket/LeakyBucket',
+    fields,
+    geo: bucketGeometry('K', 'SCALE'),
+    lineage,
+    none: stateBytes(fast ? 3 : 4),
+  };
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
@@ -96,18 +96,11 @@ if tat and tat > u then base = tat end`;
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local LIMIT = ${luaNumber(p.limit)}
-local STEP_US = ${luaNumber(p.stepMs * 1000)}
-${versionConst(lineage)}`,
+local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     // A version-1 state of the other kind (from before states carried their settings: the
     // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
     // is no state: the key starts afresh.
-    load: `local tat, adm, rej${fast || lineage ? ', E' : ''}
-${getKey('K1')}
-if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
-  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO, lineage)}
-else
-  adm, rej = 0, 0
-end${lineage && !fast ? '\nE = 0' : ''}
+    load: `${loadState(state)}${lineage && !fast ? '\nE = 0' : ''}
 local oldEnds
 if tat then oldEnds = ${ends} end
 ${
@@ -133,7 +126,7 @@ end
     again: 'base = tat',
     fresh: 'if tat and tat > u then fresh = (tat - u) / SCALE end',
     stored: {
-      value: encodeState(fields, GEO, lineage),
+      value: encodeState(state),
       keep: `oldEnds and ${ends} <= oldEnds`,
       until: `${ends} * STEP_US`,
     },

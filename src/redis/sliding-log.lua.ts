@@ -1,6 +1,6 @@
 import { ttlTo } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
-import { newer } from './state.lua.js';
+import { readCounts, writeCounts } from './state.lua.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
 function entry(i: string): string {
@@ -52,12 +52,7 @@ local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
     load: `local adm, rej = 0, 0
 local v = redis.call('GET', K2)
 if v then
-  local a, b, d = string.match(v, '^(%S+) (%S+)(.*)$')
-  -- Written under newer options: the call stops before any write (state.lua.ts).
-  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
-    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
-  end
-  adm, rej = tonumber(a), tonumber(b)
+  ${readCounts('v', ['adm', 'rej'], version)}
 end
 local newest
 local pushed, size = 0, math.huge`,
@@ -85,7 +80,7 @@ fresh = math.max(0, newest + W - NOW)`,
     // A refusal leaves the list as it was: its TTL stands. The keys live until the newest
     // entry leaves the largest window the limiter had (its own, unless reconfigured).
     save: `if newest + KEEP_W > NOW then
-  local counts = string.format('%.17g %.17g${version > 0 ? ` @${version}` : ''}', adm, rej)
+  local counts = ${writeCounts(['adm', 'rej'], version)}
   if SERVER and v and not ok then
     redis.call('SET', K2, counts, 'KEEPTTL')
   else

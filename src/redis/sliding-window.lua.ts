@@ -1,6 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
 import { luaNumber, type Rule } from './rule.js';
-import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
+import { encodeState, type History, loadState, type Packed, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
 export interface SlidingParams {
@@ -37,18 +37,6 @@ function convert(from: readonly string[], to: readonly string[], at: string): st
 }
 
 /**
- * The lineage of a two-window SlidingWindow at `version`, whose earlier versions had the
- * windows and previous-count quanta `past` ([µs, quantum] each) and were made at `times`.
- */
-export function slidingLineage(
-  version: number,
-  past: readonly (readonly number[])[],
-  times: readonly number[],
-): Lineage {
-  return { version, past, times, convert };
-}
-
-/**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
  * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
@@ -56,15 +44,16 @@ export function slidingLineage(
  * as the in-memory wide table, whose previous count is read rounded up to its quantum.
  * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
  */
-export function slidingWindowRule(p: SlidingParams, lineage?: Lineage): Rule {
+export function slidingWindowRule(p: SlidingParams, history?: History): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
-  const fits = (wp: string, used: string) =>
-    exact
-      ? `${wp} + (${used}) * W <= LIMIT * W`
-      : `(${used}) <= LIMIT and ${wp} / W <= (LIMIT - (${used})) * (1 - 2^-40)`;
   const stored = (x: string) =>
     p.prevQuantum === 1 ? x : `math.min(LIMIT, math.ceil(${x} / Q) * Q)`;
-  const geo = windowGeometry('W', 'Q');
+  const state: Packed = {
+    what: 'SlidingWindow',
+    fields: ['sw', 'sp', 'sc', 'adm', 'rej'],
+    geo: windowGeometry('W', 'Q'),
+    lineage: history && { ...history, convert },
+  };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local prev, curr = 0, 0
 if sw then
@@ -79,18 +68,20 @@ local weighted = prev * math.max(0, W - math.max(0, ${t} - win * W))`;
     name: 'sliding-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local W = ${luaNumber(p.windowUs)}
-local Q = ${luaNumber(p.prevQuantum)}
-${versionConst(lineage)}`,
+local Q = ${luaNumber(p.prevQuantum)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
-    load: `${loadState(['sw', 'sp', 'sc'], 'SlidingWindow', geo, lineage)}
+    load: `${loadState(state)}
 local ends
 if sw then
   if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end
 end
 ${at('NOW')}`,
     at,
-    fits: (x) => fits('weighted', `curr + ${x}`),
+    fits: (x) =>
+      exact
+        ? `weighted + (curr + ${x}) * W <= LIMIT * W`
+        : `(curr + ${x}) <= LIMIT and weighted / W <= (LIMIT - (curr + ${x})) * (1 - 2^-40)`,
     // A load of the state taken reads the previous count as stored (take set weighted so).
     again: p.prevQuantum === 1 ? '' : `prev = ${stored('prev')}`,
     // A grant saves the previous count as it is read back (in steps, for a wide window).
@@ -104,7 +95,7 @@ end`,
     // A grant saves a state counting in NOW's window (it ends a window later); a refusal or a
     // refund saves a state ending no later than the stored one.
     stored: {
-      value: encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo, lineage),
+      value: encodeState(state),
       keep: 'ends and (not ok or win + 2 <= ends)',
       until: 'NOW + fresh',
     },

@@ -3,10 +3,10 @@ import { luaNumber, type Rule } from './rule.js';
 import {
   encodeState,
   type Geometry,
-  type Lineage,
+  type History,
   loadState,
+  type Packed,
   shown,
-  versionConst,
 } from './state.lua.js';
 
 /** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
@@ -70,15 +70,13 @@ q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), ${at} + math.ceil(
  * cold state is no state. Pays later: a call is admitted once the previous one's debt is
  * paid.
  */
-export function warmingBucketRule(
-  m: WarmingParams,
-  version = 0,
-  past: readonly (readonly number[])[] = [],
-  times: readonly number[] = [],
-): Rule {
-  const lineage: Lineage | undefined = version > 0 ? { version, past, times, convert } : undefined;
-  const fresh =
-    'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
+export function warmingBucketRule(m: WarmingParams, history?: History): Rule {
+  const state: Packed = {
+    what: 'WarmingBucket',
+    fields: ['q', 'nf', 'adm', 'rej'],
+    geo: GEO,
+    lineage: history && { ...history, convert },
+  };
   const at = (t: string) => `local un = math.floor(${t} * PERUS)`;
   return {
     name: 'warming-bucket',
@@ -94,7 +92,6 @@ local UNIT = ${luaNumber(m.unitUs)}
 local LIMIT = ${luaNumber(m.limit)}
 local MAXQ = ${luaNumber(m.maxQuanta)}
 local PERUS = 1 / UNIT
-${versionConst(lineage)}
 local function waitUs(stored, take)
   local above = stored - THR
   local us = 0
@@ -106,7 +103,7 @@ local function waitUs(stored, take)
   end
   return us + math.floor(S * take)
 end`,
-    load: `${loadState(['q', 'nf'], 'WarmingBucket', GEO, lineage)}
+    load: `${loadState(state)}
 ${at('NOW')}`,
     at,
     fits: () => 'not (nf and nf > un)',
@@ -119,8 +116,9 @@ if nf then
   if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
 end
 ${reserve(x, 's0', 'from', 'un')}`,
-    fresh,
-    stored: { value: encodeState(['q', 'nf', 'adm', 'rej'], GEO, lineage), until: 'NOW + fresh' },
+    fresh:
+      'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end',
+    stored: { value: encodeState(state), until: 'NOW + fresh' },
     avail: 'if nf and nf > un then avail = 0 else avail = LIMIT end',
     guess: `local guess = 0
 if nf then guess = math.max(0, nf * UNIT - NOW) end`,
