@@ -92,7 +92,7 @@ end`,
 local add, freed
 local v = redis.call('GET', K1)
 if v then
-  $readCounts('v', ['held', 'adm', 'rej'], version)
+  ${readCounts('v', ['held', 'adm', 'rej'], version)}
 end
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)
 if #gone > 0 then
@@ -102,13 +102,13 @@ if #gone > 0 then
   if held == 0 then
     redis.call('DEL', K1)
   else
-    redis.call('SET', K1, $counts, 'KEEPTTL')
+    redis.call('SET', K1, ${counts}, 'KEEPTTL')
   end
   redis.call('PUBLISH', CHANNEL, tag())
 end`,
-    fits: (x) => `held + $x<= LIMIT`,
-    take: (x) => `held = held + $x
-add = $x`,
+    fits: (x) => `held + ${x} <= LIMIT`,
+    take: (x) => `held = held + ${x}
+add = ${x}`,
     fresh: 'if held > 0 then fresh = math.huge end',
     save,
     avail: 'avail = math.max(0, LIMIT - held)',
@@ -121,21 +121,21 @@ local guess = math.huge`,
   return math.max(0, tonumber(first[2]) - NOW)
 end)()`,
     // refund(): like memory's giveBack, never below zero.
-    give: (ret) => `if held == 0 then return $ret(['1'])end
+    give: (ret) => `if held == 0 then return ${ret(['1'])} end
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
     // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
     // more are released than held.
     release: (ret) => `if EXTRA ~= '' then
-  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return $ret(['0'])end
+  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret(['0'])} end
 else
-  if held < P then return $ret(['-1', 'string.format("%.17g", held)'])end
+  if held < P then return ${ret(['-1', 'string.format("%.17g", held)'])} end
   free(P)
 end
 held, freed = math.max(0, held - P), true
-$save
-return $ret(['1'])`,
+${save}
+return ${ret(['1'])}`,
     drop: `redis.call('DEL', K1, K2)
 redis.call('PUBLISH', CHANNEL, tag())`,
   };
