@@ -105,16 +105,13 @@ local oldEnds
 if tat then oldEnds = ${ends} end
 ${
   fast
-    ? `local origin = 0
-if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
-if E and (NOW - E) * SCALE >= 2^51 then
-  local ne = origin
-  if tat then
+    ? `if not E or (NOW - E) * SCALE >= 2^51 then
+  local origin = 0
+  if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
+  if E and tat then
     local ahead = tat - math.floor((NOW - E) * SCALE)
-    if ahead <= 0 then tat = nil else tat = math.floor((NOW - ne) * SCALE) + ahead + 1 end
+    if ahead <= 0 then tat = nil else tat = math.floor((NOW - origin) * SCALE) + ahead + 1 end
   end
-  E = ne
-elseif not E then
   E = origin
 end
 `
@@ -148,9 +145,8 @@ local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit
 if full then
   rej = rej + P
 else
-  local n = math.floor(${since('NOW + retry')} * SCALE)
-  if tat and tat > n then n = tat end
-  tat = n + cost
+  ${at('NOW + retry')}
+  tat = base + cost
   adm = adm + P
 end
 ${save}
