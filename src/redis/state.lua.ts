@@ -95,6 +95,11 @@ export function writeCounts(names: readonly string[], version: number): string {
   return `string.format('${names.map(() => '%.17g').join(' ')}${version > 0 ? ` @${version}` : ''}', ${names.join(', ')})`;
 }
 
+/** Lua: the error of a state of `what` written with settings `was` (Lua text), not `has`. */
+export function mismatch(what: string, was: string, has: string): string {
+  return `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${was} .. '; this limiter has ' .. ${has} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))`;
+}
+
 /** The error text that newer() raises, as the runner reports it: the version. */
 export const NEWER_ERROR = / failed: NEWER (\d+)$/;
 
@@ -124,7 +129,7 @@ export function loadState(s: Packed): string {
   const g = geo.values.map((_, i) => `g${i + 1}`);
   const error = `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)' .. ${MARK}))`;
   const check = (values: readonly string[]) =>
-    `if ${values.map((x, i) => `${g[i]} ~= ${x}`).join(' or ')} then error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a ${what} state written with ' .. ${geo.describe(g)} .. '; this limiter has ' .. ${geo.describe(values)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK})) end`;
+    `if ${values.map((x, i) => `${g[i]} ~= ${x}`).join(' or ')} then ${mismatch(what, geo.describe(g), geo.describe(values))} end`;
   const list = (xs: readonly string[]) => `{${xs.join(', ')}}`;
   const at = (t: string) => geo.values.map((_, i) => `${t}[${i + 1}]`);
   const branches = [
@@ -215,46 +220,4 @@ export function bucketGeometry(k: string, scale: string): Geometry {
     describe: (v) =>
       `'refillPerSecond ' .. ${shown(`${v[1]} * 1000000 / ${v[0]}`)} .. ' (' .. ${shown(`${v[0]}`)} .. ' units a permit)'`,
   };
-}
-
-/**
- * A segmented SlidingWindow's state is text ("segment admitted rejected c1 … cN"); its
- * writer's settings go first as one word, `g<segment µs>/<segments>` (segmentsTag()).
- * Lua: checks the first word `first` of the stored text `v` against this limiter's `tag`
- * (a Lua expression); evaluates to how many words to skip (0 or 1). A text without the
- * word (written before settings were stored) is read as this limiter's own; a value that is
- * not such text (a SlidingWindow without segments wrote it, or another program) is an error
- * naming the key.
- */
-export function checkSegmentsTag(first: string, tag: string, version = 0): string {
-  const describe = (t: string) =>
-    `(function(t) local s, n = string.match(t, '^g(%d+)/(%d+)') if not s then return t end return 'windowMs ' .. ${shown('s * n / 1000')} .. ' in ' .. n .. ' segments' end)(${t})`;
-  // The word carries the writer's options version after '@' past version 0: a newer one
-  // stops the call (newer()); an older one, of the same settings (they cannot change with
-  // segments), is read as it is: its counts are plain counts under any limit.
-  const base = tag.replace(/@\d+'$/, "'");
-  return `(function()
-  if ${first} == ${tag} then return 1 end
-  if ${first} and string.byte(${first}, 1) == 103 then
-    local b, u = string.match(${first}, '^(g%d+/%d+)@(%d+)$')
-    if not b then b, u = ${first}, '0' end
-    if b == ${base} then
-      if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
-      return 1
-    end
-    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds a SlidingWindow state written with ' .. ${describe(first)} .. '; this limiter has ' .. ${describe(tag)} .. ': limiters whose settings differ need a prefix each (or reset() the key)' .. ${MARK}))
-  end
-  if not (${first} and tonumber(${first})) then
-    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
-  end
-  return 0
-end)()`;
-}
-
-/**
- * The settings word of a segmented SlidingWindow's state (checkSegmentsTag()), with the
- * writer's options version past version 0.
- */
-export function segmentsTag(segmentUs: number, segments: number, version = 0): string {
-  return version > 0 ? `g${segmentUs}/${segments}@${version}` : `g${segmentUs}/${segments}`;
 }
