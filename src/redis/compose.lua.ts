@@ -1,22 +1,14 @@
 import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from './rule.js';
 
 /**
- * The one composer of every Redis script: composeScript() builds from an algorithm's rule
- * (rule.ts) each form a limiter runs:
- * - `single(op)`: one tryAcquire() ('t'), consume() ('c') or fleet lease ('b') call, the
- *   hot path: no function built on the grant path, the fewest `redis.call`s and arguments.
- * - `driver`: every op, chosen by ARGV[1].
- * - `batch`: several calls of one limiter in one EVALSHA, each decided as its own driver
- *   run would decide it (Redis runs a script atomically: nothing comes between them).
- *
- * Every form carries the limiter's parameters as constants in its source (one script, one
- * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The
- * fragments' locals: rule.ts.
+ * The one composer of every Redis script (composeScript()), from an algorithm's rule
+ * (rule.ts). Every form carries the limiter's parameters as constants (one script, one
+ * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL).
  */
 
 /**
- * Lua: the error text of a failed call ends with its token (the runner takes an error
- * reply as the call's own only then); none inside a batch, whose reply carries it.
+ * Lua: a failed call's error text ends with its token (the runner takes an error reply as
+ * the call's own only then); none inside a batch, whose reply carries it.
  */
 export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
@@ -44,8 +36,8 @@ if not v then
 end`;
 
 /**
- * Lua: `name` made a reply figure in place: integers stay numbers (exact integer replies), the
- * rest '%.17g' strings (Redis would truncate a Lua number); inline: a function is built per run.
+ * Lua: `name` made a reply figure in place: integers stay numbers, the rest '%.17g' strings
+ * (Redis would truncate a Lua number); inline, as a function is built per run.
  */
 export function toReply(name: string): string {
   return `if not (${name} == math.floor(${name}) and ${name} > -9e15 and ${name} < 9e15) then
@@ -55,11 +47,9 @@ end`;
 
 /**
  * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack. Redis adds it
- * to its own ms clock when the write runs, which may still be in NOW's ms (or, counting from
- * the script's start, the one before): so from NOW's whole ms, plus 1; from NOW itself it
- * could end up to a ms early, and a key gone early forgets what it counted. At most 2^53 ms:
- * Redis writes a number as '%.17g', and 1e17 and more would reach PX as '1e+17', which it
- * refuses.
+ * to its ms clock when the write runs, which may still be in NOW's ms or the one before: so
+ * from NOW's whole ms, plus 1 (a key gone early forgets what it counted). At most 2^53 ms:
+ * 1e17 and more would reach PX as '1e+17', which Redis refuses.
  */
 export function ttlTo(endUs: string): string {
   return `math.min(9007199254740992, math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS)`;
@@ -182,13 +172,10 @@ local ok
 ${body}`;
 }
 
-/**
- * Lua: the reply of a decision, from its fields: allowed (1 or 0), avail, retry, fresh, now,
- * then a refusal's hint or a lease's got and counted.
- */
+/** Lua: the reply of a decision, from its fields (`granted`, `refused`). */
 type Decide = (fields: readonly string[]) => string;
 
-/** A grant's decision fields (a lease's add got and counted); a refusal's. */
+/** A grant's fields (a lease's add got and counted); a refusal's (then the rule's hint). */
 const granted = ['1', 'avail', '0', 'fresh', 'now'];
 const refused = (rule: Rule) => ['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'];
 

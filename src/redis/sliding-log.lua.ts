@@ -104,9 +104,8 @@ avail = lo`,
     retry: `${known('LIMIT - P', 'e')}
 local function grants(r) return not (e > NOW + r - W) end
 local guess = e + W - NOW`,
-    // A logged permit counts for W from its grant, but spent later it would count for W from
-    // its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
-    // Only entries still inside the window count against the limit; give those back. Permits
+    // No `counted`: a leased permit counts for W from its grant, spent later for W from its
+    // spending. Only entries still inside the window count against the limit; give those back. Permits
     // taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of
     // that stamp: up to P of them go, from the oldest side, never other entries (the newest
     // may be another process's, and dropping them would free room ahead of the window).
