@@ -1,11 +1,6 @@
 import { ttlTo } from './compose.lua.js';
-import { luaNumber, type Rule } from './rule.js';
+import { luaNumber, luaString, type Rule } from './rule.js';
 import { readCounts, writeCounts } from './state.lua.js';
-
-/** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
-function luaString(s: string): string {
-  return `'${[...Buffer.from(s)].map((b) => `\\${b}`).join('')}'`;
-}
 
 /**
  * Concurrency: K1 holds "held admitted rejected", K2 a sorted set of leases ("id|permits",

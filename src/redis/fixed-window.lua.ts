@@ -1,5 +1,5 @@
-import { luaNumber, type Rule } from './rule.js';
-import { encodeState, type History, loadState, type Packed, windowGeometry } from './state.lua.js';
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, windowGeometry } from './state.lua.js';
 
 /** A window's parameters. */
 export interface WindowParams {

@@ -1,13 +1,12 @@
-import { luaNumber, type Rule } from './rule.js';
 import {
-  bucketGeometry,
-  encodeState,
   type History,
   type Lineage,
-  loadState,
+  luaNumber,
   type Packed,
+  type Rule,
   stateBytes,
-} from './state.lua.js';
+} from './rule.js';
+import { bucketGeometry, encodeState, loadState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
 export interface GcraParams {

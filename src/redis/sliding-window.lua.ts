@@ -1,6 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { luaNumber, type Rule } from './rule.js';
-import { encodeState, type History, loadState, type Packed, windowGeometry } from './state.lua.js';
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
 export interface SlidingParams {

@@ -1,5 +1,5 @@
 import { getKey, MARK } from './compose.lua.js';
-import { luaNumber } from './rule.js';
+import { type Geometry, luaNumber, type Packed, stateBytes } from './rule.js';
 
 /**
  * How a bucket's or a window's state is stored in its key: a version byte (2; 3 past a
@@ -10,61 +10,14 @@ import { luaNumber } from './rule.js';
  * of another format (another program's, or an older one) an error naming the key.
  */
 
-/**
- * What a state's numbers mean: the settings they are counted in (a window's length, a
- * bucket's units), written into the state beside them so that a limiter with other settings
- * on the same prefix (a rolling deploy that changed `windowMs`) never misreads them, nor
- * overwrites them as its own: it refuses the key with an error naming it and both settings.
- * Settings that only bound the count (a limit, a capacity) are not part of it: a limiter
- * reads another limit's count as its own, as `reconfigure()` does in memory.
- */
-export interface Geometry {
-  /** Lua expressions: this limiter's settings (defined where the state is decoded). */
-  readonly values: readonly string[];
-  /** Lua: the text naming settings `vals` (Lua expressions) for the error. */
-  describe(vals: readonly string[]): string;
-}
-
 /** struct format of a state of `fields` doubles. */
 function format(fields: number): string {
   return `<B${'d'.repeat(fields)}`;
 }
 
-/** The length of a stored state of `fields` doubles (and `geometry` settings), in bytes. */
-export function stateBytes(fields: number, geometry = 0): number {
-  return 1 + 8 * (fields + geometry);
-}
-
 /** Lua: a number for a message, shortest form. */
 export function shown(x: string): string {
   return `string.format('%.15g', ${x})`;
-}
-
-/**
- * Where a limiter stands among its options' versions (reconfigure()): its own version and,
- * for each earlier one, the settings (Geometry values, as numbers) its states were written
- * with, and when (µs, the limiter's clock) each version from 1 on was made: `times[w - 1]`.
- * Version 0 (never reconfigured) writes what it always wrote (a version-2 state); a later
- * version writes version 3, `[3, options version, settings…, fields…]`.
- */
-export interface History {
-  readonly version: number;
-  readonly past: readonly (readonly number[])[];
-  readonly times: readonly number[];
-}
-
-/** A History, with how a state of an earlier version is carried over to this one's settings. */
-export interface Lineage extends History {
-  /**
-   * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
-   * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
-   * expression), when that version was made: the in-memory describe() and restate().
-   */
-  convert(from: readonly string[], to: readonly string[], at: string): string;
-  /** The fields of a version-3 state, when they are not the state's (all decoded into locals). */
-  readonly fields?: readonly string[];
-  /** Other field lists a version-2 state of version 0 may have (another layout of it). */
-  readonly others?: readonly (readonly string[])[];
 }
 
 /**
@@ -102,16 +55,6 @@ export function mismatch(what: string, was: string, has: string): string {
 
 /** The error text that newer() raises, as the runner reports it: the version. */
 export const NEWER_ERROR = / failed: NEWER (\d+)$/;
-
-/** A state packed in K1: what names it, its fields (in stored order), settings and versions. */
-export interface Packed {
-  readonly what: string;
-  readonly fields: readonly string[];
-  readonly geo: Geometry;
-  readonly lineage?: Lineage | undefined;
-  /** The length of a state read as none (a version 1 of another layout), if any. */
-  readonly none?: number;
-}
 
 /**
  * Lua: the load of K1's state `s` into locals of its fields' names (declared here); a key

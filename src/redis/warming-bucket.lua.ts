@@ -1,13 +1,6 @@
 import type { WarmingModel } from '../algorithms/warming-bucket.js';
-import { luaNumber, type Rule } from './rule.js';
-import {
-  encodeState,
-  type Geometry,
-  type History,
-  loadState,
-  type Packed,
-  shown,
-} from './state.lua.js';
+import { type Geometry, type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
 type WarmingParams = Omit<WarmingModel, 'staleUs'>;
