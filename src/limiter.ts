@@ -225,10 +225,14 @@ export abstract class Limiter extends Algorithm {
 
   /** @internal See Algorithm.decidedOnOldOptions(). */
   decidedOnOldOptions(): boolean {
+    const used = this.options.version;
+    if (!this.syncConfig()) return false;
     // A converted slot has a new generation: a decision that used a reference to it came
     // after this thread took up the new options, and one on the state before conversion
-    // was made before the reconfigure() (the conversion would have failed its CAS).
-    return this.syncConfig() && !this.convertsStates;
+    // was made before the reconfigure() (the conversion would have failed its CAS) —
+    // unless 16 or more conversions, between the decision's read and its CAS, brought the
+    // 4-bit generation round to the same state word: then it may have used old options.
+    return !this.convertsStates || this.options.version - used >= 2 * 16;
   }
 
   /**

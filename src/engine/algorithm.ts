@@ -180,7 +180,8 @@ export abstract class Algorithm {
   /**
    * @internal After a decision that met a moved control word: true when the options
    * changed and the decision may have used the old ones on a state reconfigure() did not
-   * convert, so that it must be taken back and made again.
+   * convert (or converted so many times that the state word came round to the one the
+   * decision read), so that it must be taken back and made again.
    */
   abstract decidedOnOldOptions(): boolean;
 }

@@ -588,13 +588,16 @@ function takeBack(
       const nowUs = core.last.atUs;
       const giveBack = (q: number, stamp: number) => algo.giveBack(q, stamp, nowUs, permits, nowUs);
       const gen = s >>> GEN_SHIFT;
-      if (updateSlot(core, w, gen, nowUs, giveBack, undefined) === SLOT_GONE && key !== undefined) {
-        // Or its generation moved while it stayed the key's: a reconfigure() converted the
-        // state, grant included, after the CAS. The permits are given back from there,
-        // under the stripe's lock so that no further conversion moves it meanwhile.
+      if (updateSlot(core, w, gen, nowUs, giveBack, undefined) === SLOT_GONE) {
+        // Or its generation moved while it stayed the key's (the default key's slot always
+        // is): a reconfigure() converted the state, grant included, after the CAS. The
+        // permits are given back from there, under the stripe's lock so that no further
+        // conversion moves it meanwhile.
         withSlotLocked(core.table, w, () => {
           const now = Atomics.load(core.i32, w + S_STATE) >>> GEN_SHIFT;
-          if (core.table.holds(w, now, key)) updateSlot(core, w, now, nowUs, giveBack, undefined);
+          if (key === undefined || core.table.holds(w, now, key)) {
+            updateSlot(core, w, now, nowUs, giveBack, undefined);
+          }
         });
       }
     }
