@@ -1,22 +1,14 @@
-import type { Composed, Op, Ret, Rule } from './rule.js';
+import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from './rule.js';
 
 /**
- * The one composer of every Redis script: composeScript() builds from an algorithm's rule
- * (rule.ts) each form a limiter runs:
- * - `single(op)`: one tryAcquire() ('t'), consume() ('c') or fleet lease ('b') call, the
- *   hot path: no function built on the grant path, the fewest `redis.call`s and arguments.
- * - `driver`: every op, chosen by ARGV[1].
- * - `batch`: several calls of one limiter in one EVALSHA, each decided as its own driver
- *   run would decide it (Redis runs a script atomically: nothing comes between them).
- *
- * Every form carries the limiter's parameters as constants in its source (one script, one
- * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL). The
- * fragments' locals: rule.ts.
+ * The one composer of every Redis script (composeScript()), from an algorithm's rule
+ * (rule.ts). Every form carries the limiter's parameters as constants (one script, one
+ * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL).
  */
 
 /**
- * Lua: the error text of a failed call ends with its token (the runner takes an error
- * reply as the call's own only then); none inside a batch, whose reply carries it.
+ * Lua: a failed call's error text ends with its token (the runner takes an error reply as
+ * the call's own only then); none inside a batch, whose reply carries it.
  */
 export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
@@ -43,15 +35,9 @@ if not v then
   if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end
 end`;
 
-/** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
-export function luaNumber(x: number): string {
-  if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
-  return String(x);
-}
-
 /**
- * Lua: `name` made a reply figure in place: integers stay numbers (exact integer replies), the
- * rest '%.17g' strings (Redis would truncate a Lua number); inline: a function is built per run.
+ * Lua: `name` made a reply figure in place: integers stay numbers, the rest '%.17g' strings
+ * (Redis would truncate a Lua number); inline, as a function is built per run.
  */
 export function toReply(name: string): string {
   return `if not (${name} == math.floor(${name}) and ${name} > -9e15 and ${name} < 9e15) then
@@ -61,28 +47,42 @@ end`;
 
 /**
  * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack. Redis adds it
- * to its own ms clock when the write runs, which may still be in NOW's ms (or, counting from
- * the script's start, the one before): so from NOW's whole ms, plus 1; from NOW itself it
- * could end up to a ms early, and a key gone early forgets what it counted. At most 2^53 ms:
- * Redis writes a number as '%.17g', and 1e17 and more would reach PX as '1e+17', which it
- * refuses.
+ * to its ms clock when the write runs, which may still be in NOW's ms or the one before: so
+ * from NOW's whole ms, plus 1 (a key gone early forgets what it counted). At most 2^53 ms:
+ * 1e17 and more would reach PX as '1e+17', which Redis refuses.
  */
 export function ttlTo(endUs: string): string {
   return `math.min(9007199254740992, math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS)`;
 }
 
 /**
- * Lua: writes `packed` to `key`, keeping the key's TTL when `keep` says that the state
- * stored before ends no earlier than the one written — on Redis time only: every writer
- * sets a TTL reaching at least its state's end, so a state ending no later than the stored
- * one is covered by the TTL already there. Setting an expiry is the dearest part of a SET.
+ * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 with
+ * a TTL reaching its end, or K1 deleted when fresh is 0. The key's TTL is kept when `keep`
+ * says that the state stored before ends no earlier — on Redis time only: every writer sets
+ * a TTL reaching at least its state's end, so a state ending no later than the stored one is
+ * covered by the TTL already there. Setting an expiry is the dearest part of a SET.
  */
-export function saveState(key: string, packed: string, keep: string, ttlMs: string): string {
-  return `if SERVER and ${keep} then
-    redis.call('SET', ${key}, ${packed}, 'KEEPTTL')
+function save(rule: Rule): string {
+  const s = rule.stored;
+  const px = s && `redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})`;
+  const write = !s
+    ? rule.save
+    : `if fresh > 0 then
+  ${
+    s.keep === undefined
+      ? px
+      : `if SERVER and ${s.keep} then
+    redis.call('SET', K1, ${s.value}, 'KEEPTTL')
   else
-    redis.call('SET', ${key}, ${packed}, 'PX', ${ttlMs})
-  end`;
+    ${px}
+  end`
+  }
+else
+  redis.call('DEL', K1)
+end`;
+  return `local fresh = 0
+${rule.fresh}
+${write}`;
 }
 
 /**
@@ -118,6 +118,21 @@ else
     end
   end
 end`;
+
+/** Lua: `grants(r)` and `guess` (rule.ts), then `local retry`, the search's answer. */
+function retry(rule: Rule): string {
+  const grants =
+    rule.at === undefined
+      ? rule.retry
+      : `local function grants(r)
+  local t = NOW + r
+  ${rule.at('t')}
+  return ${rule.fits('P')}
+end
+${rule.guess}`;
+  return `${grants}
+${RETRY_SEARCH}`;
+}
 
 /**
  * Lua: the verdict, `ok` and `got`. A call: its P permits, if they fit. A fleet lease: the
@@ -157,11 +172,30 @@ local ok
 ${body}`;
 }
 
-/**
- * Lua: the reply of a decision, from its fields: allowed (1 or 0), avail, retry, fresh, now,
- * then a refusal's hint or a lease's got and counted.
- */
+/** Lua: the reply of a decision, from its fields (`granted`, `refused`). */
 type Decide = (fields: readonly string[]) => string;
+
+/** A grant's fields (a lease's add got and counted); a refusal's (then the rule's hint). */
+const granted = ['1', 'avail', '0', 'fresh', 'now'];
+const refused = (rule: Rule) => ['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'];
+
+/**
+ * Lua: a decision's reply, `ok` and `fresh` known: avail, then `granted` (Lua, given `now`
+ * when `needsNow`) or, the retry searched, `refused`.
+ */
+function reply(rule: Rule, granted: string, refused: string, needsNow: boolean): string {
+  return `local avail
+${rule.avail}
+${toReply('fresh')}
+${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
+if ok then
+  ${granted}
+else
+  ${retry(rule)}
+  ${toReply('retry')}
+  ${refused}
+end`;
+}
 
 /** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
 function decide(
@@ -169,7 +203,7 @@ function decide(
   ops: readonly Op[],
   ret: Ret,
   tryRet: Ret,
-  decision: Decide = (f) => ret(`{${f.join(', ')}}`),
+  decision: Decide = ret,
   needsNow = true,
 ): string {
   const has = (o: Op) => ops.includes(o);
@@ -177,13 +211,9 @@ function decide(
   const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
   const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0']);
+  const refusedReply = decision(refused(rule));
   const grantedReply = (lease: boolean) =>
-    decision(
-      lease
-        ? ['1', 'avail', '0', 'fresh', 'now', 'got', 'counted']
-        : ['1', 'avail', '0', 'fresh', 'now'],
-    );
+    decision(lease ? [...granted, 'got', 'counted'] : granted);
   return `${verdict(rule, lease)}
 if ok then
   ${rule.take('got')}
@@ -194,37 +224,27 @@ end
 ${
   has('q')
     ? `if OP == 'q' and not ok then
-  ${rule.retry}
-  ${RETRY_SEARCH}
-  ${rule.reserve ? rule.reserve(ret) : `return ${ret('{0}')}`}
+  ${retry(rule)}
+  ${rule.reserve ? rule.reserve(ret, save(rule)) : `return ${ret(['0'])}`}
 end
 `
     : ''
-}local fresh = 0
-${rule.fresh}
-${rule.save}
+}${save(rule)}
 ${rule.after ?? ''}
 ${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
   only && has('t')
     ? ''
-    : `local avail
-${rule.avail}
-${toReply('fresh')}
-${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
-if ok then
-  ${
-    !has('b')
-      ? `return ${grantedReply(false)}`
-      : `local counted = ${rule.counted}
+    : reply(
+        rule,
+        !has('b')
+          ? `return ${grantedReply(false)}`
+          : `local counted = ${rule.counted ?? 'math.huge'}
   ${toReply('counted')}
-  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`
-  }
-end
-${rule.retry}
-${RETRY_SEARCH}
-${toReply('retry')}
-return ${refusedReply}`
+  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`,
+        `return ${refusedReply}`,
+        needsNow,
+      )
 }`;
 }
 
@@ -232,26 +252,24 @@ return ${refusedReply}`
 function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): string {
   return `${rule.load}
 if OP == 'x' then
-  ${rule.drop}
-  return ${ret('{1}')}
+  ${rule.drop ?? "redis.call('DEL', K1)"}
+  return ${ret(['1'])}
 elseif OP == 's' then
   local avail
   ${rule.avail}
   ${toReply('avail')}
   ${toReply('adm')}
   ${toReply('rej')}
-  return ${ret('{avail, adm, rej}')}
+  return ${ret(['avail', 'adm', 'rej'])}
 elseif OP == 'r' then
   local TAKEN = NOW
   if EXTRA ~= '' then TAKEN = tonumber(EXTRA) end
   local ok = false
   ${rule.give(ret)}
-  local fresh = 0
-  ${rule.fresh}
-  ${rule.save}
-  return ${ret('{1}')}
+  ${save(rule)}
+  return ${ret(['1'])}
 elseif OP == 'l' then
-  ${rule.release ? rule.release(ret) : `return ${ret('{0}')}`}
+  ${rule.release ? rule.release(ret) : `return ${ret(['0'])}`}
 elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
   error(redis.error_reply('ERR atomic-limiter: unknown op ' .. tostring(OP) .. ${MARK}))
 end
@@ -286,60 +304,14 @@ for _ = 1, CALLS do
   else
     local fresh = 0
     ${rule.fresh}
-    local avail
-    ${rule.avail}
-    ${toReply('fresh')}
-    if ok then
-      ${decision(['1', 'avail', '0', 'fresh', 'now'])}
-    else
-      ${rule.retry}
-      ${RETRY_SEARCH}
-      ${toReply('retry')}
-      ${decision(['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'])}
-    end
+    ${reply(rule, decision(granted), decision(refused(rule)), false)}
   end
 end
 -- save's ok: the state saved is after a grant.
 local ok = granted
-local fresh = 0
-${rule.fresh}
-${rule.save}
+${save(rule)}
 ${rule.after ?? ''}
 return true`;
-}
-
-/**
- * The top-level fields of the Lua table literal `x` (`{a, f(b, c)}` → `a`, `f(b, c)`), or
- * undefined when `x` is not one literal table.
- */
-export function tableFields(x: string): string[] | undefined {
-  const t = x.trim();
-  if (!t.startsWith('{') || !t.endsWith('}')) return undefined;
-  const fields: string[] = [];
-  let depth = 0;
-  let quote = '';
-  let start = 1;
-  for (let i = 1; i < t.length - 1; i++) {
-    const ch = t[i]!;
-    if (quote !== '') {
-      if (ch === '\\') i++;
-      else if (ch === quote) quote = '';
-    } else if (ch === '"' || ch === "'") {
-      quote = ch;
-    } else if (ch === '(' || ch === '{' || ch === '[') {
-      depth++;
-    } else if (ch === ')' || ch === '}' || ch === ']') {
-      if (--depth < 0) return undefined;
-    } else if (ch === ',' && depth === 0) {
-      fields.push(t.slice(start, i).trim());
-      start = i + 1;
-    }
-  }
-  if (depth !== 0 || quote !== '') return undefined;
-  const last = t.slice(start, -1).trim();
-  if (last !== '') fields.push(last);
-  else if (fields.length > 0) return undefined;
-  return fields;
 }
 
 /**
@@ -356,10 +328,9 @@ function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
   const tables = new Set<number>();
   const decisions = new Set<number>();
   const ret: Ret = (x) => {
-    const fields = tableFields(x);
-    if (fields === undefined) return `putv(${x})`;
-    tables.add(fields.length);
-    return `put${fields.length}(${fields.join(', ')})`;
+    if (typeof x === 'string') return `putv(${x})`;
+    tables.add(x.length);
+    return `put${x.length}(${x.join(', ')})`;
   };
   const decision: Decide = (f) => {
     const fields = [...f.slice(0, 4), ...f.slice(5)];
@@ -435,8 +406,8 @@ end`;
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
 ${rule.consts}`;
-  const bare: Ret = (x) => x;
-  const tokened: Ret = (x) => `{TOKEN, ${x}}`;
+  const bare: Ret = luaValue;
+  const tokened: Ret = (x) => `{TOKEN, ${luaValue(x)}}`;
   // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
   const ret = rule.guarded ? bare : tokened;
   const top = (body: string) => (rule.guarded ? guard(body) : body);
@@ -455,14 +426,14 @@ ${top(driverBody(rule, ret))}`;
   const functions = `local function one()
 ${batchBody}
 end
-local function oneT()
+${(['t', 'c'] as const)
+  .map(
+    (op) => `local function one${op.toUpperCase()}()
 ${rule.load}
-${decide(rule, ['t'], flat.ret, flat.ret, flat.decision, false)}
-end
-local function oneC()
-${rule.load}
-${decide(rule, ['c'], flat.ret, flat.ret, flat.decision, false)}
-end
+${decide(rule, [op], flat.ret, flat.ret, flat.decision, false)}
+end`,
+  )
+  .join('\n')}
 ${
   runBody === undefined
     ? ''
@@ -530,36 +501,29 @@ while i <= last do
     end
     local count = e % 256
     local permits = (e - count) / 256
+    local f, n = ONE, 1
     ${
       runBody === undefined
         ? ''
-        : `if count > 1 and (OP == 't' or OP == 'c') then
-      -- A run of equal calls on one key: one load and one save (run()). Failing, it fails
-      -- every call of the run, having written nothing.
+        : `-- A run of equal calls on one key: one load and one save (run()). Failing, it fails
+    -- every call of the run, having written nothing.
+    if count > 1 and (OP == 't' or OP == 'c') then f, n = run, count end`
+    }
+    for _ = 1, count / n do
       P = permits
       local from = D
-      local ok, r = pcall(run, count)
-      if ok and r ~= true then ok, r = false, 'ERR the script returned nothing' end
+      local ok, r = pcall(f, n)
+      if ok and r ~= true then
+        ok = false
+        if not (type(r) == 'table' and r.err) then r = 'ERR the script returned nothing' end
+      end
       if not ok then
         ${ERROR_TEXT}
         D = from
-        for c = 1, count do
+        for _ = 1, n do
           R[D + 1] = '!' .. r
           D = D + 1
         end
-      end
-      count = 0
-    end`
-    }
-    for c = 1, count do
-      P = permits
-      local ok, r = pcall(ONE)
-      if ok and r == nil then ok, r = false, 'ERR the script returned nothing' end
-      if ok and type(r) == 'table' and r.err then ok = false end
-      if not ok then
-        ${ERROR_TEXT}
-        R[D + 1] = '!' .. r
-        D = D + 1
       end
     end
     i = i + 1

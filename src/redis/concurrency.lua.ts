@@ -1,11 +1,6 @@
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import { newer } from './state.lua.js';
-
-/** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
-function luaString(s: string): string {
-  return `'${[...Buffer.from(s)].map((b) => `\\${b}`).join('')}'`;
-}
+import { ttlTo } from './compose.lua.js';
+import { luaNumber, luaString, type Rule } from './rule.js';
+import { readCounts, writeCounts } from './state.lua.js';
 
 /**
  * Concurrency: K1 holds "held admitted rejected", K2 a sorted set of leases ("id|permits",
@@ -23,10 +18,7 @@ export function concurrencyRule(p: {
   readonly version?: number;
 }): Rule {
   const version = p.version ?? 0;
-  const counts =
-    version > 0
-      ? `string.format('%.17g %.17g %.17g @${version}', held, adm, rej)`
-      : "string.format('%.17g %.17g %.17g', held, adm, rej)";
+  const counts = writeCounts(['held', 'adm', 'rej'], version);
   const save = `if add then
   -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release() by
   -- key frees those first, and a lease's own release() still finds its id.
@@ -59,23 +51,25 @@ local function tag() return string.match(K1, '{([^{}]*)}$') end
 local function permitsOf(member) return tonumber(string.match(member, '|(%d+)$')) end
 local function free(n)
   local left = n
+  -- Frees what left asks of member m (score s): true when part of m stays.
+  local function take(m, s)
+    local c = permitsOf(m)
+    redis.call('ZREM', K2, m)
+    local part = c > left
+    if part then
+      redis.call('ZADD', K2, s, string.match(m, '^(.*)|%d+$') .. '|' .. (c - left))
+      c = left
+    end
+    left = left - c
+    return part
+  end
   local at = 0
   while left > 0 and at < 128 do
     local batch = redis.call('ZRANGE', K2, at, at + 31, 'WITHSCORES')
     if #batch == 0 then break end
     local kept = 0
     for i = 1, #batch, 2 do
-      local m = batch[i]
-      if left > 0 and string.sub(m, 1, 1) == '~' then
-        local c = permitsOf(m)
-        redis.call('ZREM', K2, m)
-        if c > left then
-          redis.call('ZADD', K2, batch[i + 1], string.match(m, '^(.*)|%d+$') .. '|' .. (c - left))
-          kept = kept + 1
-          c = left
-        end
-        left = left - c
-      else
+      if not (left > 0 and string.sub(batch[i], 1, 1) == '~') or take(batch[i], batch[i + 1]) then
         kept = kept + 1
       end
     end
@@ -84,13 +78,7 @@ local function free(n)
   while left > 0 do
     local first = redis.call('ZRANGE', K2, 0, 0, 'WITHSCORES')
     if #first == 0 then break end
-    local c = permitsOf(first[1])
-    redis.call('ZREM', K2, first[1])
-    if c > left then
-      redis.call('ZADD', K2, first[2], string.match(first[1], '^(.*)|%d+$') .. '|' .. (c - left))
-      c = left
-    end
-    left = left - c
+    take(first[1], first[2])
   end
 end`,
     // Written at once when leases expired: ops that only read (stats) must not leave the
@@ -99,12 +87,7 @@ end`,
 local add, freed
 local v = redis.call('GET', K1)
 if v then
-  local a, b, c, d = string.match(v, '^(%S+) (%S+) (%S+)(.*)$')
-  -- Written under newer options: the call stops before any write (state.lua.ts).
-  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
-    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
-  end
-  held, adm, rej = tonumber(a), tonumber(b), tonumber(c)
+  ${readCounts('v', ['held', 'adm', 'rej'], version)}
 end
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)
 if #gone > 0 then
@@ -126,7 +109,6 @@ add = ${x}`,
     avail: 'avail = math.max(0, LIMIT - held)',
     retry: `local function grants(r) return false end
 local guess = math.huge`,
-    counted: 'math.huge',
     // Time until the earliest lease expires (when waiting alone helps), or -1.
     hint: `(function()
   local first = redis.call('ZRANGE', K2, 0, 0, 'WITHSCORES')
@@ -134,21 +116,21 @@ local guess = math.huge`,
   return math.max(0, tonumber(first[2]) - NOW)
 end)()`,
     // refund(): like memory's giveBack, never below zero.
-    give: (ret) => `if held == 0 then return ${ret('{1}')} end
+    give: (ret) => `if held == 0 then return ${ret(['1'])} end
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
     // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
     // more are released than held.
     release: (ret) => `if EXTRA ~= '' then
-  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret('{0}')} end
+  if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret(['0'])} end
 else
-  if held < P then return ${ret('{-1, string.format("%.17g", held)}')} end
+  if held < P then return ${ret(['-1', 'string.format("%.17g", held)'])} end
   free(P)
 end
 held, freed = math.max(0, held - P), true
 ${save}
-return ${ret('{1}')}`,
+return ${ret(['1'])}`,
     drop: `redis.call('DEL', K1, K2)
 redis.call('PUBLISH', CHANNEL, tag())`,
   };

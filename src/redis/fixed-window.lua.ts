@@ -1,8 +1,5 @@
-import { luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
-
-const GEO = windowGeometry('W');
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, windowGeometry } from './state.lua.js';
 
 /** A window's parameters. */
 export interface WindowParams {
@@ -27,60 +24,48 @@ function convert(from: readonly string[], to: readonly string[], at: string): st
 }
 
 /**
- * The lineage of a FixedWindow at `version`, whose earlier versions had windows `pastUs`
- * and were made at `times` (µs).
- */
-export function windowLineage(
-  version: number,
-  pastUs: readonly number[],
-  times: readonly number[],
-): Lineage {
-  return { version, past: pastUs.map((w) => [w]), times, convert };
-}
-
-/**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
  * Stored as window, count, admitted, rejected (state.lua.ts) with a TTL of the rest of the
  * window. A stored window later than now means the clock went back: it keeps counting in it.
  */
-export function fixedWindowRule(p: WindowParams, lineage?: Lineage): Rule {
+export function fixedWindowRule(p: WindowParams, history?: History): Rule {
+  const state: Packed = {
+    what: 'FixedWindow',
+    fields: ['sw', 'sc', 'adm', 'rej'],
+    geo: windowGeometry('W'),
+    lineage: history && { ...history, convert },
+  };
+  const at = (t: string) => `local win = math.floor(${t} / W)
+local count = 0
+if sw and sw >= win then win, count = sw, sc end`;
   return {
     name: 'fixed-window',
     consts: `local LIMIT = ${luaNumber(p.limit)}
-local W = ${luaNumber(p.windowUs)}
-${versionConst(lineage)}`,
+local W = ${luaNumber(p.windowUs)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
-    load: `${loadState(['sw', 'sc'], 'FixedWindow', GEO, lineage)}
+    load: `${loadState(state)}
 local stored = sw
-local win = math.floor(NOW / W)
-local count = 0
-if sw and sw >= win then win, count = sw, sc end`,
+${at('NOW')}`,
+    at,
     fits: (x) => `count + ${x} <= LIMIT`,
     // take keeps win and count as a load would derive them.
     again: '',
     take: (x) => `count = count + ${x}
 sw, sc = win, count`,
     fresh: 'if count > 0 then fresh = (win + 1) * W - NOW end',
-    save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sc', 'adm', 'rej'], GEO, lineage), 'stored == win', ttlTo('(win + 1) * W'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: encodeState(state),
+      keep: 'stored == win',
+      until: '(win + 1) * W',
+    },
     avail: 'avail = math.max(0, LIMIT - count)',
-    retry: `local function grants(r)
-  local w = math.floor((NOW + r) / W)
-  local n = 0
-  if sw and sw >= w then n = sc end
-  return n + P <= LIMIT
-end
-local guess = (win + 1) * W - NOW`,
+    guess: 'local guess = (win + 1) * W - NOW',
     // Leased permits count in this window: spent after it ends they would be spent in the next.
     counted: '(win + 1) * W - NOW',
     // Permits go back to the window they were taken in; from a window that has passed, nowhere.
-    give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret('{1}')} end
+    give: (ret) => `if count == 0 or math.floor(TAKEN / W) ~= win then return ${ret(['1'])} end
 count = math.max(0, count - P)
 sw, sc = win, count`,
-    drop: "redis.call('DEL', K1)",
   };
 }

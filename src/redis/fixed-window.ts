@@ -1,6 +1,6 @@
 import { readWindowOptions, reconfiguredWindow } from '../algorithms/window-bits.js';
 import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { fixedWindowRule, windowLineage } from './fixed-window.lua.js';
+import { fixedWindowRule } from './fixed-window.lua.js';
 
 /** The options of atomic-limiter/redis's `new FixedWindow()` (at most `limit` per fixed `windowMs`): its own, then every Redis limiter's. */
 export interface FixedWindowOptions extends RedisOptions {
@@ -43,12 +43,8 @@ export class FixedWindow extends RedisLimiter {
 
   /** @internal */
   protected configure({ params, version, past, times }: OptionsAt): void {
-    const lineage = windowLineage(
-      version,
-      past.map((p) => p[1]! * 1000),
-      times,
-    );
-    this.useRule(fixedWindowRule({ limit: params[0]!, windowUs: params[1]! * 1000 }, lineage));
+    const history = { version, past: past.map((p) => [p[1]! * 1000]), times };
+    this.useRule(fixedWindowRule({ limit: params[0]!, windowUs: params[1]! * 1000 }, history));
   }
 
   /** @internal */

@@ -1,15 +1,12 @@
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
 import {
-  bucketGeometry,
-  decodeState,
-  encodeState,
+  type History,
   type Lineage,
+  luaNumber,
+  type Packed,
+  type Rule,
   stateBytes,
-  versionConst,
-} from './state.lua.js';
-
-const GEO = bucketGeometry('K', 'SCALE');
+} from './rule.js';
+import { bucketGeometry, encodeState, loadState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
 export interface GcraParams {
@@ -23,11 +20,8 @@ export interface GcraParams {
   readonly queueLimit: number;
   /** The TTL's step in ms (gcraStepMs()). */
   readonly stepMs: number;
-  /** The options version (reconfigure()) and the units [k, scale] of each earlier one. */
-  readonly version?: number;
-  readonly past?: readonly (readonly number[])[];
-  /** When each version from 1 on was made (µs). */
-  readonly times?: readonly number[];
+  /** The options' versions (reconfigure()), `past` the units [k, scale] of each earlier one. */
+  readonly history?: History;
 }
 
 /**
@@ -59,13 +53,11 @@ export function gcraRule(p: GcraParams): Rule {
   // the rate may cross 10^6 per second between versions. What a key owes, in permits,
   // stays owed (the in-memory describe() and restate()): rounded up in the new units.
   const lineage: Lineage | undefined =
-    p.version && p.version > 0
+    p.history && p.history.version > 0
       ? {
-          version: p.version,
-          past: p.past ?? [],
+          ...p.history,
           fields: fastFields,
           others: [fast ? slowFields : fastFields],
-          times: p.times ?? [],
           // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E
           // (the origin) as the fast rule sets it, for the next version's units.
           convert: (from, to, at) => `if tat then
@@ -80,100 +72,84 @@ export function gcraRule(p: GcraParams): Rule {
       end`,
         }
       : undefined;
+  const state: Packed = {
+    what: 'TokenBucket/LeakyBucket',
+    fields,
+    geo: bucketGeometry('K', 'SCALE'),
+    lineage,
+    none: stateBytes(fast ? 3 : 4),
+  };
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
   const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
   // A leaky bucket's allowance is the cost itself.
   const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
-  const fresh = 'if tat and tat > u then fresh = (tat - u) / SCALE end';
-  const save = `if fresh > 0 then
-  local ends = math.ceil(${endUs('tat')} / STEP_US)
-  ${saveState('K1', encodeState(fields, GEO, lineage), 'oldEnds and ends <= oldEnds', ttlTo('ends * STEP_US'))}
-else
-  redis.call('DEL', K1)
-end`;
+  const at = (t: string) => `local u = math.floor(${since(t)} * SCALE)
+local base = u
+if tat and tat > u then base = tat end`;
+  // The step the state ends in.
+  const ends = `math.ceil(${endUs('tat')} / STEP_US)`;
   return {
     name: 'gcra',
     consts: `local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local LIMIT = ${luaNumber(p.limit)}
-local STEP_US = ${luaNumber(p.stepMs * 1000)}
-${versionConst(lineage)}`,
+local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     // A version-1 state of the other kind (from before states carried their settings: the
     // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
     // is no state: the key starts afresh.
-    load: `local tat, adm, rej${fast || lineage ? ', E' : ''}
-${getKey('K1')}
-if v and #v ~= ${stateBytes(fast ? 3 : 4)} then
-  ${decodeState('v', fields, 'TokenBucket/LeakyBucket', GEO, lineage)}
-else
-  adm, rej = 0, 0
-end${lineage && !fast ? '\nE = 0' : ''}
+    load: `${loadState(state)}${lineage && !fast ? '\nE = 0' : ''}
 local oldEnds
-if tat then oldEnds = math.ceil(${endUs('tat')} / STEP_US) end
+if tat then oldEnds = ${ends} end
 ${
   fast
-    ? `local origin = 0
-if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
-if E and (NOW - E) * SCALE >= 2^51 then
-  local ne = origin
-  if tat then
+    ? `if not E or (NOW - E) * SCALE >= 2^51 then
+  local origin = 0
+  if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
+  if E and tat then
     local ahead = tat - math.floor((NOW - E) * SCALE)
-    if ahead <= 0 then tat = nil else tat = math.floor((NOW - ne) * SCALE) + ahead + 1 end
+    if ahead <= 0 then tat = nil else tat = math.floor((NOW - origin) * SCALE) + ahead + 1 end
   end
-  E = ne
-elseif not E then
   E = origin
 end
 `
     : ''
-}local u = math.floor(${since('NOW')} * SCALE)
-local base = u
-if tat and tat > u then base = tat end`,
+}${at('NOW')}`,
+    at,
     fits: (x) => `base - u + ${x} * K <= ${allowance(x)}`,
     take: (x) => `tat = base + ${x} * K`,
     again: 'base = tat',
-    fresh,
-    save,
+    fresh: 'if tat and tat > u then fresh = (tat - u) / SCALE end',
+    stored: {
+      value: encodeState(state),
+      keep: `oldEnds and ${ends} <= oldEnds`,
+      until: `${ends} * STEP_US`,
+    },
     avail: `avail = LIMIT
 if tat then
   local ahead = math.max(0, tat - u)
   ${p.leaky ? 'if ahead > 0 then avail = 0 end' : 'avail = math.max(0, math.min(LIMIT, math.floor((TAU - ahead) / K)))'}
 end`,
-    retry: `local cost = P * K
-local function grants(r)
-  local n = math.floor(${since('NOW + r')} * SCALE)
-  local b = n
-  if tat and tat > n then b = tat end
-  return b - n + cost <= ${p.leaky ? 'cost' : 'TAU'}
-end
-local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + cost - TAU - u) / SCALE'}`,
-    // A bucket's leased permits have no window to end: a block is held to blockTtlMs alone.
-    counted: 'math.huge',
-    give: (ret) => `if not (tat and tat > u) then return ${ret('{1}')} end
+    guess: `local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + P * K - TAU - u) / SCALE'}`,
+    give: (ret) => `if not (tat and tat > u) then return ${ret(['1'])} end
 tat = math.max(u, tat - P * K)`,
-    drop: "redis.call('DEL', K1)",
     // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
     // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
     // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
     // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
-    reserve: (
-      ret,
-    ) => `local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
+    reserve: (ret, save) => `local cost = P * K
+local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge
 if full then
   rej = rej + P
 else
-  local n = math.floor(${since('NOW + retry')} * SCALE)
-  if tat and tat > n then n = tat end
-  tat = n + cost
+  ${at('NOW + retry')}
+  tat = base + cost
   adm = adm + P
 end
-local fresh = 0
-${fresh}
 ${save}
-if full then return ${ret('{2, string.format("%.17g", retry)}')} end
-return ${ret('{3, string.format("%.17g", retry), string.format("%.17g", NOW)}')}`,
+if full then return ${ret(['2', 'string.format("%.17g", retry)'])} end
+return ${ret(['3', 'string.format("%.17g", retry)', 'string.format("%.17g", NOW)'])}`,
   };
 }

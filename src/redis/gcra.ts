@@ -66,12 +66,14 @@ export abstract class RedisGcra extends RedisLimiter {
         leaky: this.leaky,
         queueLimit,
         stepMs: gcraStepMs(capacity, 1e6 / rate),
-        version,
-        times,
-        past: past.map((p) => {
-          const u = this.units(p);
-          return [u.k, u.scale];
-        }),
+        history: {
+          version,
+          times,
+          past: past.map((p) => {
+            const u = this.units(p);
+            return [u.k, u.scale];
+          }),
+        },
       }),
     );
   }

@@ -27,25 +27,49 @@ export interface Rule {
   /** Lua: sets `fresh`, the µs until the state (as it would be saved) is fresh. */
   readonly fresh: string;
   /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
-  readonly save: string;
+  readonly save?: string;
+  /** Instead of `save`: K1's state as one string, saved by the composer (saveState()). */
+  readonly stored?: {
+    /** Lua expression: the string. */
+    readonly value: string;
+    /** Lua condition: the stored state ends no earlier than this one (saveState()). */
+    readonly keep?: string;
+    /** Lua expression: the µs (NOW's clock) its key lives to. */
+    readonly until: string;
+  };
   /** Lua: sets `avail` (after save: of the state saved). */
   readonly avail: string;
   /**
-   * Lua: defines `grants(r)` (P permits would be granted at NOW + r, the state as loaded)
-   * and `guess` (µs from NOW: where the retry search starts).
+   * Lua: declares what `fits` reads, derived from the state as loaded, as seen at time `t`
+   * (load gives it NOW; the retry search, NOW + r): the retry search is then `fits` at a
+   * later time, with no function call on the grant path.
    */
-  readonly retry: string;
-  /** Lua expression: µs from NOW that permits just leased keep counting where counted. */
-  readonly counted: string;
+  at?(t: string): string;
+  /** Lua: `local guess`, µs from NOW: where the retry search starts (with `at`). */
+  readonly guess?: string;
+  /**
+   * Lua, for a rule without `at`: defines `grants(r)` (P permits would be granted at NOW + r,
+   * the state as loaded) and `guess`.
+   */
+  readonly retry?: string;
+  /**
+   * Lua expression: µs from NOW that permits just leased keep counting where counted; absent:
+   * no end makes that exact (a block is held to blockTtlMs alone).
+   */
+  readonly counted?: string;
   /** Lua: P permits given back, taken at TAKEN (µs); then saved (`ret`: a reply, returned). */
   give(ret: Ret): string;
-  readonly drop: string;
+  /** Lua: reset(); absent: K1 deleted. */
+  readonly drop?: string;
   /** Lua expression: the 6th figure of a refusal (Concurrency: µs to the first expiry). */
   readonly hint?: string;
   /** Lua: release() of a lease (replies itself). */
   release?(ret: Ret): string;
-  /** Lua: acquire()'s reservation of a refused call, `retry` known (replies itself). */
-  reserve?(ret: Ret): string;
+  /**
+   * Lua: acquire()'s reservation of a refused call, `retry` known (replies itself); `save`:
+   * the state's save, `fresh` declared.
+   */
+  reserve?(ret: Ret, save: string): string;
   /**
    * Whether a command on the keys other than the first GET may fail (a key of another type
    * for a list or a sorted set): such a script runs inside pcall, whose error carries the
@@ -64,12 +88,88 @@ export interface Rule {
   readonly again?: string;
 }
 
-/** Lua: the reply `x` (a Lua expression) as the form returns it (with its token, or bare). */
-export type Ret = (x: string) => string;
+/**
+ * Lua: a reply as the form returns it (with its token, or bare): a value `x` (a Lua
+ * expression), or a table of the fields `x`.
+ */
+export type Ret = (x: string | readonly string[]) => string;
+
+/** Lua: the table literal of `x`'s fields, or the value `x`. */
+export function luaValue(x: string | readonly string[]): string {
+  return typeof x === 'string' ? x : `{${x.join(', ')}}`;
+}
+
+/** A number as a Lua literal that reads back as the same double (shortest round-trip form). */
+export function luaNumber(x: number): string {
+  if (!Number.isFinite(x)) throw new Error(`atomic-limiter/redis: no Lua literal for ${x}`);
+  return String(x);
+}
+
+/** A Lua string literal of `s`, every byte escaped (a channel name may hold anything). */
+export function luaString(s: string): string {
+  return `'${[...Buffer.from(s)].map((b) => `\\${b}`).join('')}'`;
+}
 
 /** The forms of one limiter's script. */
 export interface Composed {
   readonly driver: string;
   readonly batch: string;
   single(op: 't' | 'c' | 'b'): string;
+}
+
+/**
+ * What a state's numbers mean: the settings they are counted in (a window's length, a
+ * bucket's units), written into the state beside them so that a limiter with other settings
+ * on the same prefix (a rolling deploy that changed `windowMs`) never misreads them, nor
+ * overwrites them as its own: it refuses the key with an error naming it and both settings.
+ * Settings that only bound the count (a limit, a capacity) are not part of it: a limiter
+ * reads another limit's count as its own, as `reconfigure()` does in memory.
+ */
+export interface Geometry {
+  /** Lua expressions: this limiter's settings (defined where the state is decoded). */
+  readonly values: readonly string[];
+  /** Lua: the text naming settings `vals` (Lua expressions) for the error. */
+  describe(vals: readonly string[]): string;
+}
+
+/** The length of a stored state of `fields` doubles (and `geometry` settings), in bytes. */
+export function stateBytes(fields: number, geometry = 0): number {
+  return 1 + 8 * (fields + geometry);
+}
+
+/**
+ * Where a limiter stands among its options' versions (reconfigure()): its own version and,
+ * for each earlier one, the settings (Geometry values, as numbers) its states were written
+ * with, and when (µs, the limiter's clock) each version from 1 on was made: `times[w - 1]`.
+ * Version 0 (never reconfigured) writes what it always wrote (a version-2 state); a later
+ * version writes version 3, `[3, options version, settings…, fields…]`.
+ */
+export interface History {
+  readonly version: number;
+  readonly past: readonly (readonly number[])[];
+  readonly times: readonly number[];
+}
+
+/** A History, with how a state of an earlier version is carried over to this one's settings. */
+export interface Lineage extends History {
+  /**
+   * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
+   * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
+   * expression), when that version was made: the in-memory describe() and restate().
+   */
+  convert(from: readonly string[], to: readonly string[], at: string): string;
+  /** The fields of a version-3 state, when they are not the state's (all decoded into locals). */
+  readonly fields?: readonly string[];
+  /** Other field lists a version-2 state of version 0 may have (another layout of it). */
+  readonly others?: readonly (readonly string[])[];
+}
+
+/** A state packed in K1: what names it, its fields (in stored order), settings and versions. */
+export interface Packed {
+  readonly what: string;
+  readonly fields: readonly string[];
+  readonly geo: Geometry;
+  readonly lineage?: Lineage | undefined;
+  /** The length of a state read as none (a version 1 of another layout), if any. */
+  readonly none?: number;
 }

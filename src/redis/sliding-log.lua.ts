@@ -1,6 +1,6 @@
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import { newer } from './state.lua.js';
+import { ttlTo } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
+import { readCounts, writeCounts } from './state.lua.js';
 
 /** Lua: the grant time logged at index `i` of K1, newest first; a missing one is long expired. */
 function entry(i: string): string {
@@ -52,12 +52,7 @@ local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
     load: `local adm, rej = 0, 0
 local v = redis.call('GET', K2)
 if v then
-  local a, b, d = string.match(v, '^(%S+) (%S+)(.*)$')
-  -- Written under newer options: the call stops before any write (state.lua.ts).
-  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
-    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
-  end
-  adm, rej = tonumber(a), tonumber(b)
+  ${readCounts('v', ['adm', 'rej'], version)}
 end
 local newest
 local pushed, size = 0, math.huge`,
@@ -85,7 +80,7 @@ fresh = math.max(0, newest + W - NOW)`,
     // A refusal leaves the list as it was: its TTL stands. The keys live until the newest
     // entry leaves the largest window the limiter had (its own, unless reconfigured).
     save: `if newest + KEEP_W > NOW then
-  local counts = string.format('%.17g %.17g${version > 0 ? ` @${version}` : ''}', adm, rej)
+  local counts = ${writeCounts(['adm', 'rej'], version)}
   if SERVER and v and not ok then
     redis.call('SET', K2, counts, 'KEEPTTL')
   else
@@ -109,22 +104,20 @@ avail = lo`,
     retry: `${known('LIMIT - P', 'e')}
 local function grants(r) return not (e > NOW + r - W) end
 local guess = e + W - NOW`,
-    // A logged permit counts for W from its grant, but spent later it would count for W from
-    // its spending: no end of a block makes that exact. A block is held to blockTtlMs alone.
-    counted: 'math.huge',
-    // Only entries still inside the window count against the limit; give those back. Permits
+    // No `counted`: a leased permit counts for W from its grant, spent later for W from its
+    // spending. Only entries still inside the window count against the limit; give those back. Permits
     // taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of
     // that stamp: up to P of them go, from the oldest side, never other entries (the newest
     // may be another process's, and dropping them would free room ahead of the window).
     // Fewer found (a block's permits of two leases share the older stamp): the rest stay
     // counted, the safe direction. Permits refunded as taken just now are the newest entries.
     give: (ret) => `if EXTRA ~= '' then
-  if TAKEN <= NOW - W then return ${ret('{1}')} end
+  if TAKEN <= NOW - W then return ${ret(['1'])} end
   redis.call('LREM', K1, -P, string.format('%.17g', TAKEN))
 else
   local k = 0
   while k < P and ${entry('k')} > NOW - W do k = k + 1 end
-  if k == 0 then return ${ret('{1}')} end
+  if k == 0 then return ${ret(['1'])} end
   redis.call('LPOP', K1, k)
 end`,
     drop: "redis.call('DEL', K1, K2)",

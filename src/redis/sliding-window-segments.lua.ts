@@ -1,6 +1,6 @@
-import { getKey, luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import { checkSegmentsTag, segmentsTag } from './state.lua.js';
+import { getKey, MARK } from './compose.lua.js';
+import { luaNumber, type Rule } from './rule.js';
+import { mismatch, newer, shown } from './state.lua.js';
 
 /** A segmented SlidingWindow's parameters. */
 export interface SegmentsParams {
@@ -29,7 +29,12 @@ export interface SegmentsParams {
  * largest segmented limit) has the same digits.
  */
 export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
-  const tag = segmentsTag(p.segmentUs, p.segments, p.version);
+  // The writer's settings, `g<segment µs>/<segments>`, then its options version past 0.
+  const base = `g${p.segmentUs}/${p.segments}`;
+  const version = p.version ?? 0;
+  const tag = version > 0 ? `${base}@${version}` : base;
+  const describe = (t: string) =>
+    `(function(t) local s, n = string.match(t, '^g(%d+)/(%d+)') if not s then return t end return 'windowMs ' .. ${shown('s * n / 1000')} .. ' in ' .. n .. ' segments' end)(${t})`;
   // The counts rolled to segment cur in place (a grant's or a refund's).
   const roll = `if shift > 0 then
   for j = 1, N do
@@ -37,6 +42,14 @@ export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
   end
 end
 seg, shift = cur, 0`;
+  const at = (t: string) => `local cur = math.floor(${t} / S)
+local shift = 0
+if seg then
+  if seg > cur then cur = seg end
+  shift = cur - seg
+end
+local used = 0
+for j = shift + 1, N do used = used + cs[j] end`;
   return {
     name: 'sliding-window-segments',
     consts: `local LIMIT = ${luaNumber(p.limit)}
@@ -52,8 +65,24 @@ local cs = {}
 local i = 1
 ${getKey('K1')}
 if v then
-  -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0].
-  i = -2 - ${checkSegmentsTag("string.match(v, '^%S+')", `'${tag}'`, p.version)}
+  -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
+  -- tag (its settings cannot change with segments) is read as it is: plain counts under any
+  -- limit. A text with no tag (written before settings were stored) is read as this one's.
+  local first = string.match(v, '^%S+')
+  i = -3
+  if first ~= '${tag}' then
+    local b, u = string.match(first or '', '^(g%d+/%d+)@(%d+)$')
+    if not b then b, u = first, '0' end
+    if b == '${base}' then
+      if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
+    elseif first and string.byte(first, 1) == 103 then
+      ${mismatch('SlidingWindow', describe('first'), describe(`'${tag}'`))}
+    elseif first and tonumber(first) then
+      i = -2
+    else
+      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
+    end
+  end
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
     i = i + 1
@@ -61,14 +90,7 @@ if v then
   seg, adm, rej = tonumber(cs[-2]), tonumber(cs[-1]), tonumber(cs[0])
 end
 for j = i, N do cs[j] = 0 end
-local cur = math.floor(NOW / S)
-local shift = 0
-if seg then
-  if seg > cur then cur = seg end
-  shift = cur - seg
-end
-local used = 0
-for j = shift + 1, N do used = used + cs[j] end
+${at('NOW')}
 local full = seg == cur and tonumber(cs[N]) > 0`,
     fits: (x) => `used + ${x} <= LIMIT`,
     take: (x) => `${roll}
@@ -81,21 +103,16 @@ used = used + ${x}`,
   end
 end`,
     // A refusal saves the stored state again (its rejected count aside): it ends where it did.
-    save: `if fresh > 0 then
-  ${saveState('K1', `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`, '(not ok or full)', ttlTo('NOW + fresh'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
+      keep: '(not ok or full)',
+      until: 'NOW + fresh',
+    },
     avail: 'avail = math.max(0, LIMIT - used)',
     // est(): when enough of the oldest segments holding permits have left the window (the
     // counts past the stored ones, rolled in as 0, change nothing).
-    retry: `local function grants(r)
-  local sh = math.max(math.floor((NOW + r) / S), seg or cur) - (seg or cur)
-  local u = 0
-  for j = sh + 1, N do u = u + cs[j] end
-  return u + P <= LIMIT
-end
-local guess = (cur + N) * S - NOW
+    at,
+    guess: `local guess = (cur + N) * S - NOW
 local u = used
 for j = 1, N - shift do
   u = u - cs[j + shift]
@@ -111,9 +128,8 @@ end`,
     give: (ret) => `local at = math.floor(TAKEN / S) - cur + N
 local c = 0
 if at >= 1 and at + shift <= N then c = tonumber(cs[at + shift]) end
-if at > N or c == 0 then return ${ret('{1}')} end
+if at > N or c == 0 then return ${ret(['1'])} end
 ${roll}
 cs[at] = math.max(0, c - P)`,
-    drop: "redis.call('DEL', K1)",
   };
 }

@@ -1,7 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
-import { luaNumber, saveState, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import { encodeState, type Lineage, loadState, versionConst, windowGeometry } from './state.lua.js';
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, windowGeometry } from './state.lua.js';
 
 /** A two-window SlidingWindow's parameters. */
 export interface SlidingParams {
@@ -38,18 +37,6 @@ function convert(from: readonly string[], to: readonly string[], at: string): st
 }
 
 /**
- * The lineage of a two-window SlidingWindow at `version`, whose earlier versions had the
- * windows and previous-count quanta `past` ([µs, quantum] each) and were made at `times`.
- */
-export function slidingLineage(
-  version: number,
-  past: readonly (readonly number[])[],
-  times: readonly number[],
-): Lineage {
-  return { version, past, times, convert };
-}
-
-/**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
  * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
@@ -57,29 +44,17 @@ export function slidingLineage(
  * as the in-memory wide table, whose previous count is read rounded up to its quantum.
  * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
  */
-export function slidingWindowRule(p: SlidingParams, lineage?: Lineage): Rule {
+export function slidingWindowRule(p: SlidingParams, history?: History): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
-  const fits = (wp: string, used: string) =>
-    exact
-      ? `${wp} + (${used}) * W <= LIMIT * W`
-      : `(${used}) <= LIMIT and ${wp} / W <= (LIMIT - (${used})) * (1 - 2^-40)`;
   const stored = (x: string) =>
     p.prevQuantum === 1 ? x : `math.min(LIMIT, math.ceil(${x} / Q) * Q)`;
-  const geo = windowGeometry('W', 'Q');
-  return {
-    name: 'sliding-window',
-    consts: `local LIMIT = ${luaNumber(p.limit)}
-local W = ${luaNumber(p.windowUs)}
-local Q = ${luaNumber(p.prevQuantum)}
-${versionConst(lineage)}`,
-    // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
-    // of the window after its own if it counts in its own, else its own window's end.
-    load: `${loadState(['sw', 'sp', 'sc'], 'SlidingWindow', geo, lineage)}
-local ends
-if sw then
-  if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end
-end
-local win = math.floor(NOW / W)
+  const state: Packed = {
+    what: 'SlidingWindow',
+    fields: ['sw', 'sp', 'sc', 'adm', 'rej'],
+    geo: windowGeometry('W', 'Q'),
+    lineage: history && { ...history, convert },
+  };
+  const at = (t: string) => `local win = math.floor(${t} / W)
 local prev, curr = 0, 0
 if sw then
   if sw >= win then
@@ -88,8 +63,25 @@ if sw then
     prev = sc
   end
 end
-local weighted = prev * math.max(0, W - math.max(0, NOW - win * W))`,
-    fits: (x) => fits('weighted', `curr + ${x}`),
+local weighted = prev * math.max(0, W - math.max(0, ${t} - win * W))`;
+  return {
+    name: 'sliding-window',
+    consts: `local LIMIT = ${luaNumber(p.limit)}
+local W = ${luaNumber(p.windowUs)}
+local Q = ${luaNumber(p.prevQuantum)}`,
+    // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
+    // of the window after its own if it counts in its own, else its own window's end.
+    load: `${loadState(state)}
+local ends
+if sw then
+  if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end
+end
+${at('NOW')}`,
+    at,
+    fits: (x) =>
+      exact
+        ? `weighted + (curr + ${x}) * W <= LIMIT * W`
+        : `(curr + ${x}) <= LIMIT and weighted / W <= (LIMIT - (curr + ${x})) * (1 - 2^-40)`,
     // A load of the state taken reads the previous count as stored (take set weighted so).
     again: p.prevQuantum === 1 ? '' : `prev = ${stored('prev')}`,
     // A grant saves the previous count as it is read back (in steps, for a wide window).
@@ -102,26 +94,13 @@ elseif prev > 0 then
 end`,
     // A grant saves a state counting in NOW's window (it ends a window later); a refusal or a
     // refund saves a state ending no later than the stored one.
-    save: `if fresh > 0 then
-  ${saveState('K1', encodeState(['sw', 'sp', 'sc', 'adm', 'rej'], geo, lineage), 'ends and (not ok or win + 2 <= ends)', ttlTo('NOW + fresh'))}
-else
-  redis.call('DEL', K1)
-end`,
+    stored: {
+      value: encodeState(state),
+      keep: 'ends and (not ok or win + 2 <= ends)',
+      until: 'NOW + fresh',
+    },
     avail: 'avail = math.max(0, math.floor(LIMIT - (weighted / W + curr)))',
-    retry: `local function grants(r)
-  local t = NOW + r
-  local w = math.floor(t / W)
-  local pv, cu = 0, 0
-  if sw then
-    if sw >= w then
-      w, pv, cu = sw, ${stored('sp')}, sc
-    elseif sw == w - 1 then
-      pv = sc
-    end
-  end
-  return ${fits('pv * math.max(0, W - math.max(0, t - w * W))', 'cu + P')}
-end
-local guess
+    guess: `local guess
 if curr + P <= LIMIT then
   if prev == 0 then
     guess = 0
@@ -141,9 +120,8 @@ if tw == win and curr > 0 then
 elseif tw == win - 1 and prev > 0 then
   prev = math.max(0, prev - P)
 else
-  return ${ret('{1}')}
+  return ${ret(['1'])}
 end
 sw, sp, sc = win, prev, curr`,
-    drop: "redis.call('DEL', K1)",
   };
 }

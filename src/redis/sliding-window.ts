@@ -2,7 +2,7 @@ import { readSlidingWindowOptions, segmentBits } from '../algorithms/segment-bit
 import { reconfiguredWindow, wideSlidingBits } from '../algorithms/window-bits.js';
 import { rangeError, show } from '../validate.js';
 import { type OptionsAt, RedisLimiter, type RedisOptions, readRedisCommon } from './base.js';
-import { slidingLineage, slidingWindowRule } from './sliding-window.lua.js';
+import { slidingWindowRule } from './sliding-window.lua.js';
 import { slidingWindowSegmentsRule } from './sliding-window-segments.lua.js';
 
 /** The options of atomic-limiter/redis's `new SlidingWindow()` (at most about `limit` in any trailing `windowMs`): its own, then every Redis limiter's. */
@@ -83,14 +83,10 @@ export class SlidingWindow extends RedisLimiter {
   protected configure({ params, version, past, times }: OptionsAt): void {
     const [limit, windowMs, segments] = params as [number, number, number];
     if (segments === 0) {
-      const lineage = slidingLineage(
-        version,
-        past.map((p) => [p[1]! * 1000, this.quantum(p)]),
-        times,
-      );
+      const history = { version, past: past.map((p) => [p[1]! * 1000, this.quantum(p)]), times };
       const windowUs = windowMs * 1000;
       this.useRule(
-        slidingWindowRule({ limit, windowUs, prevQuantum: this.quantum(params) }, lineage),
+        slidingWindowRule({ limit, windowUs, prevQuantum: this.quantum(params) }, history),
       );
     } else {
       const segmentUs = Math.round(windowMs * 1000) / segments;

@@ -1,14 +1,6 @@
 import type { WarmingModel } from '../algorithms/warming-bucket.js';
-import { luaNumber, ttlTo } from './compose.lua.js';
-import type { Rule } from './rule.js';
-import {
-  encodeState,
-  type Geometry,
-  type Lineage,
-  loadState,
-  shown,
-  versionConst,
-} from './state.lua.js';
+import { type Geometry, type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
 type WarmingParams = Omit<WarmingModel, 'staleUs'>;
@@ -71,15 +63,14 @@ q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), ${at} + math.ceil(
  * cold state is no state. Pays later: a call is admitted once the previous one's debt is
  * paid.
  */
-export function warmingBucketRule(
-  m: WarmingParams,
-  version = 0,
-  past: readonly (readonly number[])[] = [],
-  times: readonly number[] = [],
-): Rule {
-  const lineage: Lineage | undefined = version > 0 ? { version, past, times, convert } : undefined;
-  const fresh =
-    'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end';
+export function warmingBucketRule(m: WarmingParams, history?: History): Rule {
+  const state: Packed = {
+    what: 'WarmingBucket',
+    fields: ['q', 'nf', 'adm', 'rej'],
+    geo: GEO,
+    lineage: history && { ...history, convert },
+  };
+  const at = (t: string) => `local un = math.floor(${t} * PERUS)`;
   return {
     name: 'warming-bucket',
     // waitUs(): Guava's storedPermitsToWaitTime(), the trapezoid above the threshold, the
@@ -94,7 +85,6 @@ local UNIT = ${luaNumber(m.unitUs)}
 local LIMIT = ${luaNumber(m.limit)}
 local MAXQ = ${luaNumber(m.maxQuanta)}
 local PERUS = 1 / UNIT
-${versionConst(lineage)}
 local function waitUs(stored, take)
   local above = stored - THR
   local us = 0
@@ -106,8 +96,9 @@ local function waitUs(stored, take)
   end
   return us + math.floor(S * take)
 end`,
-    load: `${loadState(['q', 'nf'], 'WarmingBucket', GEO, lineage)}
-local un = math.floor(NOW * PERUS)`,
+    load: `${loadState(state)}
+${at('NOW')}`,
+    at,
     fits: () => 'not (nf and nf > un)',
     // take keeps the state as a load would read it; load derives only `un`, from NOW.
     again: '',
@@ -118,24 +109,18 @@ if nf then
   if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
 end
 ${reserve(x, 's0', 'from', 'un')}`,
-    fresh,
-    save: `if fresh > 0 then
-  redis.call('SET', K1, ${encodeState(['q', 'nf', 'adm', 'rej'], GEO, lineage)}, 'PX', ${ttlTo('NOW + fresh')})
-else
-  redis.call('DEL', K1)
-end`,
+    fresh:
+      'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end',
+    stored: { value: encodeState(state), until: 'NOW + fresh' },
     avail: 'if nf and nf > un then avail = 0 else avail = LIMIT end',
-    retry: `local function grants(r) return not (nf and nf > math.floor((NOW + r) * PERUS)) end
-local guess = 0
+    guess: `local guess = 0
 if nf then guess = math.max(0, nf * UNIT - NOW) end`,
-    counted: 'math.huge',
     // A refund undoes a grant: permits back to storage, the debt shrunk by what taking them
     // from there costs, never to before now; nothing once the debt is paid.
-    give: (ret) => `if not (nf and nf > un) then return ${ret('{1}')} end
+    give: (ret) => `if not (nf and nf > un) then return ${ret(['1'])} end
 local stored = math.min(MAXP, q / QUANTA)
 local back = math.min(MAXP, stored + P)
 local credit = waitUs(back, back - stored) + math.floor((P - (back - stored)) * S)
 q, nf = math.min(MAXQ, math.ceil(back * QUANTA)), math.max(un, nf - math.floor(credit * PERUS))`,
-    drop: "redis.call('DEL', K1)",
   };
 }

@@ -69,7 +69,10 @@ export class WarmingBucket extends RedisLimiter {
   /** @internal */
   protected configure({ params, version, past, times }: OptionsAt): void {
     const geometries = past.map((p) => warmingGeometry(this.model(p)));
-    this.useRule(warmingBucketRule(this.model(params), version, geometries, times), false);
+    this.useRule(
+      warmingBucketRule(this.model(params), { version, past: geometries, times }),
+      false,
+    );
   }
 
   /** @internal */
