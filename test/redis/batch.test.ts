@@ -19,15 +19,22 @@ type Limiter = mem.TokenBucket | mem.FixedWindow | mem.SlidingLog | mem.Concurre
 type RedisLimiter = red.TokenBucket | red.FixedWindow | red.SlidingLog | red.Concurrency;
 type Make = (redis: unknown, clock: ManualClock, prefix: string) => [Limiter, RedisLimiter];
 
+/** The same TokenBucket in memory and on Redis (`redis`, with `options`), on one clock. */
+function buckets(
+  redis: unknown,
+  clock: ManualClock,
+  capacity: number,
+  refillPerSecond: number,
+  options: Partial<red.TokenBucketOptions> = {},
+): [mem.TokenBucket, red.TokenBucket] {
+  return [
+    new mem.TokenBucket({ capacity, refillPerSecond, clock }),
+    new red.TokenBucket({ ...options, redis, capacity, refillPerSecond, clock }),
+  ];
+}
+
 const CASES: [string, Make, number][] = [
-  [
-    'TokenBucket',
-    (redis, clock, prefix) => [
-      new mem.TokenBucket({ capacity: 10, refillPerSecond: 3.7, clock }),
-      new red.TokenBucket({ redis, capacity: 10, refillPerSecond: 3.7, clock, prefix }),
-    ],
-    3000,
-  ],
+  ['TokenBucket', (redis, clock, prefix) => buckets(redis, clock, 10, 3.7, { prefix }), 3000],
   [
     'LeakyBucket',
     (redis, clock, prefix) => [
@@ -253,14 +260,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     number | undefined,
     (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
   ][] = [
-    [
-      'TokenBucket',
-      25,
-      (clock, prefix) => [
-        new mem.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock }),
-        new red.TokenBucket({ capacity: 6, refillPerSecond: 2.5, clock, redis, prefix }),
-      ],
-    ],
+    ['TokenBucket', 25, (clock, prefix) => buckets(redis, clock, 6, 2.5, { prefix })],
     [
       'LeakyBucket',
       25,
@@ -601,14 +601,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
 
   it('a batch of one kind of call on distinct keys goes as one argument a call, read by one MGET, and comes back as one flat array', async () => {
     const clock = new ManualClock(0);
-    const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
-    const r = new red.TokenBucket({
-      redis,
-      capacity: 3,
-      refillPerSecond: 1,
-      clock,
-      prefix: 'b-flat',
-    });
+    const [m, r] = buckets(redis, clock, 3, 1, { prefix: 'b-flat' });
     await Promise.all([r.stats('warm'), r.stats('warm')]);
     // One batch: as many calls as one takes.
     const n = EARLY_BATCH;
@@ -683,14 +676,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   it('a tick longer than a batch keeps its calls in order when the node lacks the batch form but holds the single-call one', async () => {
     const clock = new ManualClock(0);
     // Settings of their own: scripts no other test loaded.
-    const m = new mem.TokenBucket({ capacity: EARLY_BATCH, refillPerSecond: 0.37, clock });
-    const r = new red.TokenBucket({
-      redis,
-      capacity: EARLY_BATCH,
-      refillPerSecond: 0.37,
-      clock,
-      prefix: 'b-order',
-    });
+    const [m, r] = buckets(redis, clock, EARLY_BATCH, 0.37, { prefix: 'b-order' });
     // A call alone loads the single-call form; the batch form is not loaded yet.
     expect(await r.consume('k')).toEqual(m.consume('k'));
     const n = EARLY_BATCH + 1;
@@ -701,14 +687,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
 
   it("two hot keys interleaved in one tick go as two runs, each key's calls decided in order", async () => {
     const clock = new ManualClock(0);
-    const m = new mem.TokenBucket({ capacity: 30, refillPerSecond: 1, clock });
-    const r = new red.TokenBucket({
-      redis,
-      capacity: 30,
-      refillPerSecond: 1,
-      clock,
-      prefix: 'b-two-hot',
-    });
+    const [m, r] = buckets(redis, clock, 30, 1, { prefix: 'b-two-hot' });
     await Promise.all([r.stats('warm'), r.stats('warm')]);
     const keys = Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? 'a' : 'b'));
     const sent = await scriptsSent(redis, async () => {
@@ -729,15 +708,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
   // (name, the limiters, the permits of each call, the ms the clock moves between ticks)
   const RUNS: [string, (clock: ManualClock) => readonly [Limiter, RedisLimiter], number, number][] =
     [
-      [
-        'TokenBucket',
-        (clock) => [
-          new mem.TokenBucket({ capacity: 30, refillPerSecond: 2, clock }),
-          new red.TokenBucket({ redis, capacity: 30, refillPerSecond: 2, clock, prefix: 'b-run' }),
-        ],
-        2,
-        400,
-      ],
+      ['TokenBucket', (clock) => buckets(redis, clock, 30, 2, { prefix: 'b-run' }), 2, 400],
       [
         'FixedWindow',
         (clock) => [
@@ -828,15 +799,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
 
   it('a call on a key of another type fails alone; the rest of its batch is decided', async () => {
     const clock = new ManualClock(0);
-    const m = new mem.TokenBucket({ capacity: 3, refillPerSecond: 1, clock });
-    const r = new red.TokenBucket({
-      redis,
-      capacity: 3,
-      refillPerSecond: 1,
-      clock,
-      prefix: 'b-wrongtype',
-      whenUnavailable: 'allow',
-    });
+    const [m, r] = buckets(redis, clock, 3, 1, { prefix: 'b-wrongtype', whenUnavailable: 'allow' });
     await redis.lpush(r.redisKeys('bad')[0]!, 'not a bucket');
     const calls = ['ok', 'bad', 'ok', 'ok', 'bad', 'ok'].map((key) =>
       r.consume(key).then(
