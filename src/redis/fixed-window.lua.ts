@@ -33,7 +33,8 @@ export function fixedWindowRule(p: WindowParams, history?: History): Rule {
     what: 'FixedWindow',
     fields: ['sw', 'sc', 'adm', 'rej'],
     geo: windowGeometry('W'),
-    lineage: history && { ...history, convert },
+    history,
+    convert,
   };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local count = 0

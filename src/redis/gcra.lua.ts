@@ -1,11 +1,4 @@
-import {
-  type History,
-  type Lineage,
-  luaNumber,
-  type Packed,
-  type Rule,
-  stateBytes,
-} from './rule.js';
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
 import { bucketGeometry, encodeState, loadState } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
@@ -37,31 +30,26 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 /**
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts): the theoretical arrival time
  * (tat) in units of 1/K of the emission interval, from time 0 (the in-memory figures when
- * its epoch is 0). Stored as tat, admitted, rejected (state.lua.ts) with a TTL of the time
- * to refill, rounded up to the bucket's step: a state ending in the stored one's step keeps
- * its TTL. Past 10^6 per second (a unit under 1 µs) Redis TIME's µs in units are not exact
- * in a double, so the key counts from an origin E, a fourth field: 0 while units stay under
- * 2^51 (a ManualClock's), else a multiple of 2^36 µs at or before its first write, moved
+ * its epoch is 0). Stored as tat, admitted, rejected, origin E (state.lua.ts) with a TTL
+ * of the time to refill, rounded up to the bucket's step: a state ending in the stored
+ * one's step keeps its TTL. Past 10^6 per second (a unit under 1 µs) Redis TIME's µs in
+ * units are not exact in a double, so the key counts from E: 0 while units stay under
+ * 2^51 (a ManualClock's, a slower bucket's), else a multiple of 2^36 µs at or before its first write, moved
  * forward once units pass 2^51, what is ahead kept, one unit stricter, never earlier.
  */
 export function gcraRule(p: GcraParams): Rule {
   const fast = p.scale > 1;
-  const slowFields = ['tat', 'adm', 'rej'];
-  const fastFields = ['tat', 'adm', 'rej', 'E'];
-  const fields = fast ? fastFields : slowFields;
-  // Past version 0 a state always holds E (0 where units stay under 2^51 µs from time 0):
-  // the rate may cross 10^6 per second between versions. What a key owes, in permits,
-  // stays owed (the in-memory describe() and restate()): rounded up in the new units.
-  const lineage: Lineage | undefined =
-    p.history && p.history.version > 0
-      ? {
-          ...p.history,
-          fields: fastFields,
-          others: [fast ? slowFields : fastFields],
-          // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E
-          // (the origin) as the fast rule sets it, for the next version's units.
-          convert: (from, to, at) => `if tat then
-        local ahead = tat - math.floor((${at} - (E or 0)) * ${from[1]})
+  // What a key owes, in permits, stays owed across versions (the in-memory describe() and
+  // restate()), rounded up in the new units; the rate may cross 10^6 per second between them.
+  const state: Packed = {
+    what: 'TokenBucket/LeakyBucket',
+    fields: ['tat', 'adm', 'rej', 'E'],
+    geo: bucketGeometry('K', 'SCALE'),
+    history: p.history,
+    // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E (the
+    // origin) as the fast rule sets it, for the next version's units.
+    convert: (from, to, at) => `if tat then
+        local ahead = tat - math.floor((${at} - E) * ${from[1]})
         if ahead > 0 then
           E = 0
           if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
@@ -70,14 +58,6 @@ export function gcraRule(p: GcraParams): Rule {
           tat = nil
         end
       end`,
-        }
-      : undefined;
-  const state: Packed = {
-    what: 'TokenBucket/LeakyBucket',
-    fields,
-    geo: bucketGeometry('K', 'SCALE'),
-    lineage,
-    none: stateBytes(fast ? 3 : 4),
   };
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
   // The µs on Redis's clock at which a TAT ends.
@@ -96,10 +76,7 @@ local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local LIMIT = ${luaNumber(p.limit)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
-    // A version-1 state of the other kind (from before states carried their settings: the
-    // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
-    // is no state: the key starts afresh.
-    load: `${loadState(state)}${lineage && !fast ? '\nE = 0' : ''}
+    load: `${loadState(state)}${fast ? '' : '\nE = 0'}
 local oldEnds
 if tat then oldEnds = ${ends} end
 ${

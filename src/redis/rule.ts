@@ -132,17 +132,10 @@ export interface Geometry {
   describe(vals: readonly string[]): string;
 }
 
-/** The length of a stored state of `fields` doubles (and `geometry` settings), in bytes. */
-export function stateBytes(fields: number, geometry = 0): number {
-  return 1 + 8 * (fields + geometry);
-}
-
 /**
  * Where a limiter stands among its options' versions (reconfigure()): its own version and,
  * for each earlier one, the settings (Geometry values, as numbers) its states were written
  * with, and when (µs, the limiter's clock) each version from 1 on was made: `times[w - 1]`.
- * Version 0 (never reconfigured) writes what it always wrote (a version-2 state); a later
- * version writes version 3, `[3, options version, settings…, fields…]`.
  */
 export interface History {
   readonly version: number;
@@ -150,26 +143,17 @@ export interface History {
   readonly times: readonly number[];
 }
 
-/** A History, with how a state of an earlier version is carried over to this one's settings. */
-export interface Lineage extends History {
+/** A state packed in K1: what names it, its fields (in stored order), settings and versions. */
+export interface Packed {
+  readonly what: string;
+  readonly fields: readonly string[];
+  readonly geo: Geometry;
+  /** Absent: version 0, never reconfigured. */
+  readonly history?: History | undefined;
   /**
    * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
    * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
    * expression), when that version was made: the in-memory describe() and restate().
    */
   convert(from: readonly string[], to: readonly string[], at: string): string;
-  /** The fields of a version-3 state, when they are not the state's (all decoded into locals). */
-  readonly fields?: readonly string[];
-  /** Other field lists a version-2 state of version 0 may have (another layout of it). */
-  readonly others?: readonly (readonly string[])[];
-}
-
-/** A state packed in K1: what names it, its fields (in stored order), settings and versions. */
-export interface Packed {
-  readonly what: string;
-  readonly fields: readonly string[];
-  readonly geo: Geometry;
-  readonly lineage?: Lineage | undefined;
-  /** The length of a state read as none (a version 1 of another layout), if any. */
-  readonly none?: number;
 }

@@ -29,10 +29,10 @@ export interface SegmentsParams {
  * largest segmented limit) has the same digits.
  */
 export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
-  // The writer's settings, `g<segment µs>/<segments>`, then its options version past 0.
+  // The writer's settings, `g<segment µs>/<segments>`, then its options version.
   const base = `g${p.segmentUs}/${p.segments}`;
   const version = p.version ?? 0;
-  const tag = version > 0 ? `${base}@${version}` : base;
+  const tag = `${base}@${version}`;
   const describe = (t: string) =>
     `(function(t) local s, n = string.match(t, '^g(%d+)/(%d+)') if not s then return t end return 'windowMs ' .. ${shown('s * n / 1000')} .. ' in ' .. n .. ' segments' end)(${t})`;
   // The counts rolled to segment cur in place (a grant's or a refund's).
@@ -67,22 +67,19 @@ ${getKey('K1')}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
   -- tag (its settings cannot change with segments) is read as it is: plain counts under any
-  -- limit. A text with no tag (written before settings were stored) is read as this one's.
+  -- limit.
   local first = string.match(v, '^%S+')
-  i = -3
   if first ~= '${tag}' then
     local b, u = string.match(first or '', '^(g%d+/%d+)@(%d+)$')
-    if not b then b, u = first, '0' end
     if b == '${base}' then
       if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
-    elseif first and string.byte(first, 1) == 103 then
+    elseif b then
       ${mismatch('SlidingWindow', describe('first'), describe(`'${tag}'`))}
-    elseif first and tonumber(first) then
-      i = -2
     else
       error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
     end
   end
+  i = -3
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
     i = i + 1

@@ -52,7 +52,8 @@ export function slidingWindowRule(p: SlidingParams, history?: History): Rule {
     what: 'SlidingWindow',
     fields: ['sw', 'sp', 'sc', 'adm', 'rej'],
     geo: windowGeometry('W', 'Q'),
-    lineage: history && { ...history, convert },
+    history,
+    convert,
   };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local prev, curr = 0, 0

@@ -1,18 +1,19 @@
 import { getKey, MARK } from './compose.lua.js';
-import { type Geometry, luaNumber, type Packed, stateBytes } from './rule.js';
+import { type Geometry, type History, luaNumber, type Packed } from './rule.js';
 
 /**
- * How a bucket's or a window's state is stored in its key: a version byte (2; 3 past a
- * limiter's first reconfigure(), then its options version: Lineage), the writer's
- * settings (Geometry), then the fields, as little-endian doubles (struct.pack '<B' + 'd' × n):
- * one C call to read or write, where text needs a parse and a format per field. Doubles hold
- * every figure exactly (integers below 2^53). The version byte and the length make a value
- * of another format (another program's, or an older one) an error naming the key.
+ * How a bucket's or a window's state is stored in its key: a layout byte (LAYOUT), the
+ * writer's options version (reconfigure()), its settings (Geometry), then the fields, as
+ * little-endian doubles (struct.pack '<B' + 'd' × n): one C call to read or write, where
+ * text needs a parse and a format per field. Doubles hold every figure exactly (integers
+ * below 2^53). The layout byte and the length make a value of another format (another
+ * program's) an error naming the key.
  */
+const LAYOUT = 3;
 
-/** struct format of a state of `fields` doubles. */
-function format(fields: number): string {
-  return `<B${'d'.repeat(fields)}`;
+/** struct format of a state of `s`'s doubles: the options version, settings and fields. */
+function format(s: Packed): string {
+  return `<B${'d'.repeat(1 + s.geo.values.length + s.fields.length)}`;
 }
 
 /** Lua: a number for a message, shortest form. */
@@ -30,22 +31,19 @@ export function newer(u: string): string {
 }
 
 /**
- * Lua: the counts `names` (declared by the caller) read from the text `v`, "a b …", with
- * " @u" after them past version 0: the writer's options version, a newer one than
- * `version` stops the call before any write (newer()).
+ * Lua: the counts `names` (declared by the caller) read from the text `v`, "a b … @u": u,
+ * the writer's options version, newer than `version` stops the call before any write.
  */
 export function readCounts(v: string, names: readonly string[], version: number): string {
   const texts = names.map((_, i) => `c${i + 1}`);
-  return `local ${texts.join(', ')}, d = string.match(${v}, '^${names.map(() => '(%S+)').join(' ')}(.*)$')
-  if d ~= '' and tonumber(string.match(d, '^ @(%d+)$')) > ${version} then
-    ${newer("tonumber(string.match(d, '^ @(%d+)$'))")}
-  end
+  return `local ${texts.join(', ')}, u = string.match(${v}, '^${names.map(() => '(%S+)').join(' ')} @(%d+)$')
+  if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
   ${names.join(', ')} = ${texts.map((t) => `tonumber(${t})`).join(', ')}`;
 }
 
 /** Lua: the text of the counts `names` as readCounts() reads them. */
 export function writeCounts(names: readonly string[], version: number): string {
-  return `string.format('${names.map(() => '%.17g').join(' ')}${version > 0 ? ` @${version}` : ''}', ${names.join(', ')})`;
+  return `string.format('${names.map(() => '%.17g').join(' ')} @${version}', ${names.join(', ')})`;
 }
 
 /** Lua: the error of a state of `what` written with settings `was` (Lua text), not `has`. */
@@ -58,91 +56,56 @@ export const NEWER_ERROR = / failed: NEWER (\d+)$/;
 
 /**
  * Lua: the load of K1's state `s` into locals of its fields' names (declared here); a key
- * holding none leaves them nil and adm, rej 0. Version 2 (what a never-reconfigured limiter
- * writes) holds the writer's settings first: others than `geo`'s are an error naming the
- * key and both. Version 3 holds the options version too: a newer one than the lineage's
- * stops the call (newer()), an older one must hold that version's settings and is
- * converted. Version 1 (written before settings were stored) is read as this limiter's own.
+ * holding none leaves them nil and adm, rej 0. Settings other than `geo`'s are an error
+ * naming the key and both; a newer options version than the history's stops the call
+ * (newer()); an older one must hold that version's settings and is converted.
  */
 export function loadState(s: Packed): string {
-  const { what, fields, geo, lineage } = s;
-  const version = lineage?.version ?? 0;
-  const v3 = lineage?.fields ?? fields;
-  const n = geo.values.length;
+  const { what, fields, geo } = s;
+  const version = s.history?.version ?? 0;
   const g = geo.values.map((_, i) => `g${i + 1}`);
   const error = `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)' .. ${MARK}))`;
   const check = (values: readonly string[]) =>
     `if ${values.map((x, i) => `${g[i]} ~= ${x}`).join(' or ')} then ${mismatch(what, geo.describe(g), geo.describe(values))} end`;
   const list = (xs: readonly string[]) => `{${xs.join(', ')}}`;
   const at = (t: string) => geo.values.map((_, i) => `${t}[${i + 1}]`);
-  const branches = [
-    ...[fields, ...(lineage?.others ?? [])].map(
-      (l) => `version == 2 and #v == ${stateBytes(l.length, n)} then
-    _, ${g.join(', ')}, ${l.join(', ')} = struct.unpack('${format(n + l.length)}', v)`,
-    ),
-    `version == 3 and #v >= ${stateBytes(1)} then
-    _, u = struct.unpack('<Bd', v)
-    if u > ${version} then ${newer('u')} end
-    if #v ~= ${stateBytes(v3.length, n + 1)} then ${error} end
-    _, u, ${g.join(', ')}, ${v3.join(', ')} = struct.unpack('<Bd${'d'.repeat(n + v3.length)}', v)`,
-    // Never reconfigured: the settings alone of a state of another length, for the error.
-    ...(version === 0
-      ? [
-          `version == 2 and #v >= ${stateBytes(0, n)} then
-    _, ${g.join(', ')} = struct.unpack('${format(n)}', v)
-    ${check(geo.values)}
-    ${error}`,
-        ]
-      : []),
-    `version == 1 and #v == ${stateBytes(fields.length)} then
-    _, ${fields.join(', ')} = struct.unpack('${format(fields.length)}', v)
-    u, ${g.join(', ')} = ${version}, ${geo.values.join(', ')}`,
-  ];
   // Version u's settings checked, then the fields carried over version by version, each at
   // the time it was made, as the in-memory class converted every state then. The tables are
   // built only here: on a key's first call under a new version. After a conversion the key's
   // TTL is set anew (SERVER false: no KEEPTTL), as the state's end moved with its settings.
-  const convert = () => `else
-    local GEOS = {${[...lineage!.past.map((x) => list(x.map(luaNumber))), list(geo.values)].join(', ')}}
-    local TIMES = {${lineage!.times.map(luaNumber).join(', ')}}
+  const convert = (
+    h: History,
+  ) => `local GEOS = {${[...h.past.map((x) => list(x.map(luaNumber))), list(geo.values)].join(', ')}}
+    local TIMES = {${h.times.map(luaNumber).join(', ')}}
     local was = GEOS[u + 1]
     if not was then ${error} end
     ${check(at('was'))}
     for w = u + 1, ${version} do
       local from, to, AT = GEOS[w], GEOS[w + 1], TIMES[w]
-      ${lineage!.convert(at('from'), at('to'), 'AT')}
+      ${s.convert(at('from'), at('to'), 'AT')}
     end
     SERVER = false`;
-  return `local ${[...new Set([...fields, ...v3])].join(', ')}
+  return `local ${fields.join(', ')}
 ${getKey('K1')}
-if v${s.none === undefined ? '' : ` and #v ~= ${s.none}`} then
-  local version = string.byte(v, 1)
-  local u = 0
-  local _, ${g.join(', ')}
-  if ${branches.join('\n  elseif ')}
-  else
-    ${error}
-  end
+if v then
+  if #v ~= ${1 + 8 * (1 + g.length + fields.length)} or string.byte(v) ~= ${LAYOUT} then ${error} end
+  local _, u, ${g.join(', ')}
+  _, u, ${g.join(', ')}, ${fields.join(', ')} = struct.unpack('${format(s)}', v)
+  if u > ${version} then ${newer('u')} end
   if u == ${version} then
     ${check(geo.values)}
-  ${version === 0 ? '' : convert()}
+  else
+    ${version === 0 ? error : convert(s.history!)}
   end
 else
   adm, rej = 0, 0
 end`;
 }
 
-/**
- * Lua: the stored string of state `s` (its fields' locals), with the writer's settings (and,
- * past version 0, its options version and the lineage's field list).
- */
+/** Lua: the stored string of state `s` (its fields' locals), as loadState() reads it. */
 export function encodeState(s: Packed): string {
-  const { geo, lineage } = s;
-  if (lineage && lineage.version > 0) {
-    const fields = lineage.fields ?? s.fields;
-    return `struct.pack('<Bd${'d'.repeat(geo.values.length + fields.length)}', 3, ${lineage.version}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
-  }
-  return `struct.pack('${format(geo.values.length + s.fields.length)}', 2, ${geo.values.join(', ')}, ${s.fields.join(', ')})`;
+  const { geo, fields } = s;
+  return `struct.pack('${format(s)}', ${LAYOUT}, ${s.history?.version ?? 0}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
 }
 
 /** A window's settings: its length W (µs) and, for a sliding window, the previous count's quantum. */

@@ -68,7 +68,8 @@ export function warmingBucketRule(m: WarmingParams, history?: History): Rule {
     what: 'WarmingBucket',
     fields: ['q', 'nf', 'adm', 'rej'],
     geo: GEO,
-    lineage: history && { ...history, convert },
+    history,
+    convert,
   };
   const at = (t: string) => `local un = math.floor(${t} * PERUS)`;
   return {
