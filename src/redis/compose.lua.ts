@@ -1,4 +1,4 @@
-import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from './rule.js';
+import { type Composed, luaNumber, luaValue, type Ret, type Rule } from './rule.js';
 
 /**
  * The one composer of every Redis script (composeScript()), from an algorithm's rule
@@ -64,25 +64,19 @@ export function ttlTo(endUs: string): string {
  */
 function save(rule: Rule): string {
   const s = rule.stored;
-  const px = s && `redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})`;
-  const write = !s
-    ? rule.save
-    : `if fresh > 0 then
-  ${
-    s.keep === undefined
-      ? px
-      : `if SERVER and ${s.keep} then
-    redis.call('SET', K1, ${s.value}, 'KEEPTTL')
-  else
-    ${px}
-  end`
-  }
-else
-  redis.call('DEL', K1)
-end`;
   return `local fresh = 0
 ${rule.fresh}
-${write}`;
+${
+  s === undefined
+    ? rule.save
+    : `if not (fresh > 0) then
+  redis.call('DEL', K1)
+elseif SERVER and ${s.keep} then
+  redis.call('SET', K1, ${s.value}, 'KEEPTTL')
+else
+  redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})
+end`
+}`;
 }
 
 /**
@@ -135,13 +129,13 @@ ${RETRY_SEARCH}`;
 }
 
 /**
- * Lua: the verdict, `ok` and `got`. A call: its P permits, if they fit. A fleet lease: the
- * most of P that fit, at least LEAST — the whole lease first (a hot key that is not
- * limited, the case leases are for, takes one test), else a bisection on the same test
- * (fits is monotone in the count). After a lease's, P is LEAST: what a refusal counts and
- * waits for.
+ * Lua: the verdict of `op` (absent: by OP), `ok` and `got`. A call: its P permits, if they
+ * fit. A fleet lease ('b'): the most of P that fit, at least LEAST — the whole lease first
+ * (a hot key that is not limited, the case leases are for, takes one test), else a
+ * bisection on the same test (fits is monotone in the count). After a lease's, P is LEAST:
+ * what a refusal counts and waits for.
  */
-function verdict(rule: Rule, lease: 'yes' | 'no' | 'by-op'): string {
+function verdict(rule: Rule, op: Single | undefined): string {
   const call = `ok = ${rule.fits('P')}`;
   const leased = `if not (${rule.fits('P')}) then
     local function fitsX(x) return ${rule.fits('x')} end
@@ -157,19 +151,19 @@ function verdict(rule: Rule, lease: 'yes' | 'no' | 'by-op'): string {
   end
   ok = got > 0
   P = LEAST`;
-  const body =
-    lease === 'no'
+  return `local got = P
+local ok
+${
+  op === 'b'
+    ? leased
+    : op
       ? call
-      : lease === 'yes'
-        ? leased
-        : `if OP == 'b' then
+      : `if OP == 'b' then
   ${leased}
 else
   ${call}
-end`;
-  return `local got = P
-local ok
-${body}`;
+end`
+}`;
 }
 
 /** Lua: the reply of a decision, from its fields (`granted`, `refused`). */
@@ -197,54 +191,52 @@ else
 end`;
 }
 
-/** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
+/** A form of one op: tryAcquire() ('t'), consume() ('c') or a fleet lease ('b'). */
+type Single = 't' | 'c' | 'b';
+
+/** Lua: the decision of `op` (absent: the driver's t, c, w, q and b, by OP), after load. */
 function decide(
   rule: Rule,
-  ops: readonly Op[],
+  op: Single | undefined,
   ret: Ret,
   tryRet: Ret,
   decision: Decide = ret,
   needsNow = true,
 ): string {
-  const has = (o: Op) => ops.includes(o);
-  const only = ops.length === 1;
-  const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
+  const grant = (lease: boolean) =>
+    `return ${decision(lease ? [...granted, 'got', 'counted'] : granted)}`;
+  const counted = `local counted = ${rule.counted ?? 'math.huge'}
+  ${toReply('counted')}
+  `;
+  const granting =
+    op === undefined
+      ? `${counted}if OP == 'b' then ${grant(true)} end\n  ${grant(false)}`
+      : op === 'b'
+        ? `${counted}${grant(true)}`
+        : grant(false);
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
-  const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = decision(refused(rule));
-  const grantedReply = (lease: boolean) =>
-    decision(lease ? [...granted, 'got', 'counted'] : granted);
-  return `${verdict(rule, lease)}
+  return `${verdict(rule, op)}
 if ok then
   ${rule.take('got')}
   adm = adm + got
-elseif ${counts} then
+elseif ${op ? 'true' : "OP ~= 'w' and OP ~= 'q'"} then
   rej = rej + P
 end
 ${
-  has('q')
-    ? `if OP == 'q' and not ok then
+  op
+    ? ''
+    : `if OP == 'q' and not ok then
   ${retry(rule)}
   ${rule.reserve ? rule.reserve(ret, save(rule)) : `return ${ret(['0'])}`}
-end
-`
-    : ''
-}${save(rule)}
+end`
+}
+${save(rule)}
 ${rule.after ?? ''}
-${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
-  only && has('t')
-    ? ''
-    : reply(
-        rule,
-        !has('b')
-          ? `return ${grantedReply(false)}`
-          : `local counted = ${rule.counted ?? 'math.huge'}
-  ${toReply('counted')}
-  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`,
-        `return ${refusedReply}`,
-        needsNow,
-      )
+  op === 't'
+    ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}`
+    : `${op ? '' : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`}
+${reply(rule, granting, `return ${decision(refused(rule))}`, needsNow)}`
 }`;
 }
 
@@ -275,7 +267,7 @@ elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
 end
 local LEAST
 if OP == 'b' then LEAST = tonumber(EXTRA) end
-${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret, decision, needsNow)}`;
+${decide(rule, undefined, ret, ret, decision, needsNow)}`;
 }
 
 /**
@@ -430,7 +422,7 @@ ${(['t', 'c'] as const)
   .map(
     (op) => `local function one${op.toUpperCase()}()
 ${rule.load}
-${decide(rule, [op], flat.ret, flat.ret, flat.decision, false)}
+${decide(rule, op, flat.ret, flat.ret, flat.decision, false)}
 end`,
   )
   .join('\n')}
@@ -532,7 +524,7 @@ end
 R[1] = ARGV[#ARGV]
 R[2] = serverNow
 return R`;
-  const single = (op: 't' | 'c' | 'b') => {
+  const single = (op: Single) => {
     const args =
       op === 'b'
         ? `local LEAST = tonumber(ARGV[2])
@@ -554,7 +546,7 @@ ${consts}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flatDecision)}`)}`;
+${top(`${rule.load}\n${decide(rule, op, ret, tryRet, flatDecision)}`)}`;
   };
   return { driver, batch, single };
 }

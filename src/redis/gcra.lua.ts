@@ -48,15 +48,13 @@ export function gcraRule(p: GcraParams): Rule {
     history: p.history,
     // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E (the
     // origin) as the fast rule sets it, for the next version's units.
-    convert: (from, to, at) => `if tat then
-        local ahead = tat - math.floor((${at} - E) * ${from[1]})
-        if ahead > 0 then
-          E = 0
-          if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
-          tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
-        else
-          tat = nil
-        end
+    convert: (from, to, at) => `local ahead = tat - math.floor((${at} - E) * ${from[1]})
+      if ahead > 0 then
+        E = 0
+        if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
+        tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
+      else
+        tat = nil
       end`,
   };
   const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);

@@ -33,7 +33,7 @@ export interface Rule {
     /** Lua expression: the string. */
     readonly value: string;
     /** Lua condition: the stored state ends no earlier than this one (saveState()). */
-    readonly keep?: string;
+    readonly keep: string;
     /** Lua expression: the µs (NOW's clock) its key lives to. */
     readonly until: string;
   };
@@ -151,9 +151,10 @@ export interface Packed {
   /** Absent: version 0, never reconfigured. */
   readonly history?: History | undefined;
   /**
-   * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
-   * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
-   * expression), when that version was made: the in-memory describe() and restate().
+   * Lua: converts the fields of a state (its first field set) from settings `from` (Lua
+   * expressions, an earlier version's) to settings `to` (the next version's), as seen at
+   * time `at` (a Lua expression), when that version was made: the in-memory describe() and
+   * restate(). A state left with nothing to count sets its first field nil.
    */
   convert(from: readonly string[], to: readonly string[], at: string): string;
 }

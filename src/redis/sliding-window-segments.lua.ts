@@ -2,25 +2,14 @@ import { getKey, MARK } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { mismatch, newer, shown } from './state.lua.js';
 
-/** A segmented SlidingWindow's parameters. */
-export interface SegmentsParams {
-  readonly limit: number;
-  /** A segment's µs: the window's µs over `segments`, a whole number. */
-  readonly segmentUs: number;
-  readonly segments: number;
-  /** The options version (reconfigure()); 0 when never reconfigured. */
-  readonly version?: number;
-}
-
 /**
  * SlidingWindow with `segments` (src/algorithms/segmented-window.ts): the window split into
  * N segments of S µs aligned to floor(t / S); a request passes when the counts of the last
- * N segments plus its permits are at most the limit. Stored as "tag segment admitted
- * rejected c1 … cN" (the tag: the writer's settings, state.lua.ts), where ci counts segment
- * (segment − N + i), with a TTL until the newest segment holding permits has left the
- * window. Redis runs one script at a time, so the counts are plain numbers here; the
- * in-memory ring's rules (a roll keeps the past counts, a refund credits the segment its
- * permits were taken in) give the same answers.
+ * N segments plus its permits are at most the limit. Stored as "g<S>/<N>@<options version>
+ * segment admitted rejected c1 … cN", where ci counts segment (segment − N + i), with a TTL
+ * until the newest segment holding permits has left the window. Redis runs one script at a
+ * time, so the counts are plain numbers here; the in-memory ring's rules (a roll keeps the
+ * past counts, a refund credits the segment its permits were taken in) give the same answers.
  *
  * The counts are kept as the text read, in one table rolled in place (Lua's arithmetic reads
  * a count's text as tonumber() does), and written with one table.concat(): converting each
@@ -28,8 +17,14 @@ export interface SegmentsParams {
  * count is written with '%d' or as a Lua number, which for a whole number below 2^26 (the
  * largest segmented limit) has the same digits.
  */
-export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
-  // The writer's settings, `g<segment µs>/<segments>`, then its options version.
+export function slidingWindowSegmentsRule(p: {
+  readonly limit: number;
+  /** A segment's µs: the window's µs over `segments`, a whole number. */
+  readonly segmentUs: number;
+  readonly segments: number;
+  /** The options version (reconfigure()). */
+  readonly version?: number;
+}): Rule {
   const base = `g${p.segmentUs}/${p.segments}`;
   const version = p.version ?? 0;
   const tag = `${base}@${version}`;

@@ -82,7 +82,9 @@ export function loadState(s: Packed): string {
     ${check(at('was'))}
     for w = u + 1, ${version} do
       local from, to, AT = GEOS[w], GEOS[w + 1], TIMES[w]
-      ${s.convert(at('from'), at('to'), 'AT')}
+      if ${fields[0]} then
+        ${s.convert(at('from'), at('to'), 'AT')}
+      end
     end
     SERVER = false`;
   return `local ${fields.join(', ')}
