@@ -1,4 +1,4 @@
-import { type Composed, luaNumber, luaValue, type Ret, type Rule } from './rule.js';
+import { type Composed, luaNumber, luaValue, type Ret, type Rule, type Single } from './rule.js';
 
 /**
  * The one composer of every Redis script (composeScript()), from an algorithm's rule
@@ -190,9 +190,6 @@ else
   ${refused}
 end`;
 }
-
-/** A form of one op: tryAcquire() ('t'), consume() ('c') or a fleet lease ('b'). */
-type Single = 't' | 'c' | 'b';
 
 /** Lua: the decision of `op` (absent: the driver's t, c, w, q and b, by OP), after load. */
 function decide(

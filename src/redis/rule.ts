@@ -10,8 +10,8 @@
  * saved is fresh again), avail (permits a call could take now).
  */
 
-/** The driver's ops (composeScript()). */
-export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
+/** A form of one op: tryAcquire() ('t'), consume() ('c') or a fleet lease ('b'). */
+export type Single = 't' | 'c' | 'b';
 
 /** One algorithm's rule, as Lua fragments on the locals named above. */
 export interface Rule {
@@ -114,7 +114,7 @@ export function luaString(s: string): string {
 export interface Composed {
   readonly driver: string;
   readonly batch: string;
-  single(op: 't' | 'c' | 'b'): string;
+  single(op: Single): string;
 }
 
 /**
