@@ -6,16 +6,10 @@ import { type Composed, luaNumber, luaValue, type Ret, type Rule, type Single } 
  * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL).
  */
 
-/**
- * Lua: a failed call's error text ends with its token (the runner takes an error reply as
- * the call's own only then); none inside a batch, whose reply carries it.
- */
+/** Lua: an error's text ends with the call's token, how the runner knows it (none in a batch). */
 export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
-/**
- * Lua: `local v`, GET of `key`; a key of another type is an error carrying the token (read
- * by redis.pcall: a raised error of redis.call could not carry it).
- */
+/** Lua: `local v`, GET of `key` by redis.pcall: a key of another type fails with the token. */
 export function getKey(key: string): string {
   return `local v = redis.pcall('GET', ${key})
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
@@ -24,10 +18,7 @@ if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
 /** getKey() of the first key, as rules load it. */
 const GET_K1 = getKey('K1');
 
-/**
- * GET_K1 in a batch: the value prefetched for the key (PRE, taken once), else a GET. MGET
- * reads a key of another type as none: the GET then fails on it as GET_K1 does.
- */
+/** GET_K1 in a batch: the value MGET prefetched (PRE, taken once), else a GET, which says why. */
 const PREFETCHED_GET_K1 = `local v = PRE
 PRE = nil
 if not v then
@@ -46,10 +37,9 @@ end`;
 }
 
 /**
- * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack. Redis adds it
- * to its ms clock when the write runs, which may still be in NOW's ms or the one before: so
- * from NOW's whole ms, plus 1 (a key gone early forgets what it counted). At most 2^53 ms:
- * 1e17 and more would reach PX as '1e+17', which Redis refuses.
+ * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack, from NOW's whole
+ * ms plus 1: Redis adds it to its ms clock, which may be in NOW's ms or the one before (a key
+ * gone early forgets what it counted). At most 2^53 ms, as Redis refuses PX '1e+17'.
  */
 export function ttlTo(endUs: string): string {
   return `math.min(9007199254740992, math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS)`;
@@ -400,10 +390,12 @@ ${rule.consts}`;
   // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
   const ret = rule.guarded ? bare : tokened;
   const top = (body: string) => (rule.guarded ? guard(body) : body);
-  const driver = `-- atomic-limiter:${rule.name}
+  // The head of a script run for one call, its token in ARGV[`token`].
+  const head = (name: string, token: string) => `-- atomic-limiter:${name}
 local K1, K2 = KEYS[1], KEYS[2]
-local TOKEN = ARGV[#ARGV]
-${consts}
+local TOKEN = ARGV[${token}]
+${consts}`;
+  const driver = `${head(rule.name, '#ARGV')}
 local OP = ARGV[1]
 ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
@@ -466,14 +458,13 @@ while i <= last do
   if not e then
     OP = ARGV[i]
     SERVER = ARGV[i + 1] == ''
+    NOW = tonumber(ARGV[i + 1])
     if SERVER then
       if serverNow == 0 then
         local t = redis.call('TIME')
         serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
       end
       NOW = serverNow
-    else
-      NOW = tonumber(ARGV[i + 1])
     end
     EXTRA = ARGV[i + 2]
     -- tryAcquire() and consume() have forms of their own: no other op's branches.
@@ -536,10 +527,7 @@ ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
     const flatDecision: Decide | undefined = rule.guarded
       ? undefined
       : (f) => `{TOKEN, ${f.join(', ')}}`;
-    return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
-local K1, K2 = KEYS[1], KEYS[2]
-local TOKEN = ARGV[1]
-${consts}
+    return `${head(`${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}`, '1')}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
