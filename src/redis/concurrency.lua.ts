@@ -14,11 +14,10 @@ export function concurrencyRule(p: {
   readonly limit: number;
   readonly leaseUs: number;
   readonly channel: string;
-  /** The options version (reconfigure()), written after the counts past 0 (" @v"). */
-  readonly version?: number;
+  /** The options version (reconfigure()). */
+  readonly version: number;
 }): Rule {
-  const version = p.version ?? 0;
-  const counts = writeCounts(['held', 'adm', 'rej'], version);
+  const counts = writeCounts(['held', 'adm', 'rej'], p.version);
   const save = `if add then
   -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release() by
   -- key frees those first, and a lease's own release() still finds its id.
@@ -85,10 +84,7 @@ end`,
     // count behind.
     load: `local held, adm, rej = 0, 0, 0
 local add, freed
-local v = redis.call('GET', K1)
-if v then
-  ${readCounts('v', ['held', 'adm', 'rej'], version)}
-end
+${readCounts('K1', ['held', 'adm', 'rej'], p.version)}
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)
 if #gone > 0 then
   for _, m in ipairs(gone) do held = held - permitsOf(m) end

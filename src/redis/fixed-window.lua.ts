@@ -8,7 +8,7 @@ import { encodeState, loadState, windowGeometry } from './state.lua.js';
  */
 export function fixedWindowRule(
   p: { readonly limit: number; readonly windowUs: number },
-  history?: History,
+  history: History,
 ): Rule {
   const state: Packed = {
     what: 'FixedWindow',

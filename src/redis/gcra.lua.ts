@@ -14,7 +14,7 @@ export interface GcraParams {
   /** The TTL's step in ms (gcraStepMs()). */
   readonly stepMs: number;
   /** The options' versions (reconfigure()), `past` the units [k, scale] of each earlier one. */
-  readonly history?: History;
+  readonly history: History;
 }
 
 /**

@@ -148,8 +148,7 @@ export interface Packed {
   readonly what: string;
   readonly fields: readonly string[];
   readonly geo: Geometry;
-  /** Absent: version 0, never reconfigured. */
-  readonly history?: History | undefined;
+  readonly history: History;
   /**
    * Lua: converts the fields of a state (its first field set) from settings `from` (Lua
    * expressions, an earlier version's) to settings `to` (the next version's), as seen at

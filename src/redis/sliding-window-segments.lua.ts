@@ -23,11 +23,9 @@ export function slidingWindowSegmentsRule(p: {
   readonly segmentUs: number;
   readonly segments: number;
   /** The options version (reconfigure()). */
-  readonly version?: number;
+  readonly version: number;
 }): Rule {
   const base = `g${p.segmentUs}/${p.segments}`;
-  const version = p.version ?? 0;
-  const tag = `${base}@${version}`;
   const describe = (t: string) =>
     `(function(t) local s, n = string.match(t, '^g(%d+)/(%d+)') if not s then return t end return 'windowMs ' .. ${shown('s * n / 1000')} .. ' in ' .. n .. ' segments' end)(${t})`;
   // The counts rolled to segment cur in place (a grant's or a refund's).
@@ -61,19 +59,13 @@ local i = 1
 ${getKey('K1')}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
-  -- tag (its settings cannot change with segments) is read as it is: plain counts under any
-  -- limit.
-  local first = string.match(v, '^%S+')
-  if first ~= '${tag}' then
-    local b, u = string.match(first or '', '^(g%d+/%d+)@(%d+)$')
-    if b == '${base}' then
-      if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
-    elseif b then
-      ${mismatch('SlidingWindow', describe('first'), describe(`'${tag}'`))}
-    else
-      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
-    end
+  -- counts (its settings cannot change with segments) are read as they are, under any limit.
+  local b, u = string.match(v, '^(g%d+/%d+)@(%d+) ')
+  if b ~= '${base}' then
+    if b then ${mismatch('SlidingWindow', describe('b'), describe(`'${base}'`))} end
+    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
   end
+  if tonumber(u) > ${p.version} then ${newer('tonumber(u)')} end
   i = -3
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
@@ -96,7 +88,7 @@ used = used + ${x}`,
 end`,
     // A refusal saves the stored state again (its rejected count aside): it ends where it did.
     stored: {
-      value: `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
+      value: `string.format('${base}@${p.version} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
       keep: '(not ok or full)',
       until: 'NOW + fresh',
     },

@@ -13,7 +13,7 @@ import { encodeState, loadState, windowGeometry } from './state.lua.js';
  */
 export function slidingWindowRule(
   p: { readonly limit: number; readonly windowUs: number; readonly prevQuantum: number },
-  history?: History,
+  history: History,
 ): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const stored = (x: string) =>

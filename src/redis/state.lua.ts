@@ -31,14 +31,17 @@ export function newer(u: string): string {
 }
 
 /**
- * Lua: the counts `names` (declared by the caller) read from the text `v`, "a b … @u": u,
- * the writer's options version, newer than `version` stops the call before any write.
+ * Lua: `local v`, GET of `key`, and from it the counts `names` (declared by the caller), text
+ * "a b … @u": u, the writer's options version, newer than `version` stops the call first.
  */
-export function readCounts(v: string, names: readonly string[], version: number): string {
+export function readCounts(key: string, names: readonly string[], version: number): string {
   const texts = names.map((_, i) => `c${i + 1}`);
-  return `local ${texts.join(', ')}, u = string.match(${v}, '^${names.map(() => '(%S+)').join(' ')} @(%d+)$')
+  return `local v = redis.call('GET', ${key})
+if v then
+  local ${texts.join(', ')}, u = string.match(v, '^${names.map(() => '(%S+)').join(' ')} @(%d+)$')
   if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
-  ${names.join(', ')} = ${texts.map((t) => `tonumber(${t})`).join(', ')}`;
+  ${names.join(', ')} = ${texts.map((t) => `tonumber(${t})`).join(', ')}
+end`;
 }
 
 /** Lua: the text of the counts `names` as readCounts() reads them. */
@@ -62,7 +65,7 @@ export const NEWER_ERROR = / failed: NEWER (\d+)$/;
  */
 export function loadState(s: Packed): string {
   const { what, fields, geo } = s;
-  const version = s.history?.version ?? 0;
+  const version = s.history.version;
   const g = geo.values.map((_, i) => `g${i + 1}`);
   const error = `error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no ${what} state of a known version (another program wrote it, or a ${what} of other options)' .. ${MARK}))`;
   const check = (values: readonly string[]) =>
@@ -97,7 +100,7 @@ if v then
   if u == ${version} then
     ${check(geo.values)}
   else
-    ${version === 0 ? error : convert(s.history!)}
+    ${version === 0 ? error : convert(s.history)}
   end
 else
   adm, rej = 0, 0
@@ -107,7 +110,7 @@ end`;
 /** Lua: the stored string of state `s` (its fields' locals), as loadState() reads it. */
 export function encodeState(s: Packed): string {
   const { geo, fields } = s;
-  return `struct.pack('${format(s)}', ${LAYOUT}, ${s.history?.version ?? 0}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
+  return `struct.pack('${format(s)}', ${LAYOUT}, ${s.history.version}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
 }
 
 /** A window's settings: its length W (µs) and, for a sliding window, the previous count's quantum. */

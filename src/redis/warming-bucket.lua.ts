@@ -29,7 +29,7 @@ export function warmingGeometry(m: WarmingParams): number[] {
  * cold state is no state. Pays later: a call is admitted once the previous one's debt is
  * paid.
  */
-export function warmingBucketRule(m: WarmingParams, history?: History): Rule {
+export function warmingBucketRule(m: WarmingParams, history: History): Rule {
   const state: Packed = {
     what: 'WarmingBucket',
     fields: ['q', 'nf', 'adm', 'rej'],
