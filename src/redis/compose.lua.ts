@@ -46,11 +46,9 @@ export function ttlTo(endUs: string): string {
 }
 
 /**
- * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 with
- * a TTL reaching its end, or K1 deleted when fresh is 0. The key's TTL is kept when `keep`
- * says that the state stored before ends no earlier — on Redis time only: every writer sets
- * a TTL reaching at least its state's end, so a state ending no later than the stored one is
- * covered by the TTL already there. Setting an expiry is the dearest part of a SET.
+ * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 (K1
+ * deleted when fresh is 0). The TTL is kept when `keep` holds, on Redis time only: every
+ * writer sets a TTL reaching its state's end (setting one is the dearest part of a SET).
  */
 function save(rule: Rule): string {
   const s = rule.stored;
@@ -71,9 +69,8 @@ end`
 
 /**
  * Lua: `local retry`, the least whole µs from NOW at which `grants(µs)` holds, searched from
- * `guess` (µs from NOW): up by doubling steps, then down by halving; math.huge when the
- * guess is not a number, or past 2^52 µs (where whole µs are not all doubles and a search
- * would not end), or no time within 2^52 µs grants. The in-memory retry search, step for step.
+ * `guess` (µs from NOW) as in memory: up by doubling steps, then down by halving; math.huge
+ * when the guess is not a number, or nothing grants within 2^52 µs (where whole µs end).
  */
 const RETRY_SEARCH = `local retry
 if guess ~= guess or guess > 4503599627370496 then
@@ -121,9 +118,8 @@ ${RETRY_SEARCH}`;
 /**
  * Lua: the verdict of `op` (absent: by OP), `ok` and `got`. A call: its P permits, if they
  * fit. A fleet lease ('b'): the most of P that fit, at least LEAST — the whole lease first
- * (a hot key that is not limited, the case leases are for, takes one test), else a
- * bisection on the same test (fits is monotone in the count). After a lease's, P is LEAST:
- * what a refusal counts and waits for.
+ * (a hot key not limited takes one test), else a bisection. Then P is LEAST: what a refusal
+ * counts and waits for.
  */
 function verdict(rule: Rule, op: Single | undefined): string {
   const call = `ok = ${rule.fits('P')}`;
@@ -236,9 +232,7 @@ if OP == 'x' then
 elseif OP == 's' then
   local avail
   ${rule.avail}
-  ${toReply('avail')}
-  ${toReply('adm')}
-  ${toReply('rej')}
+  ${['avail', 'adm', 'rej'].map(toReply).join('\n')}
   return ${ret(['avail', 'adm', 'rej'])}
 elseif OP == 'r' then
   local TAKEN = NOW
@@ -258,11 +252,10 @@ ${decide(rule, undefined, ret, ret, decision, needsNow)}`;
 }
 
 /**
- * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls ('t', 'c': OP)
- * of P permits on one key, each decided as its own driver run would decide it, with one
- * load and one save for all of them: a key's state, read and written by Redis commands that
- * cost more than the arithmetic, is kept in locals from one call to the next (rule.again
- * re-derives what load derives from it). Each call's reply goes out as flatReplies() has it.
+ * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls (OP) of P permits
+ * on one key, each decided as its driver run would, with one load and one save: the state
+ * stays in locals between calls (rule.again re-derives what load derives from it), as its
+ * Redis commands cost more than the arithmetic.
  */
 function decideRun(rule: Rule, decision: Decide): string {
   return `${rule.load}
@@ -294,14 +287,11 @@ return true`;
 }
 
 /**
- * The batch form's replies, written into one flat table R (from R[D + 1]) instead of a table
- * per call: Redis converts every table of a reply at a cost (a lookup of each of its
- * special fields), and the client parses one array instead of one per call. Each entry:
- * - a bare value (tryAcquire()'s verdict): `putv(x)`, as is;
- * - a table of n fields: n, then the fields (`putN`);
- * - a decision: −n, then its n fields without `now` (`decN`): allowed, avail, retry, fresh,
- *   then a refusal's hint or a lease's got and counted. The client knows each call's time.
- * Returns the helpers' Lua (for the arities used) with the Ret and Decide that call them.
+ * The batch form's replies, in one flat table R (from R[D + 1]), not a table a call: Redis
+ * converts each table of a reply at a cost, and the client parses one array. An entry: a
+ * bare value (`putv(x)`); a table of n fields: n, then the fields (`putN`); a decision: −n,
+ * then its fields but `now`, which the client knows (`decN`). Returns the helpers' Lua (of
+ * the arities used) with the Ret and Decide that call them.
  */
 function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
   const tables = new Set<number>();
@@ -423,9 +413,8 @@ ${runBody}
 end`
 }`;
   // A rule whose load GETs its first key takes it from one MGET of every call's first key,
-  // made before the first call: one command instead of one a key. Only a key's first load
-  // in the batch takes it (its later calls read what the ones before wrote); a key MGET
-  // found no string (none, or another type) is read by GET, which says which.
+  // before the first call: one command, not one a key. Only a key's first load takes it (its
+  // later calls read what the ones before wrote).
   const prefetched = functions.split(GET_K1).join(PREFETCHED_GET_K1);
   const prefetch = prefetched !== functions;
   const batch = `-- atomic-limiter:${rule.name}-batch

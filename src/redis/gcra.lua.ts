@@ -18,10 +18,9 @@ export interface GcraParams {
 }
 
 /**
- * The step a bucket's TTL is rounded up to (ms): an eighth of the time the bucket takes to
- * fill from empty, 1 ms to 1 s. The key lives until the bucket is full again, to the end of
- * that step: at most one step longer than it must, and a key spent faster than it refills
- * has its TTL set about once per step instead of on every call (saveState()).
+ * The step a bucket's TTL is rounded up to (ms): an eighth of its fill time, 1 ms to 1 s. A
+ * key lives at most a step longer than it must, and one spent faster than it refills has
+ * its TTL set about once a step, not on every call.
  */
 export function gcraStepMs(capacity: number, intervalUs: number): number {
   return Math.min(1000, Math.max(1, Math.floor((capacity * intervalUs) / 8000)));
@@ -100,10 +99,9 @@ end`,
     guess: `local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + P * K - TAU - u) / SCALE'}`,
     give: (ret) => `if not (tat and tat > u) then return ${ret(['1'])} end
 tat = math.max(u, tat - P * K)`,
-    // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
-    // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
-    // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
-    // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
+    // acquire(): reserve the first time the permits can be had (FIFO by arrival at Redis),
+    // unless the permits waiting, this call's too, pass the queue limit (a token bucket's owed
+    // past the burst, a leaky bucket's in it). Replies {3, waitUs, now}, or {2, retryUs} full.
     reserve: (ret, save) => `local cost = P * K
 local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge

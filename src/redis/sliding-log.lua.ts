@@ -23,10 +23,9 @@ end`;
 }
 
 /**
- * SlidingLog (src/algorithms/sliding-log.ts): exact. K1 is a list of the times the last
- * `limit` permits were granted, newest first (one entry per permit, like the in-memory
- * ring); K2 holds "admitted rejected". Index i is the in-memory log position head − 1 − i.
- * Both keys live until the newest entry leaves the window.
+ * SlidingLog (src/algorithms/sliding-log.ts): exact. K1 lists the times the last `limit`
+ * permits were granted, newest first (index i: the in-memory ring's head − 1 − i); K2 holds
+ * "admitted rejected @version". Both live until the newest entry leaves the window.
  */
 export function slidingLogRule(p: {
   readonly limit: number;

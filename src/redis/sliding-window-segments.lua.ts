@@ -48,11 +48,10 @@ for j = shift + 1, N do used = used + cs[j] end`;
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local S = ${luaNumber(p.segmentUs)}
 local N = ${luaNumber(p.segments)}`,
-    // cs[i] counts segment seg - N + i; counts past these N are not read, missing ones are 0.
-    // cur: NOW's segment (a later stored one: the clock went back); the counts still in the
-    // window are those past the first `shift` (rolled only by a grant or refund, which save
-    // it). `full`: the stored state counts in segment cur already, so a grant's state ends
-    // no later than it (its key's TTL reaches the end of its newest segment holding permits).
+    // cs[i] counts segment seg - N + i (missing ones 0). cur: NOW's segment (a later stored
+    // one: the clock went back); the counts in the window are those past the first `shift`
+    // (rolled by a grant or refund). `full`: the stored state counts in segment cur, so a
+    // grant's state ends no later than it.
     load: `local seg, adm, rej = nil, 0, 0
 local cs = {}
 local i = 1

@@ -5,10 +5,7 @@ import { encodeState, loadState, shown } from './state.lua.js';
 /** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
 type WarmingParams = Omit<WarmingModel, 'staleUs'>;
 
-/**
- * A WarmingBucket's settings: its stable interval, most stored permits, cool-down per
- * permit, quanta per permit and time unit, written into the state (state.lua.ts).
- */
+/** A WarmingBucket's settings: stable interval, most stored permits, cool-down, quanta, unit. */
 const GEO: Geometry = {
   values: ['S', 'MAXP', 'COOL', 'QUANTA', 'UNIT'],
   describe: (v) =>
@@ -22,12 +19,10 @@ export function warmingGeometry(m: WarmingParams): number[] {
 
 /**
  * WarmingBucket (src/algorithms/warming-bucket.ts): Guava's SmoothWarmingUp with the
- * in-memory class's arithmetic, operation for operation, on plain locals instead of a packed
- * word. Stored as stored quanta q, next free time nf (units since time 0; the in-memory
- * class counts from its epoch: the same figures when that epoch is 0), admitted, rejected,
- * after the writer's settings (state.lua.ts), with a TTL until the state is cold again; a
- * cold state is no state. Pays later: a call is admitted once the previous one's debt is
- * paid.
+ * in-memory class's arithmetic, operation for operation, on plain locals. Stored as quanta q,
+ * next free time nf (units since time 0: the in-memory figures when its epoch is 0),
+ * admitted, rejected, with a TTL until the state is cold again (a cold state is no state).
+ * Pays later: a call is admitted once the previous one's debt is paid.
  */
 export function warmingBucketRule(m: WarmingParams, history: History): Rule {
   const state: Packed = {
