@@ -1,5 +1,5 @@
 import { type History, luaNumber, type Packed, type Rule } from './rule.js';
-import { encodeState, loadState, windowGeometry } from './state.lua.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
@@ -13,7 +13,7 @@ export function fixedWindowRule(
   const state: Packed = {
     what: 'FixedWindow',
     fields: ['sw', 'sc', 'adm', 'rej'],
-    geo: windowGeometry('W'),
+    geo: { values: ['W'], describe: (v) => `'windowMs ' .. ${shown(`${v[0]} / 1000`)}` },
     history,
     // From window o (µs) to n, as in memory: the count of a window not over at `at` is
     // counted in the new window containing `at` (or the later one the stored window reaches).

@@ -1,5 +1,5 @@
 import { type History, luaNumber, type Packed, type Rule } from './rule.js';
-import { bucketGeometry, encodeState, loadState } from './state.lua.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
 export interface GcraParams {
@@ -40,7 +40,12 @@ export function gcraRule(p: GcraParams): Rule {
   const state: Packed = {
     what: 'TokenBucket/LeakyBucket',
     fields: ['tat', 'adm', 'rej', 'E'],
-    geo: bucketGeometry('K', 'SCALE'),
+    // Its units: K a permit, SCALE per µs.
+    geo: {
+      values: ['K', 'SCALE'],
+      describe: (v) =>
+        `'refillPerSecond ' .. ${shown(`${v[1]} * 1000000 / ${v[0]}`)} .. ' (' .. ${shown(v[0]!)} .. ' units a permit)'`,
+    },
     history: p.history,
     // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`, as in
     // memory: what a key owes, in permits, stays owed, rounded up in the new units; E as

@@ -1,6 +1,6 @@
 import { WIDE_SPAN } from '../engine/layout.js';
 import { type History, luaNumber, type Packed, type Rule } from './rule.js';
-import { encodeState, loadState, windowGeometry } from './state.lua.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
@@ -21,7 +21,12 @@ export function slidingWindowRule(
   const state: Packed = {
     what: 'SlidingWindow',
     fields: ['sw', 'sp', 'sc', 'adm', 'rej'],
-    geo: windowGeometry('W', 'Q'),
+    // Its window and the previous count's quantum.
+    geo: {
+      values: ['W', 'Q'],
+      describe: (v) =>
+        `'windowMs ' .. ${shown(`${v[0]} / 1000`)} .. ' (previous count in steps of ' .. ${shown(v[1]!)} .. ')'`,
+    },
     history,
     // From window o (µs) to n, as in memory: read as of `at`; under the same window both
     // counts stay, under another the previous count's weight then plus the current count

@@ -1,5 +1,5 @@
 import { getKey, MARK } from './compose.lua.js';
-import { type Geometry, type History, luaNumber, type Packed } from './rule.js';
+import { type History, luaNumber, type Packed } from './rule.js';
 
 /**
  * How a bucket's or a window's state is stored in its key: a layout byte (LAYOUT), the
@@ -111,24 +111,4 @@ end`;
 export function encodeState(s: Packed): string {
   const { geo, fields } = s;
   return `struct.pack('${format(s)}', ${LAYOUT}, ${s.history.version}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
-}
-
-/** A window's settings: its length W (µs) and, for a sliding window, the previous count's quantum. */
-export function windowGeometry(w: string, quantum?: string): Geometry {
-  return {
-    values: quantum === undefined ? [w] : [w, quantum],
-    describe: (v) =>
-      quantum === undefined
-        ? `'windowMs ' .. ${shown(`${v[0]} / 1000`)}`
-        : `'windowMs ' .. ${shown(`${v[0]} / 1000`)} .. ' (previous count in steps of ' .. ${shown(`${v[1]}`)} .. ')'`,
-  };
-}
-
-/** A bucket's settings: its units (K per emission interval) and units per µs. */
-export function bucketGeometry(k: string, scale: string): Geometry {
-  return {
-    values: [k, scale],
-    describe: (v) =>
-      `'refillPerSecond ' .. ${shown(`${v[1]} * 1000000 / ${v[0]}`)} .. ' (' .. ${shown(`${v[0]}`)} .. ' units a permit)'`,
-  };
 }
