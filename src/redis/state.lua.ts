@@ -1,5 +1,5 @@
 import { getKey, MARK } from './compose.lua.js';
-import { type History, luaNumber, type Packed } from './rule.js';
+import { luaNumber, type Packed } from './rule.js';
 
 /**
  * How a bucket's or a window's state is stored in its key: a layout byte (LAYOUT), the
@@ -76,10 +76,9 @@ export function loadState(s: Packed): string {
   // the time it was made, as the in-memory class converted every state then. The tables are
   // built only here: on a key's first call under a new version. After a conversion the key's
   // TTL is set anew (SERVER false: no KEEPTTL), as the state's end moved with its settings.
-  const convert = (
-    h: History,
-  ) => `local GEOS = {${[...h.past.map((x) => list(x.map(luaNumber))), list(geo.values)].join(', ')}}
-    local TIMES = {${h.times.map(luaNumber).join(', ')}}
+  const geos = [...s.history.past.map((x) => list(x.map(luaNumber))), list(geo.values)];
+  const convert = `local GEOS = {${geos.join(', ')}}
+    local TIMES = {${s.history.times.map(luaNumber).join(', ')}}
     local was = GEOS[u + 1]
     if not was then ${error} end
     ${check(at('was'))}
@@ -100,7 +99,7 @@ if v then
   if u == ${version} then
     ${check(geo.values)}
   else
-    ${version === 0 ? error : convert(s.history)}
+    ${version === 0 ? error : convert}
   end
 else
   adm, rej = 0, 0
