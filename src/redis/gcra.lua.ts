@@ -28,18 +28,20 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
 
 /**
  * TokenBucket and LeakyBucket (GCRA, src/algorithms/gcra.ts): the theoretical arrival time
- * (tat) in units of 1/K of the emission interval, from an origin E. Stored as tat, admitted,
- * rejected, E (state.lua.ts) with a TTL of the time to refill, rounded up to the bucket's
- * step: a state ending in the stored one's step keeps its TTL. E is 0 (the in-memory
- * figures when its epoch is 0) while units since it stay under 2^51; past 10^6 per second
- * (a unit under 1 µs) Redis TIME's units are past that, so E is a multiple of 2^36 µs at or
- * before the key's first write, moved forward once units pass 2^51, what is ahead kept, one
- * unit stricter, never earlier.
+ * (tat) in units of 1/K of the emission interval, from time 0 (the in-memory figures when
+ * its epoch is 0). Stored as tat, admitted, rejected (state.lua.ts) with a TTL of the time
+ * to refill, rounded up to the bucket's step: a state ending in the stored one's step keeps
+ * its TTL. Past 10^6 per second (a unit under 1 µs) Redis TIME's µs in units are not exact
+ * in a double, so the key counts from an origin E, a fourth field: 0 while units stay under
+ * 2^51 (a ManualClock's), else a multiple of 2^36 µs at or before its first write, moved
+ * forward once units pass 2^51, what is ahead kept, one unit stricter, never earlier.
  */
 export function gcraRule(p: GcraParams): Rule {
+  const fast = p.scale > 1;
   const state: Packed = {
     what: 'TokenBucket/LeakyBucket',
-    fields: ['tat', 'adm', 'rej', 'E'],
+    fields: ['tat', 'adm', 'rej'],
+    spare: { name: 'E', written: fast },
     // Its units: K a permit, SCALE per µs.
     geo: {
       values: ['K', 'SCALE'],
@@ -50,10 +52,10 @@ export function gcraRule(p: GcraParams): Rule {
     // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`, as in
     // memory: what a key owes, in permits, stays owed, rounded up in the new units; E as
     // the load sets it.
-    convert: (from, to, at) => `local ahead = tat - math.floor((${at} - E) * ${from[1]})
+    convert: (from, to, at) => `local ahead = tat - math.floor((${at} - (E or 0)) * ${from[1]})
       if ahead > 0 then
         E = 0
-        if ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
+        if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
         tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
       else
         tat = nil
@@ -61,11 +63,11 @@ export function gcraRule(p: GcraParams): Rule {
   };
   // A leaky bucket's allowance is the cost itself.
   const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
-  const at = (t: string) => `local u = math.floor((${t} - E) * SCALE)
+  const at = (t: string) => `local u = math.floor(${fast ? `(${t} - E)` : t} * SCALE)
 local base = u
 if tat and tat > u then base = tat end`;
   // The step the state ends in.
-  const ends = 'math.ceil((E + tat / SCALE) / STEP_US)';
+  const ends = `math.ceil(${fast ? '(E + tat / SCALE)' : 'tat / SCALE'} / STEP_US)`;
   return {
     name: 'gcra',
     consts: `local K = ${luaNumber(p.k)}
@@ -76,7 +78,9 @@ local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     load: `${loadState(state)}
 local oldEnds
 if tat then oldEnds = ${ends} end
-if not E or (NOW - E) * SCALE >= 2^51 then
+${
+  fast
+    ? `if not E or (NOW - E) * SCALE >= 2^51 then
   local origin = 0
   if NOW * SCALE >= 2^51 then origin = math.floor(NOW / 2^36) * 2^36 end
   if E and tat then
@@ -85,7 +89,9 @@ if not E or (NOW - E) * SCALE >= 2^51 then
   end
   E = origin
 end
-${at('NOW')}`,
+`
+    : ''
+}${at('NOW')}`,
     at,
     fits: (x) => `base - u + ${x} * K <= ${allowance(x)}`,
     take: (x) => `tat = base + ${x} * K`,

@@ -2,18 +2,26 @@ import { getKey, MARK } from './compose.lua.js';
 import { luaNumber, type Packed } from './rule.js';
 
 /**
- * How a bucket's or a window's state is stored in its key: a layout byte (LAYOUT), the
- * writer's options version (reconfigure()), its settings (Geometry), then the fields, as
- * little-endian doubles (struct.pack '<B' + 'd' × n): one C call to read or write, where
- * text needs a parse and a format per field. Doubles hold every figure exactly (integers
- * below 2^53). The layout byte and the length make a value of another format (another
- * program's) an error naming the key.
+ * How a bucket's or a window's state is stored in its key: a head of 4 bytes, LAYOUT then
+ * the writer's options version (reconfigure()) in the other three (version × 256 + LAYOUT,
+ * little-endian: one figure to compare with this limiter's), then its settings (Geometry)
+ * and the fields as doubles (struct.pack '<I4' + 'd' × n): one C call to read or write,
+ * where text needs a parse and a format per field. Doubles hold every figure exactly
+ * (integers below 2^53). The layout byte and the length make a value of another format
+ * (another program's) an error naming the key.
  */
 const LAYOUT = 3;
 
-/** struct format of a state of `s`'s doubles: the options version, settings and fields. */
-function format(s: Packed): string {
-  return `<B${'d'.repeat(1 + s.geo.values.length + s.fields.length)}`;
+/** struct format of a state of `fields` after the head and settings of `s`. */
+function format(s: Packed, fields: readonly string[]): string {
+  return `<I4${'d'.repeat(s.geo.values.length + fields.length)}`;
+}
+
+/** The fields of state `s` that a stored state may hold: with its spare field, and without. */
+function layouts(s: Packed): (readonly string[])[] {
+  if (s.spare === undefined) return [s.fields];
+  const full = [...s.fields, s.spare.name];
+  return s.spare.written ? [full, s.fields] : [s.fields, full];
 }
 
 /** Lua: a number for a message, shortest form. */
@@ -89,17 +97,26 @@ export function loadState(s: Packed): string {
       end
     end
     SERVER = false`;
-  return `local ${fields.join(', ')}
+  const read = layouts(s).map(
+    (l) => `#v == ${4 + 8 * (g.length + l.length)} then
+    head, ${g.join(', ')}, ${l.join(', ')} = struct.unpack('${format(s, l)}', v)`,
+  );
+  return `local ${[...fields, ...(s.spare ? [s.spare.name] : [])].join(', ')}
 ${getKey('K1')}
 if v then
-  if #v ~= ${1 + 8 * (1 + g.length + fields.length)} or string.byte(v) ~= ${LAYOUT} then ${error} end
-  local _, u, ${g.join(', ')}
-  _, u, ${g.join(', ')}, ${fields.join(', ')} = struct.unpack('${format(s)}', v)
-  if u > ${version} then ${newer('u')} end
-  if u == ${version} then
-    ${check(geo.values)}
+  local head, ${g.join(', ')}
+  if ${read.join('\n  elseif ')}
   else
-    ${version === 0 ? error : convert}
+    ${error}
+  end
+  if head == ${version * 256 + LAYOUT} then
+    ${check(geo.values)}
+  elseif head % 256 ~= ${LAYOUT} then
+    ${error}
+  else
+    local u = (head - ${LAYOUT}) / 256
+    if u > ${version} then ${newer('u')} end
+    ${version === 0 ? '' : convert}
   end
 else
   adm, rej = 0, 0
@@ -108,6 +125,6 @@ end`;
 
 /** Lua: the stored string of state `s` (its fields' locals), as loadState() reads it. */
 export function encodeState(s: Packed): string {
-  const { geo, fields } = s;
-  return `struct.pack('${format(s)}', ${LAYOUT}, ${s.history.version}, ${geo.values.join(', ')}, ${fields.join(', ')})`;
+  const fields = layouts(s)[0]!;
+  return `struct.pack('${format(s, fields)}', ${s.history.version * 256 + LAYOUT}, ${s.geo.values.join(', ')}, ${fields.join(', ')})`;
 }

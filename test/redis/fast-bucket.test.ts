@@ -15,8 +15,8 @@ const CAPACITY = 1_000_000;
 const RATE = 1e9;
 
 /**
- * A stored state of a fast bucket: `saved`'s head (the layout byte, the options version and
- * the writer's two settings), then tat, admitted, rejected, origin.
+ * A stored state of a fast bucket: `saved`'s head (the layout byte and the options version
+ * in 4 bytes, the writer's two settings), then tat, admitted, rejected, origin.
  */
 function state(saved: Buffer, ...fields: number[]): Buffer {
   const b = Buffer.alloc(HEAD + 8 * fields.length);
@@ -26,7 +26,7 @@ function state(saved: Buffer, ...fields: number[]): Buffer {
 }
 
 /** The bytes of a bucket's state before its fields (src/redis/state.lua.ts). */
-const HEAD = 1 + 8 * 3;
+const HEAD = 4 + 8 * 2;
 
 describe('Redis buckets past 10^6 per second', () => {
   let redis: Redis;

@@ -37,13 +37,13 @@ interface Case {
 }
 
 /**
- * The packed state's fields (state.lua.ts: a layout byte, the options version, the writer's
- * settings — `settings` doubles —, then the fields as doubles).
+ * The packed state's fields (state.lua.ts: a 4-byte head, its first byte the layout, the
+ * writer's settings — `settings` doubles —, then the fields as doubles).
  */
 function fields(value: Buffer, settings: number): number[] {
   expect(value[0]).toBe(3);
   const out: number[] = [];
-  for (let at = 9 + 8 * settings; at < value.length; at += 8) out.push(value.readDoubleLE(at));
+  for (let at = 4 + 8 * settings; at < value.length; at += 8) out.push(value.readDoubleLE(at));
   return out;
 }
 
