@@ -9,14 +9,9 @@ import { type Composed, luaNumber, luaValue, type Ret, type Rule, type Single } 
 /** Lua: an error's text ends with the call's token, how the runner knows it (none in a batch). */
 export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
-/** Lua: `local v`, GET of `key` by redis.pcall: a key of another type fails with the token. */
-export function getKey(key: string): string {
-  return `local v = redis.pcall('GET', ${key})
+/** Lua: `local v`, K1's value, by redis.pcall: a key of another type fails with the token. */
+const GET_K1 = `local v = redis.pcall('GET', K1)
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
-}
-
-/** getKey() of the first key, as rules load it. */
-const GET_K1 = getKey('K1');
 
 /** GET_K1 in a batch: the value MGET prefetched (PRE, taken once), else a GET, which says why. */
 const PREFETCHED_GET_K1 = `local v = PRE
@@ -223,9 +218,9 @@ ${reply(rule, granting, `return ${decision(refused(rule))}`, needsNow)}`
 }`;
 }
 
-/** Lua: the driver's body for every op (`decision`, `needsNow`: decide()'s). */
-function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): string {
-  return `${rule.load}
+/** Lua: the driver's body for every op (`get`: rule.load's; `decision`, `needsNow`: decide()'s). */
+function driverBody(rule: Rule, ret: Ret, get: string, decision?: Decide, needsNow = true): string {
+  return `${rule.load(get)}
 if OP == 'x' then
   ${rule.drop ?? "redis.call('DEL', K1)"}
   return ${ret(['1'])}
@@ -258,7 +253,7 @@ ${decide(rule, undefined, ret, ret, decision, needsNow)}`;
  * Redis commands cost more than the arithmetic.
  */
 function decideRun(rule: Rule, decision: Decide): string {
-  return `${rule.load}
+  return `${rule.load(PREFETCHED_GET_K1)}
 local granted = false
 for _ = 1, CALLS do
   local got = P
@@ -390,9 +385,9 @@ local OP = ARGV[1]
 ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
-${top(driverBody(rule, ret))}`;
+${top(driverBody(rule, ret, GET_K1))}`;
   const flat = flatReplies();
-  const batchBody = driverBody(rule, flat.ret, flat.decision, false);
+  const batchBody = driverBody(rule, flat.ret, PREFETCHED_GET_K1, flat.decision, false);
   const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
   const functions = `local function one()
 ${batchBody}
@@ -400,7 +395,7 @@ end
 ${(['t', 'c'] as const)
   .map(
     (op) => `local function one${op.toUpperCase()}()
-${rule.load}
+${rule.load(PREFETCHED_GET_K1)}
 ${decide(rule, op, flat.ret, flat.ret, flat.decision, false)}
 end`,
   )
@@ -415,8 +410,7 @@ end`
   // A rule whose load GETs its first key takes it from one MGET of every call's first key,
   // before the first call: one command, not one a key. Only a key's first load takes it (its
   // later calls read what the ones before wrote).
-  const prefetched = functions.split(GET_K1).join(PREFETCHED_GET_K1);
-  const prefetch = prefetched !== functions;
+  const prefetch = rule.load(GET_K1) !== rule.load(PREFETCHED_GET_K1);
   const batch = `-- atomic-limiter:${rule.name}-batch
 local K1, K2, TOKEN
 ${consts}
@@ -424,7 +418,7 @@ local OP, NOW, SERVER, P, EXTRA
 local R, D = {}, 2
 local PRE, MG
 ${flat.helpers()}
-${prefetched}
+${functions}
 local ONE = one
 local nk = tonumber(ARGV[1])
 ${
@@ -520,7 +514,7 @@ ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load}\n${decide(rule, op, ret, tryRet, flatDecision)}`)}`;
+${top(`${rule.load(GET_K1)}\n${decide(rule, op, ret, tryRet, flatDecision)}`)}`;
   };
   return { driver, batch, single };
 }

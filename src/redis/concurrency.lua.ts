@@ -79,7 +79,7 @@ local function free(n)
   end
 end`,
     // Written at once when leases expired: a stats() call must not leave the count behind.
-    load: `local held, adm, rej = 0, 0, 0
+    load: () => `local held, adm, rej = 0, 0, 0
 local add, freed
 ${readCounts('K1', ['held', 'adm', 'rej'], p.version)}
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)

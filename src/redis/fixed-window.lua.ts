@@ -32,7 +32,7 @@ if sw and sw >= win then win, count = sw, sc end`;
 local W = ${luaNumber(p.windowUs)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 local stored = sw
 ${at('NOW')}`,
     at,

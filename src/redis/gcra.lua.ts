@@ -75,7 +75,7 @@ local SCALE = ${luaNumber(p.scale)}
 local TAU = ${luaNumber(p.tau)}
 local LIMIT = ${luaNumber(p.limit)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 local oldEnds
 if tat then oldEnds = ${ends} end
 ${

@@ -18,8 +18,11 @@ export interface Rule {
   /** Names the script (and its forms) in errors. */
   readonly name: string;
   readonly consts: string;
-  /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
-  readonly load: string;
+  /**
+   * Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. K1's
+   * string, if read, by `get` (Lua declaring `local v`: the batch's may be prefetched).
+   */
+  load(get: string): string;
   /** Lua condition: `x` permits may be granted at NOW. */
   fits(x: string): string;
   /** Lua: counts `x` permits granted at NOW into the state. */

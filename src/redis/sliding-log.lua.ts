@@ -43,7 +43,7 @@ export function slidingLogRule(p: {
 local W = ${luaNumber(p.windowUs)}
 local KEEP = ${luaNumber(Math.max(p.limit, p.keep ?? 0))}
 local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
-    load: `local adm, rej = 0, 0
+    load: () => `local adm, rej = 0, 0
 ${readCounts('K2', ['adm', 'rej'], p.version)}
 local newest
 local pushed, size = 0, math.huge`,

@@ -1,4 +1,4 @@
-import { getKey, MARK } from './compose.lua.js';
+import { MARK } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { mismatch, newer, shown } from './state.lua.js';
 
@@ -52,10 +52,10 @@ local N = ${luaNumber(p.segments)}`,
     // one: the clock went back); the counts in the window are those past the first `shift`
     // (rolled by a grant or refund). `full`: the stored state counts in segment cur, so a
     // grant's state ends no later than it.
-    load: `local seg, adm, rej = nil, 0, 0
+    load: (get) => `local seg, adm, rej = nil, 0, 0
 local cs = {}
 local i = 1
-${getKey('K1')}
+${get}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
   -- counts (its settings cannot change with segments) are read as they are, under any limit.

@@ -63,7 +63,7 @@ local W = ${luaNumber(p.windowUs)}
 local Q = ${luaNumber(p.prevQuantum)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 local ends
 if sw then
   if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end

@@ -1,4 +1,4 @@
-import { getKey, MARK } from './compose.lua.js';
+import { MARK } from './compose.lua.js';
 import { luaNumber, type Packed } from './rule.js';
 
 /**
@@ -66,12 +66,12 @@ export function mismatch(what: string, was: string, has: string): string {
 export const NEWER_ERROR = / failed: NEWER (\d+)$/;
 
 /**
- * Lua: the load of K1's state `s` into locals of its fields' names (declared here); a key
- * holding none leaves them nil and adm, rej 0. Settings other than `geo`'s are an error
- * naming the key and both; a newer options version than the history's stops the call
- * (newer()); an older one must hold that version's settings and is converted.
+ * Lua: the load of K1's state `s` (its string by `get`) into locals of its fields' names
+ * (declared here); a key holding none leaves them nil and adm, rej 0. Settings other than
+ * `geo`'s are an error naming the key and both; a newer options version than the history's
+ * stops the call (newer()); an older one must hold that version's settings and is converted.
  */
-export function loadState(s: Packed): string {
+export function loadState(s: Packed, get: string): string {
   const { what, fields, geo } = s;
   const version = s.history.version;
   const g = geo.values.map((_, i) => `g${i + 1}`);
@@ -102,7 +102,7 @@ export function loadState(s: Packed): string {
     head, ${g.join(', ')}, ${l.join(', ')} = struct.unpack('${format(s, l)}', v)`,
   );
   return `local ${[...fields, ...(s.spare ? [s.spare.name] : [])].join(', ')}
-${getKey('K1')}
+${get}
 if v then
   local head, ${g.join(', ')}
   if ${read.join('\n  elseif ')}

@@ -74,7 +74,7 @@ local function waitUs(stored, take)
   end
   return us + math.floor(S * take)
 end`,
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 ${at('NOW')}`,
     at,
     fits: () => 'not (nf and nf > un)',
