@@ -59,12 +59,15 @@ ${get}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
   -- counts (its settings cannot change with segments) are read as they are, under any limit.
-  local b, u = string.match(v, '^(g%d+/%d+)@(%d+) ')
-  if b ~= '${base}' then
-    if b then ${mismatch('SlidingWindow', describe('b'), describe(`'${base}'`))} end
-    error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
+  local first = string.match(v, '^%S+')
+  if first ~= '${base}@${p.version}' then
+    local b, u = string.match(first or '', '^(g%d+/%d+)@(%d+)$')
+    if b ~= '${base}' then
+      if b then ${mismatch('SlidingWindow', describe('b'), describe(`'${base}'`))} end
+      error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
+    end
+    if tonumber(u) > ${p.version} then ${newer('tonumber(u)')} end
   end
-  if tonumber(u) > ${p.version} then ${newer('tonumber(u)')} end
   i = -3
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
