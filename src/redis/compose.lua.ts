@@ -349,23 +349,20 @@ end`;
 }
 
 /**
- * Builds the forms of `rule`'s script, with the TTL slack `slackMs`.
+ * Builds the forms of `rule`'s script, with the TTL slack `slackMs`. ARGV of the driver: 1 op
+ * ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund, 'l' release,
+ * 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' = Redis TIME), 3 permits, 4
+ * extra (a refund's taking time, a lease id, a block's least), the token last. A single
+ * form's: 1 the token, then 't'/'c' 2 permits (absent: 1), 3 time (absent: TIME); 'b' 2
+ * least, 3 most, 4 time.
  *
- * ARGV of the driver: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve,
- * 'r' refund, 'l' release, 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' =
- * Redis TIME), 3 permits, 4 extra (a refund's taking time, a lease id, a block's least).
- * A single form's: 't'/'c' 1 permits (absent: 1), 2 time (absent: TIME); 'b' 1 least,
- * 2 most, 3 time.
- *
- * The batch's ARGV: 1 keys per call, then items, the token last. An item that is not a
- * number sets the mode of the calls after it: op, time ('' = TIME, read once per batch),
- * extra (three arguments). A number is a run of equal calls in that mode: its magnitude is
- * permits × 256 + how many; positive, on the next call's keys in KEYS (each key's names
- * once), negative, on the same keys as the run before. One argument per run: every
- * argument costs the client an encoding and Redis a parse and a Lua string. The batch
- * replies {token, TIME's µs (0 when no call read it), then one entry per call
- * (flatReplies())}; a call whose run failed has '!' and the error's text (that call alone
- * fails; what it wrote before failing stays, as for its own EVALSHA).
+ * The batch's ARGV: 1 keys per call, then items, the token last. An item not a number sets
+ * the mode of the calls after it: op, time ('' = TIME, read once a batch), extra. A number
+ * is a run of equal calls in that mode, ±(permits × 256 + how many): positive on the next
+ * call's keys in KEYS (each key's names once), negative on the run before's: one argument a
+ * run, as each costs an encoding and a parse. The batch replies {token, TIME's µs (0 when
+ * unread), an entry per call (flatReplies())}; a call whose run failed has '!' and the
+ * error's text (that call alone fails; what it wrote stays, as for its own EVALSHA).
  */
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}

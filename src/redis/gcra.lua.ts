@@ -6,8 +6,6 @@ export interface GcraParams {
   readonly k: number;
   /** Units per µs. */
   readonly scale: number;
-  /** capacity × k. */
-  readonly tau: number;
   readonly limit: number;
   readonly leaky: boolean;
   readonly queueLimit: number;
@@ -72,7 +70,7 @@ if tat and tat > u then base = tat end`;
     name: 'gcra',
     consts: `local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
-local TAU = ${luaNumber(p.tau)}
+local TAU = ${luaNumber(p.limit * p.k)}
 local LIMIT = ${luaNumber(p.limit)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
     load: (get) => `${loadState(state, get)}

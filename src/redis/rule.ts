@@ -31,11 +31,11 @@ export interface Rule {
   readonly fresh: string;
   /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
   readonly save?: string;
-  /** Instead of `save`: K1's state as one string, saved by the composer (saveState()). */
+  /** Instead of `save`: K1's state as one string, saved by the composer (compose.lua.ts save()). */
   readonly stored?: {
     /** Lua expression: the string. */
     readonly value: string;
-    /** Lua condition: the stored state ends no earlier than this one (saveState()). */
+    /** Lua condition: the stored state ends no earlier than this one: its TTL is kept. */
     readonly keep: string;
     /** Lua expression: the µs (NOW's clock) its key lives to. */
     readonly until: string;

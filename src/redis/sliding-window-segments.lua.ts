@@ -5,17 +5,14 @@ import { mismatch, newer, shown } from './state.lua.js';
 /**
  * SlidingWindow with `segments` (src/algorithms/segmented-window.ts): the window split into
  * N segments of S µs aligned to floor(t / S); a request passes when the counts of the last
- * N segments plus its permits are at most the limit. Stored as "g<S>/<N>@<options version>
- * segment admitted rejected c1 … cN", where ci counts segment (segment − N + i), with a TTL
- * until the newest segment holding permits has left the window. Redis runs one script at a
- * time, so the counts are plain numbers here; the in-memory ring's rules (a roll keeps the
- * past counts, a refund credits the segment its permits were taken in) give the same answers.
+ * N segments plus its permits are at most the limit (the in-memory ring's rules). Stored as
+ * "g<S>/<N>@<options version> segment admitted rejected c1 … cN", where ci counts segment
+ * (segment − N + i), until the newest segment holding permits has left the window.
  *
  * The counts are kept as the text read, in one table rolled in place (Lua's arithmetic reads
  * a count's text as tonumber() does), and written with one table.concat(): converting each
- * count was most of a call's time. The text read is what '%d' would write of it: every
- * count is written with '%d' or as a Lua number, which for a whole number below 2^26 (the
- * largest segmented limit) has the same digits.
+ * count was most of a call's time. The text read is what '%d' would write of it: a whole
+ * number below 2^26 (the largest segmented limit) has the same digits as a Lua number.
  */
 export function slidingWindowSegmentsRule(p: {
   readonly limit: number;
