@@ -386,17 +386,15 @@ ${top(driverBody(rule, ret, GET_K1))}`;
   const flat = flatReplies();
   const batchBody = driverBody(rule, flat.ret, PREFETCHED_GET_K1, flat.decision, false);
   const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
+  const oneOf = (op: 't' | 'c') => `local function one${op.toUpperCase()}()
+${rule.load(PREFETCHED_GET_K1)}
+${decide(rule, op, flat.ret, flat.ret, flat.decision, false)}
+end`;
   const functions = `local function one()
 ${batchBody}
 end
-${(['t', 'c'] as const)
-  .map(
-    (op) => `local function one${op.toUpperCase()}()
-${rule.load(PREFETCHED_GET_K1)}
-${decide(rule, op, flat.ret, flat.ret, flat.decision, false)}
-end`,
-  )
-  .join('\n')}
+${oneOf('t')}
+${oneOf('c')}
 ${
   runBody === undefined
     ? ''
