@@ -17,7 +17,7 @@ function format(s: Packed, fields: readonly string[]): string {
   return `<I4${'d'.repeat(s.geo.values.length + fields.length)}`;
 }
 
-/** The field lists a stored state `s` may hold, its writer's first (with its spare, and without). */
+/** The field lists a stored state may hold, its writer's first (with its spare and without). */
 function layouts(s: Packed): (readonly string[])[] {
   if (s.spare === undefined) return [s.fields];
   const full = [...s.fields, s.spare.name];
