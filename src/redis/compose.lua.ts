@@ -97,16 +97,13 @@ end`;
 
 /** Lua: `grants(r)` and `guess` (rule.ts), then `local retry`, the search's answer. */
 function retry(rule: Rule): string {
-  const grants =
-    rule.at === undefined
-      ? rule.retry
-      : `local function grants(r)
+  if (rule.at === undefined) return `${rule.retry}\n${RETRY_SEARCH}`;
+  return `local function grants(r)
   local t = NOW + r
   ${rule.at('t')}
   return ${rule.fits('P')}
 end
-${rule.guess}`;
-  return `${grants}
+${rule.guess}
 ${RETRY_SEARCH}`;
 }
 
