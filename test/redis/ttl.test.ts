@@ -334,4 +334,21 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       await limiter.close();
     });
   }
+
+  it("WarmingBucket: refusals alone keep the key's TTL, as its state ends where it did", async () => {
+    const limiter = new red.WarmingBucket({
+      redis,
+      ratePerSecond: 1,
+      warmupMs: 10_000,
+      prefix: 'hot-warming',
+    });
+    const [key] = limiter.redisKeys('k') as [string];
+    const sets = await countSets(redis, key, async () => {
+      expect(await limiter.tryAcquire('k')).toBe(true);
+      for (let i = 0; i < 50; i++) expect(await limiter.tryAcquire('k')).toBe(false);
+    });
+    // The grant sets the TTL; each refusal writes its count and keeps it.
+    expect(sets).toEqual({ px: 1, keep: 50, other: 0 });
+    await limiter.close();
+  });
 });
