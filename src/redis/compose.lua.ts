@@ -1,4 +1,4 @@
-import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from './rule.js';
+import { type Composed, luaNumber, luaValue, type Ret, type Rule, type Single } from './rule.js';
 
 /**
  * The one composer of every Redis script (composeScript()), from an algorithm's rule
@@ -6,28 +6,14 @@ import { type Composed, luaNumber, luaValue, type Op, type Ret, type Rule } from
  * SHA1, per parameter set, loaded on first use by the runner's NOSCRIPT → EVAL).
  */
 
-/**
- * Lua: a failed call's error text ends with its token (the runner takes an error reply as
- * the call's own only then); none inside a batch, whose reply carries it.
- */
+/** Lua: an error's text ends with the call's token, how the runner knows it (none in a batch). */
 export const MARK = "(TOKEN and (' [' .. TOKEN .. ']') or '')";
 
-/**
- * Lua: `local v`, GET of `key`; a key of another type is an error carrying the token (read
- * by redis.pcall: a raised error of redis.call could not carry it).
- */
-export function getKey(key: string): string {
-  return `local v = redis.pcall('GET', ${key})
+/** Lua: `local v`, K1's value, by redis.pcall: a key of another type fails with the token. */
+const GET_K1 = `local v = redis.pcall('GET', K1)
 if type(v) == 'table' then error(redis.error_reply(v.err .. ${MARK})) end`;
-}
 
-/** getKey() of the first key, as rules load it. */
-const GET_K1 = getKey('K1');
-
-/**
- * GET_K1 in a batch: the value prefetched for the key (PRE, taken once), else a GET. MGET
- * reads a key of another type as none: the GET then fails on it as GET_K1 does.
- */
+/** GET_K1 in a batch: the value MGET prefetched (PRE, taken once), else a GET, which says why. */
 const PREFETCHED_GET_K1 = `local v = PRE
 PRE = nil
 if not v then
@@ -46,50 +32,40 @@ end`;
 }
 
 /**
- * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack. Redis adds it
- * to its ms clock when the write runs, which may still be in NOW's ms or the one before: so
- * from NOW's whole ms, plus 1 (a key gone early forgets what it counted). At most 2^53 ms:
- * 1e17 and more would reach PX as '1e+17', which Redis refuses.
+ * Lua: a TTL in ms lasting until `endUs` (µs on NOW's clock), with the slack, from NOW's whole
+ * ms plus 1: Redis adds it to its ms clock, which may be in NOW's ms or the one before (a key
+ * gone early forgets what it counted). At most 2^53 ms, as Redis refuses PX '1e+17'.
  */
 export function ttlTo(endUs: string): string {
   return `math.min(9007199254740992, math.ceil((${endUs}) / 1000) - math.floor(NOW / 1000) + 1 + SLACK_MS)`;
 }
 
 /**
- * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 with
- * a TTL reaching its end, or K1 deleted when fresh is 0. The key's TTL is kept when `keep`
- * says that the state stored before ends no earlier — on Redis time only: every writer sets
- * a TTL reaching at least its state's end, so a state ending no later than the stored one is
- * covered by the TTL already there. Setting an expiry is the dearest part of a SET.
+ * Lua: `local fresh` (rule.fresh) and the save: rule.save, or rule.stored written to K1 (K1
+ * deleted when fresh is 0). The TTL is kept when `keep` holds, on Redis time only: every
+ * writer sets a TTL reaching its state's end (setting one is the dearest part of a SET).
  */
 function save(rule: Rule): string {
   const s = rule.stored;
-  const px = s && `redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})`;
-  const write = !s
-    ? rule.save
-    : `if fresh > 0 then
-  ${
-    s.keep === undefined
-      ? px
-      : `if SERVER and ${s.keep} then
-    redis.call('SET', K1, ${s.value}, 'KEEPTTL')
-  else
-    ${px}
-  end`
-  }
-else
-  redis.call('DEL', K1)
-end`;
   return `local fresh = 0
 ${rule.fresh}
-${write}`;
+${
+  s === undefined
+    ? rule.save
+    : `if not (fresh > 0) then
+  redis.call('DEL', K1)
+elseif SERVER and ${s.keep} then
+  redis.call('SET', K1, ${s.value}, 'KEEPTTL')
+else
+  redis.call('SET', K1, ${s.value}, 'PX', ${ttlTo(s.until)})
+end`
+}`;
 }
 
 /**
  * Lua: `local retry`, the least whole µs from NOW at which `grants(µs)` holds, searched from
- * `guess` (µs from NOW): up by doubling steps, then down by halving; math.huge when the
- * guess is not a number, or past 2^52 µs (where whole µs are not all doubles and a search
- * would not end), or no time within 2^52 µs grants. The in-memory retry search, step for step.
+ * `guess` (µs from NOW) as in memory: up by doubling steps, then down by halving; math.huge
+ * when the guess is not a number, or nothing grants within 2^52 µs (where whole µs end).
  */
 const RETRY_SEARCH = `local retry
 if guess ~= guess or guess > 4503599627370496 then
@@ -121,27 +97,23 @@ end`;
 
 /** Lua: `grants(r)` and `guess` (rule.ts), then `local retry`, the search's answer. */
 function retry(rule: Rule): string {
-  const grants =
-    rule.at === undefined
-      ? rule.retry
-      : `local function grants(r)
+  if (rule.at === undefined) return `${rule.retry}\n${RETRY_SEARCH}`;
+  return `local function grants(r)
   local t = NOW + r
   ${rule.at('t')}
   return ${rule.fits('P')}
 end
-${rule.guess}`;
-  return `${grants}
+${rule.guess}
 ${RETRY_SEARCH}`;
 }
 
 /**
- * Lua: the verdict, `ok` and `got`. A call: its P permits, if they fit. A fleet lease: the
- * most of P that fit, at least LEAST — the whole lease first (a hot key that is not
- * limited, the case leases are for, takes one test), else a bisection on the same test
- * (fits is monotone in the count). After a lease's, P is LEAST: what a refusal counts and
- * waits for.
+ * Lua: the verdict of `op` (absent: by OP), `ok` and `got`. A call: its P permits, if they
+ * fit. A fleet lease ('b'): the most of P that fit, at least LEAST — the whole lease first
+ * (a hot key not limited takes one test), else a bisection. Then P is LEAST: what a refusal
+ * counts and waits for.
  */
-function verdict(rule: Rule, lease: 'yes' | 'no' | 'by-op'): string {
+function verdict(rule: Rule, op: Single | undefined): string {
   const call = `ok = ${rule.fits('P')}`;
   const leased = `if not (${rule.fits('P')}) then
     local function fitsX(x) return ${rule.fits('x')} end
@@ -157,19 +129,19 @@ function verdict(rule: Rule, lease: 'yes' | 'no' | 'by-op'): string {
   end
   ok = got > 0
   P = LEAST`;
-  const body =
-    lease === 'no'
+  return `local got = P
+local ok
+${
+  op === 'b'
+    ? leased
+    : op
       ? call
-      : lease === 'yes'
-        ? leased
-        : `if OP == 'b' then
+      : `if OP == 'b' then
   ${leased}
 else
   ${call}
-end`;
-  return `local got = P
-local ok
-${body}`;
+end`
+}`;
 }
 
 /** Lua: the reply of a decision, from its fields (`granted`, `refused`). */
@@ -197,69 +169,62 @@ else
 end`;
 }
 
-/** Lua: the decision ops' body (t, c, w, q, b as `ops` has them), after load. */
+/** Lua: the decision of `op` (absent: the driver's t, c, w, q and b, by OP), after load. */
 function decide(
   rule: Rule,
-  ops: readonly Op[],
+  op: Single | undefined,
   ret: Ret,
   tryRet: Ret,
   decision: Decide = ret,
   needsNow = true,
 ): string {
-  const has = (o: Op) => ops.includes(o);
-  const only = ops.length === 1;
-  const lease = only ? (has('b') ? 'yes' : 'no') : has('b') ? 'by-op' : 'no';
+  const grant = (lease: boolean) =>
+    `return ${decision(lease ? [...granted, 'got', 'counted'] : granted)}`;
+  const counted = `local counted = ${rule.counted ?? 'math.huge'}
+  ${toReply('counted')}
+  `;
+  const granting =
+    op === undefined
+      ? `${counted}if OP == 'b' then ${grant(true)} end\n  ${grant(false)}`
+      : op === 'b'
+        ? `${counted}${grant(true)}`
+        : grant(false);
   // A caller about to wait ('w') or reserving ('q') is not refused yet: no count.
-  const counts = only ? 'true' : "OP ~= 'w' and OP ~= 'q'";
-  const refusedReply = decision(refused(rule));
-  const grantedReply = (lease: boolean) =>
-    decision(lease ? [...granted, 'got', 'counted'] : granted);
-  return `${verdict(rule, lease)}
+  return `${verdict(rule, op)}
 if ok then
   ${rule.take('got')}
   adm = adm + got
-elseif ${counts} then
+elseif ${op ? 'true' : "OP ~= 'w' and OP ~= 'q'"} then
   rej = rej + P
 end
 ${
-  has('q')
-    ? `if OP == 'q' and not ok then
+  op
+    ? ''
+    : `if OP == 'q' and not ok then
   ${retry(rule)}
   ${rule.reserve ? rule.reserve(ret, save(rule)) : `return ${ret(['0'])}`}
-end
-`
-    : ''
-}${save(rule)}
+end`
+}
+${save(rule)}
 ${rule.after ?? ''}
-${has('t') ? (only ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}` : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`) : ''}
 ${
-  only && has('t')
-    ? ''
-    : reply(
-        rule,
-        !has('b')
-          ? `return ${grantedReply(false)}`
-          : `local counted = ${rule.counted ?? 'math.huge'}
-  ${toReply('counted')}
-  ${only ? `return ${grantedReply(true)}` : `if OP == 'b' then return ${grantedReply(true)} end\n  return ${grantedReply(false)}`}`,
-        `return ${refusedReply}`,
-        needsNow,
-      )
+  op === 't'
+    ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}`
+    : `${op ? '' : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`}
+${reply(rule, granting, `return ${decision(refused(rule))}`, needsNow)}`
 }`;
 }
 
-/** Lua: the driver's body for every op (`decision`, `needsNow`: decide()'s). */
-function driverBody(rule: Rule, ret: Ret, decision?: Decide, needsNow = true): string {
-  return `${rule.load}
+/** Lua: the driver's body for every op (`get`: rule.load's; `decision`, `needsNow`: decide()'s). */
+function driverBody(rule: Rule, ret: Ret, get: string, decision?: Decide, needsNow = true): string {
+  return `${rule.load(get)}
 if OP == 'x' then
   ${rule.drop ?? "redis.call('DEL', K1)"}
   return ${ret(['1'])}
 elseif OP == 's' then
   local avail
   ${rule.avail}
-  ${toReply('avail')}
-  ${toReply('adm')}
-  ${toReply('rej')}
+  ${['avail', 'adm', 'rej'].map(toReply).join('\n')}
   return ${ret(['avail', 'adm', 'rej'])}
 elseif OP == 'r' then
   local TAKEN = NOW
@@ -275,18 +240,17 @@ elseif OP ~= 't' and OP ~= 'c' and OP ~= 'w' and OP ~= 'q' and OP ~= 'b' then
 end
 local LEAST
 if OP == 'b' then LEAST = tonumber(EXTRA) end
-${decide(rule, ['t', 'c', 'w', 'q', 'b'], ret, ret, decision, needsNow)}`;
+${decide(rule, undefined, ret, ret, decision, needsNow)}`;
 }
 
 /**
- * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls ('t', 'c': OP)
- * of P permits on one key, each decided as its own driver run would decide it, with one
- * load and one save for all of them: a key's state, read and written by Redis commands that
- * cost more than the arithmetic, is kept in locals from one call to the next (rule.again
- * re-derives what load derives from it). Each call's reply goes out as flatReplies() has it.
+ * Lua: the body of run(CALLS), CALLS equal tryAcquire() or consume() calls (OP) of P permits
+ * on one key, each decided as its driver run would, with one load and one save: the state
+ * stays in locals between calls (rule.again re-derives what load derives from it), as its
+ * Redis commands cost more than the arithmetic.
  */
 function decideRun(rule: Rule, decision: Decide): string {
-  return `${rule.load}
+  return `${rule.load(PREFETCHED_GET_K1)}
 local granted = false
 for _ = 1, CALLS do
   local got = P
@@ -315,14 +279,11 @@ return true`;
 }
 
 /**
- * The batch form's replies, written into one flat table R (from R[D + 1]) instead of a table
- * per call: Redis converts every table of a reply at a cost (a lookup of each of its
- * special fields), and the client parses one array instead of one per call. Each entry:
- * - a bare value (tryAcquire()'s verdict): `putv(x)`, as is;
- * - a table of n fields: n, then the fields (`putN`);
- * - a decision: −n, then its n fields without `now` (`decN`): allowed, avail, retry, fresh,
- *   then a refusal's hint or a lease's got and counted. The client knows each call's time.
- * Returns the helpers' Lua (for the arities used) with the Ret and Decide that call them.
+ * The batch form's replies, in one flat table R (from R[D + 1]), not a table a call: Redis
+ * converts each table of a reply at a cost, and the client parses one array. An entry: a
+ * bare value (`putv(x)`); a table of n fields: n, then the fields (`putN`); a decision: −n,
+ * then its fields but `now`, which the client knows (`decN`). Returns the helpers' Lua (of
+ * the arities used) with the Ret and Decide that call them.
  */
 function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
   const tables = new Set<number>();
@@ -385,23 +346,20 @@ end`;
 }
 
 /**
- * Builds the forms of `rule`'s script, with the TTL slack `slackMs`.
+ * Builds the forms of `rule`'s script, with the TTL slack `slackMs`. ARGV of the driver: 1 op
+ * ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve, 'r' refund, 'l' release,
+ * 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' = Redis TIME), 3 permits, 4
+ * extra (a refund's taking time, a lease id, a block's least), the token last. A single
+ * form's: 1 the token, then 't'/'c' 2 permits (absent: 1), 3 time (absent: TIME); 'b' 2
+ * least, 3 most, 4 time.
  *
- * ARGV of the driver: 1 op ('t' tryAcquire, 'c' consume, 'w' a waiter's try, 'q' reserve,
- * 'r' refund, 'l' release, 'b' a fleet block, 's' stats, 'x' reset), 2 time in µs ('' =
- * Redis TIME), 3 permits, 4 extra (a refund's taking time, a lease id, a block's least).
- * A single form's: 't'/'c' 1 permits (absent: 1), 2 time (absent: TIME); 'b' 1 least,
- * 2 most, 3 time.
- *
- * The batch's ARGV: 1 keys per call, then items, the token last. An item that is not a
- * number sets the mode of the calls after it: op, time ('' = TIME, read once per batch),
- * extra (three arguments). A number is a run of equal calls in that mode: its magnitude is
- * permits × 256 + how many; positive, on the next call's keys in KEYS (each key's names
- * once), negative, on the same keys as the run before. One argument per run: every
- * argument costs the client an encoding and Redis a parse and a Lua string. The batch
- * replies {token, TIME's µs (0 when no call read it), then one entry per call
- * (flatReplies())}; a call whose run failed has '!' and the error's text (that call alone
- * fails; what it wrote before failing stays, as for its own EVALSHA).
+ * The batch's ARGV: 1 keys per call, then items, the token last. An item not a number sets
+ * the mode of the calls after it: op, time ('' = TIME, read once a batch), extra. A number
+ * is a run of equal calls in that mode, ±(permits × 256 + how many): positive on the next
+ * call's keys in KEYS (each key's names once), negative on the run before's: one argument a
+ * run, as each costs an encoding and a parse. The batch replies {token, TIME's µs (0 when
+ * unread), an entry per call (flatReplies())}; a call whose run failed has '!' and the
+ * error's text (that call alone fails; what it wrote stays, as for its own EVALSHA).
  */
 export function composeScript(rule: Rule, slackMs: number): Composed {
   const consts = `local SLACK_MS = ${luaNumber(slackMs)}
@@ -411,29 +369,29 @@ ${rule.consts}`;
   // A guarded rule's body runs inside pcall and replies bare; the wrapper adds the token.
   const ret = rule.guarded ? bare : tokened;
   const top = (body: string) => (rule.guarded ? guard(body) : body);
-  const driver = `-- atomic-limiter:${rule.name}
+  // The head of a script run for one call, its token in ARGV[`token`].
+  const head = (name: string, token: string) => `-- atomic-limiter:${name}
 local K1, K2 = KEYS[1], KEYS[2]
-local TOKEN = ARGV[#ARGV]
-${consts}
+local TOKEN = ARGV[${token}]
+${consts}`;
+  const driver = `${head(rule.name, '#ARGV')}
 local OP = ARGV[1]
 ${nowFrom('ARGV[2]', "ARGV[2] == ''")}
 local P = tonumber(ARGV[3])
 local EXTRA = ARGV[4]
-${top(driverBody(rule, ret))}`;
+${top(driverBody(rule, ret, GET_K1))}`;
   const flat = flatReplies();
-  const batchBody = driverBody(rule, flat.ret, flat.decision, false);
+  const batchBody = driverBody(rule, flat.ret, PREFETCHED_GET_K1, flat.decision, false);
   const runBody = rule.again === undefined ? undefined : decideRun(rule, flat.decision);
+  const oneOf = (op: 't' | 'c') => `local function one${op.toUpperCase()}()
+${rule.load(PREFETCHED_GET_K1)}
+${decide(rule, op, flat.ret, flat.ret, flat.decision, false)}
+end`;
   const functions = `local function one()
 ${batchBody}
 end
-${(['t', 'c'] as const)
-  .map(
-    (op) => `local function one${op.toUpperCase()}()
-${rule.load}
-${decide(rule, [op], flat.ret, flat.ret, flat.decision, false)}
-end`,
-  )
-  .join('\n')}
+${oneOf('t')}
+${oneOf('c')}
 ${
   runBody === undefined
     ? ''
@@ -442,11 +400,9 @@ ${runBody}
 end`
 }`;
   // A rule whose load GETs its first key takes it from one MGET of every call's first key,
-  // made before the first call: one command instead of one a key. Only a key's first load
-  // in the batch takes it (its later calls read what the ones before wrote); a key MGET
-  // found no string (none, or another type) is read by GET, which says which.
-  const prefetched = functions.split(GET_K1).join(PREFETCHED_GET_K1);
-  const prefetch = prefetched !== functions;
+  // before the first call: one command, not one a key. Only a key's first load takes it (its
+  // later calls read what the ones before wrote).
+  const prefetch = rule.load(GET_K1) !== rule.load(PREFETCHED_GET_K1);
   const batch = `-- atomic-limiter:${rule.name}-batch
 local K1, K2, TOKEN
 ${consts}
@@ -454,7 +410,7 @@ local OP, NOW, SERVER, P, EXTRA
 local R, D = {}, 2
 local PRE, MG
 ${flat.helpers()}
-${prefetched}
+${functions}
 local ONE = one
 local nk = tonumber(ARGV[1])
 ${
@@ -477,14 +433,13 @@ while i <= last do
   if not e then
     OP = ARGV[i]
     SERVER = ARGV[i + 1] == ''
+    NOW = tonumber(ARGV[i + 1])
     if SERVER then
       if serverNow == 0 then
         local t = redis.call('TIME')
         serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
       end
       NOW = serverNow
-    else
-      NOW = tonumber(ARGV[i + 1])
     end
     EXTRA = ARGV[i + 2]
     -- tryAcquire() and consume() have forms of their own: no other op's branches.
@@ -532,7 +487,7 @@ end
 R[1] = ARGV[#ARGV]
 R[2] = serverNow
 return R`;
-  const single = (op: 't' | 'c' | 'b') => {
+  const single = (op: Single) => {
     const args =
       op === 'b'
         ? `local LEAST = tonumber(ARGV[2])
@@ -547,14 +502,11 @@ ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
     const flatDecision: Decide | undefined = rule.guarded
       ? undefined
       : (f) => `{TOKEN, ${f.join(', ')}}`;
-    return `-- atomic-limiter:${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}
-local K1, K2 = KEYS[1], KEYS[2]
-local TOKEN = ARGV[1]
-${consts}
+    return `${head(`${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}`, '1')}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load}\n${decide(rule, [op], ret, tryRet, flatDecision)}`)}`;
+${top(`${rule.load(GET_K1)}\n${decide(rule, op, ret, tryRet, flatDecision)}`)}`;
   };
   return { driver, batch, single };
 }

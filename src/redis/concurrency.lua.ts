@@ -3,22 +3,20 @@ import { luaNumber, luaString, type Rule } from './rule.js';
 import { readCounts, writeCounts } from './state.lua.js';
 
 /**
- * Concurrency: K1 holds "held admitted rejected", K2 a sorted set of leases ("id|permits",
- * scored by their expiry in µs). Expired leases are dropped, and their permits freed, by
- * the first call that sees them; whatever frees permits publishes the key's tag (read from
- * the key's name, between its braces) on the limiter's channel so waiting acquire() calls
- * try again. Both keys live until the last lease expires. EXTRA is the lease id of a grant
- * or of a lease's release.
+ * Concurrency: K1 holds "held admitted rejected @version", K2 a sorted set of leases
+ * ("id|permits", scored by their expiry in µs), both until the last lease expires. Expired
+ * leases are freed by the first call that sees them; whatever frees permits publishes the
+ * key's tag (between its braces) on the limiter's channel, so waiting acquire() calls try
+ * again. EXTRA is the lease id of a grant or of a lease's release.
  */
 export function concurrencyRule(p: {
   readonly limit: number;
   readonly leaseUs: number;
   readonly channel: string;
-  /** The options version (reconfigure()), written after the counts past 0 (" @v"). */
-  readonly version?: number;
+  /** The options version (reconfigure()). */
+  readonly version: number;
 }): Rule {
-  const version = p.version ?? 0;
-  const counts = writeCounts(['held', 'adm', 'rej'], version);
+  const counts = writeCounts(['held', 'adm', 'rej'], p.version);
   const save = `if add then
   -- A grant of tryAcquire() or consume() is marked '~': no lease holds it, so release() by
   -- key frees those first, and a lease's own release() still finds its id.
@@ -38,12 +36,11 @@ if freed then redis.call('PUBLISH', CHANNEL, tag()) end`;
   return {
     guarded: true,
     name: 'concurrency',
-    // free(n): frees n permits: those of tryAcquire()/consume() grants ('~') first, then
-    // leases, each from the one granted first (a grant is split if need be). (A lease whose
-    // permits release(key) took would free nothing on its own release(), and a grant nobody
-    // holds by id would stay held until it expires.) The '~' grants are looked for 32 at a
-    // time, in grant order, among the first 128 grants: they lead where release(key) is how
-    // permits come back, and the search stays bounded where leases are many.
+    // free(n): frees n permits: those of tryAcquire()/consume() grants ('~', held by no id)
+    // first, then leases, oldest first (a grant split if need be), so that a lease's own
+    // release() still finds its permits. The '~' grants are looked for 32 at a time among
+    // the first 128 grants: they lead where release(key) is how permits come back, and the
+    // search stays bounded where leases are many.
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local LEASE_US = ${luaNumber(p.leaseUs)}
 local CHANNEL = ${luaString(p.channel)}
@@ -81,14 +78,10 @@ local function free(n)
     take(first[1], first[2])
   end
 end`,
-    // Written at once when leases expired: ops that only read (stats) must not leave the
-    // count behind.
-    load: `local held, adm, rej = 0, 0, 0
+    // Written at once when leases expired: a stats() call must not leave the count behind.
+    load: () => `local held, adm, rej = 0, 0, 0
 local add, freed
-local v = redis.call('GET', K1)
-if v then
-  ${readCounts('v', ['held', 'adm', 'rej'], version)}
-end
+${readCounts('K1', ['held', 'adm', 'rej'], p.version)}
 local gone = redis.call('ZRANGEBYSCORE', K2, '-inf', NOW)
 if #gone > 0 then
   for _, m in ipairs(gone) do held = held - permitsOf(m) end
@@ -120,8 +113,7 @@ end)()`,
 local n = math.min(P, held)
 free(n)
 held, freed = math.max(0, held - n), true`,
-    // release(): a lease by id (EXTRA), or permits from the oldest leases; {-1, held} when
-    // more are released than held.
+    // release(): a lease by id (EXTRA), or permits from the oldest; {-1, held} past held.
     release: (ret) => `if EXTRA ~= '' then
   if redis.call('ZREM', K2, EXTRA .. '|' .. P) ~= 1 then return ${ret(['0'])} end
 else

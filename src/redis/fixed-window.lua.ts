@@ -1,39 +1,27 @@
 import { type History, luaNumber, type Packed, type Rule } from './rule.js';
-import { encodeState, loadState, windowGeometry } from './state.lua.js';
-
-/** A window's parameters. */
-export interface WindowParams {
-  readonly limit: number;
-  readonly windowUs: number;
-}
-
-/**
- * Lua: a FixedWindow state carried from window `from[0]` (µs) to `to[0]` at time `at`, as in
- * memory: the count of a window not yet over is counted in the new window containing `at`
- * (or the later one the stored window reaches); a window over counts nothing.
- */
-function convert(from: readonly string[], to: readonly string[], at: string): string {
-  const [o, n] = [from[0]!, to[0]!];
-  return `if sw then
-        if sw >= math.floor(${at} / ${o}) then
-          sw = math.max(math.floor(sw * ${o} / ${n}), math.floor(${at} / ${n}))
-        else
-          sw, sc = nil, nil
-        end
-      end`;
-}
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /**
  * FixedWindow (src/algorithms/fixed-window.ts): windows aligned to floor(t / windowUs).
  * Stored as window, count, admitted, rejected (state.lua.ts) with a TTL of the rest of the
  * window. A stored window later than now means the clock went back: it keeps counting in it.
  */
-export function fixedWindowRule(p: WindowParams, history?: History): Rule {
+export function fixedWindowRule(
+  p: { readonly limit: number; readonly windowUs: number },
+  history: History,
+): Rule {
   const state: Packed = {
     what: 'FixedWindow',
     fields: ['sw', 'sc', 'adm', 'rej'],
-    geo: windowGeometry('W'),
-    lineage: history && { ...history, convert },
+    geo: { values: ['W'], describe: (v) => `'windowMs ' .. ${shown(`${v[0]} / 1000`)}` },
+    history,
+    // From window o (µs) to n, as in memory: the count of a window not over at `at` is
+    // counted in the new window containing `at` (or the later one the stored window reaches).
+    convert: ([o], [n], at) => `if sw >= math.floor(${at} / ${o}) then
+        sw = math.max(math.floor(sw * ${o} / ${n}), math.floor(${at} / ${n}))
+      else
+        sw, sc = nil, nil
+      end`,
   };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local count = 0
@@ -44,7 +32,7 @@ if sw and sw >= win then win, count = sw, sc end`;
 local W = ${luaNumber(p.windowUs)}`,
     // The stored window (sw) is kept: its key's TTL reaches that window's end (a stored
     // state counts something: one with nothing to count is deleted).
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 local stored = sw
 ${at('NOW')}`,
     at,

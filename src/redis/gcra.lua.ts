@@ -1,34 +1,24 @@
-import {
-  type History,
-  type Lineage,
-  luaNumber,
-  type Packed,
-  type Rule,
-  stateBytes,
-} from './rule.js';
-import { bucketGeometry, encodeState, loadState } from './state.lua.js';
+import { type History, luaNumber, type Packed, type Rule } from './rule.js';
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /** A GCRA limiter's parameters, as gcra.ts computes them. */
 export interface GcraParams {
   readonly k: number;
   /** Units per µs. */
   readonly scale: number;
-  /** capacity × k. */
-  readonly tau: number;
   readonly limit: number;
   readonly leaky: boolean;
   readonly queueLimit: number;
   /** The TTL's step in ms (gcraStepMs()). */
   readonly stepMs: number;
   /** The options' versions (reconfigure()), `past` the units [k, scale] of each earlier one. */
-  readonly history?: History;
+  readonly history: History;
 }
 
 /**
- * The step a bucket's TTL is rounded up to (ms): an eighth of the time the bucket takes to
- * fill from empty, 1 ms to 1 s. The key lives until the bucket is full again, to the end of
- * that step: at most one step longer than it must, and a key spent faster than it refills
- * has its TTL set about once per step instead of on every call (saveState()).
+ * The step a bucket's TTL is rounded up to (ms): an eighth of its fill time, 1 ms to 1 s. A
+ * key lives at most a step longer than it must, and one spent faster than it refills has
+ * its TTL set about once a step, not on every call.
  */
 export function gcraStepMs(capacity: number, intervalUs: number): number {
   return Math.min(1000, Math.max(1, Math.floor((capacity * intervalUs) / 8000)));
@@ -46,60 +36,44 @@ export function gcraStepMs(capacity: number, intervalUs: number): number {
  */
 export function gcraRule(p: GcraParams): Rule {
   const fast = p.scale > 1;
-  const slowFields = ['tat', 'adm', 'rej'];
-  const fastFields = ['tat', 'adm', 'rej', 'E'];
-  const fields = fast ? fastFields : slowFields;
-  // Past version 0 a state always holds E (0 where units stay under 2^51 µs from time 0):
-  // the rate may cross 10^6 per second between versions. What a key owes, in permits,
-  // stays owed (the in-memory describe() and restate()): rounded up in the new units.
-  const lineage: Lineage | undefined =
-    p.history && p.history.version > 0
-      ? {
-          ...p.history,
-          fields: fastFields,
-          others: [fast ? slowFields : fastFields],
-          // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`; E
-          // (the origin) as the fast rule sets it, for the next version's units.
-          convert: (from, to, at) => `if tat then
-        local ahead = tat - math.floor((${at} - (E or 0)) * ${from[1]})
-        if ahead > 0 then
-          E = 0
-          if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
-          tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
-        else
-          tat = nil
-        end
-      end`,
-        }
-      : undefined;
   const state: Packed = {
     what: 'TokenBucket/LeakyBucket',
-    fields,
-    geo: bucketGeometry('K', 'SCALE'),
-    lineage,
-    none: stateBytes(fast ? 3 : 4),
+    fields: ['tat', 'adm', 'rej'],
+    spare: { name: 'E', written: fast },
+    // Its units: K a permit, SCALE per µs.
+    geo: {
+      values: ['K', 'SCALE'],
+      describe: (v) =>
+        `'refillPerSecond ' .. ${shown(`${v[1]} * 1000000 / ${v[0]}`)} .. ' (' .. ${shown(v[0]!)} .. ' units a permit)'`,
+    },
+    history: p.history,
+    // From units from[0] a permit, from[1] per µs, to units to[0], to[1], at `at`, as in
+    // memory: what a key owes, in permits, stays owed, rounded up in the new units; E as
+    // the load sets it.
+    convert: (from, to, at) => `local ahead = tat - math.floor((${at} - (E or 0)) * ${from[1]})
+      if ahead > 0 then
+        E = 0
+        if ${to[1]} > 1 and ${at} * ${to[1]} >= 2^51 then E = math.floor(${at} / 2^36) * 2^36 end
+        tat = math.floor((${at} - E) * ${to[1]}) + math.ceil(ahead * ${to[0]} / ${from[0]})
+      else
+        tat = nil
+      end`,
   };
-  const since = (t: string) => (fast ? `(${t} - E)` : `(${t})`);
-  // The µs on Redis's clock at which a TAT ends.
-  const endUs = (tat: string) => (fast ? `(E + ${tat} / SCALE)` : `${tat} / SCALE`);
   // A leaky bucket's allowance is the cost itself.
   const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
-  const at = (t: string) => `local u = math.floor(${since(t)} * SCALE)
+  const at = (t: string) => `local u = math.floor(${fast ? `(${t} - E)` : t} * SCALE)
 local base = u
 if tat and tat > u then base = tat end`;
   // The step the state ends in.
-  const ends = `math.ceil(${endUs('tat')} / STEP_US)`;
+  const ends = `math.ceil(${fast ? '(E + tat / SCALE)' : 'tat / SCALE'} / STEP_US)`;
   return {
     name: 'gcra',
     consts: `local K = ${luaNumber(p.k)}
 local SCALE = ${luaNumber(p.scale)}
-local TAU = ${luaNumber(p.tau)}
+local TAU = ${luaNumber(p.limit * p.k)}
 local LIMIT = ${luaNumber(p.limit)}
 local STEP_US = ${luaNumber(p.stepMs * 1000)}`,
-    // A version-1 state of the other kind (from before states carried their settings: the
-    // rate changed across 10^6 per second; a fast state has four fields, a slow one three)
-    // is no state: the key starts afresh.
-    load: `${loadState(state)}${lineage && !fast ? '\nE = 0' : ''}
+    load: (get) => `${loadState(state, get)}
 local oldEnds
 if tat then oldEnds = ${ends} end
 ${
@@ -134,10 +108,9 @@ end`,
     guess: `local guess = ${p.leaky ? '(base - u) / SCALE' : '(base + P * K - TAU - u) / SCALE'}`,
     give: (ret) => `if not (tat and tat > u) then return ${ret(['1'])} end
 tat = math.max(u, tat - P * K)`,
-    // acquire(): reserve the first time the permits can be had (FIFO in order of arrival at
-    // Redis). Permits waiting ahead, counting this request, may not pass the queue limit:
-    // for a token bucket the permits owed past the burst, for a leaky bucket the permits in
-    // the bucket. Replies {3, waitUs, now} reserved, or {2, retryAfterUs} full.
+    // acquire(): reserve the first time the permits can be had (FIFO by arrival at Redis),
+    // unless the permits waiting, this call's too, pass the queue limit (a token bucket's owed
+    // past the burst, a leaky bucket's in it). Replies {3, waitUs, now}, or {2, retryUs} full.
     reserve: (ret, save) => `local cost = P * K
 local waiting = ${p.leaky ? 'math.ceil((base - u) / K) + P' : 'math.ceil((base + cost - TAU - u) / K)'}
 local full = ${p.queueLimit === 0 ? 'true' : `waiting > ${luaNumber(p.queueLimit)}`} or retry == math.huge

@@ -61,7 +61,6 @@ export abstract class RedisGcra extends RedisLimiter {
       gcraRule({
         k,
         scale,
-        tau: capacity * k,
         limit: capacity,
         leaky: this.leaky,
         queueLimit,

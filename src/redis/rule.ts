@@ -10,16 +10,19 @@
  * saved is fresh again), avail (permits a call could take now).
  */
 
-/** The driver's ops (composeScript()). */
-export type Op = 't' | 'c' | 'w' | 'q' | 'b' | 'r' | 'l' | 's' | 'x';
+/** A form of one op: tryAcquire() ('t'), consume() ('c') or a fleet lease ('b'). */
+export type Single = 't' | 'c' | 'b';
 
 /** One algorithm's rule, as Lua fragments on the locals named above. */
 export interface Rule {
   /** Names the script (and its forms) in errors. */
   readonly name: string;
   readonly consts: string;
-  /** Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. */
-  readonly load: string;
+  /**
+   * Lua: reads the key(s) into the state's locals, as seen at NOW; declares adm and rej. K1's
+   * string, if read, by `get` (Lua declaring `local v`: the batch's may be prefetched).
+   */
+  load(get: string): string;
   /** Lua condition: `x` permits may be granted at NOW. */
   fits(x: string): string;
   /** Lua: counts `x` permits granted at NOW into the state. */
@@ -28,12 +31,12 @@ export interface Rule {
   readonly fresh: string;
   /** Lua: writes the state (or deletes the key when fresh is 0); `ok`: after a grant. */
   readonly save?: string;
-  /** Instead of `save`: K1's state as one string, saved by the composer (saveState()). */
+  /** Instead of `save`: K1's state as one string, saved by the composer (compose.lua.ts save()). */
   readonly stored?: {
     /** Lua expression: the string. */
     readonly value: string;
-    /** Lua condition: the stored state ends no earlier than this one (saveState()). */
-    readonly keep?: string;
+    /** Lua condition: the stored state ends no earlier than this one: its TTL is kept. */
+    readonly keep: string;
     /** Lua expression: the µs (NOW's clock) its key lives to. */
     readonly until: string;
   };
@@ -114,7 +117,7 @@ export function luaString(s: string): string {
 export interface Composed {
   readonly driver: string;
   readonly batch: string;
-  single(op: 't' | 'c' | 'b'): string;
+  single(op: Single): string;
 }
 
 /**
@@ -132,17 +135,10 @@ export interface Geometry {
   describe(vals: readonly string[]): string;
 }
 
-/** The length of a stored state of `fields` doubles (and `geometry` settings), in bytes. */
-export function stateBytes(fields: number, geometry = 0): number {
-  return 1 + 8 * (fields + geometry);
-}
-
 /**
  * Where a limiter stands among its options' versions (reconfigure()): its own version and,
  * for each earlier one, the settings (Geometry values, as numbers) its states were written
  * with, and when (µs, the limiter's clock) each version from 1 on was made: `times[w - 1]`.
- * Version 0 (never reconfigured) writes what it always wrote (a version-2 state); a later
- * version writes version 3, `[3, options version, settings…, fields…]`.
  */
 export interface History {
   readonly version: number;
@@ -150,26 +146,23 @@ export interface History {
   readonly times: readonly number[];
 }
 
-/** A History, with how a state of an earlier version is carried over to this one's settings. */
-export interface Lineage extends History {
-  /**
-   * Lua: converts the fields of a state from settings `from` (Lua expressions, an earlier
-   * version's) to settings `to` (the next version's), as seen at time `at` (a Lua
-   * expression), when that version was made: the in-memory describe() and restate().
-   */
-  convert(from: readonly string[], to: readonly string[], at: string): string;
-  /** The fields of a version-3 state, when they are not the state's (all decoded into locals). */
-  readonly fields?: readonly string[];
-  /** Other field lists a version-2 state of version 0 may have (another layout of it). */
-  readonly others?: readonly (readonly string[])[];
-}
-
 /** A state packed in K1: what names it, its fields (in stored order), settings and versions. */
 export interface Packed {
   readonly what: string;
   readonly fields: readonly string[];
   readonly geo: Geometry;
-  readonly lineage?: Lineage | undefined;
-  /** The length of a state read as none (a version 1 of another layout), if any. */
-  readonly none?: number;
+  readonly history: History;
+  /**
+   * A field after `fields` that some writers leave out (`written` false): a state without
+   * it reads it as nil. It keeps a slow bucket's state at 44 bytes, which Redis stores in
+   * one allocation with the key's object.
+   */
+  readonly spare?: { readonly name: string; readonly written: boolean };
+  /**
+   * Lua: converts the fields of a state (its first field set) from settings `from` (Lua
+   * expressions, an earlier version's) to settings `to` (the next version's), as seen at
+   * time `at` (a Lua expression), when that version was made: the in-memory describe() and
+   * restate(). A state left with nothing to count sets its first field nil.
+   */
+  convert(from: readonly string[], to: readonly string[], at: string): string;
 }

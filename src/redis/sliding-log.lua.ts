@@ -8,9 +8,8 @@ function entry(i: string): string {
 }
 
 /**
- * Lua: `local name`, entry(`at`) of the list as saved, from what the script knows of it
- * (its first `pushed` entries are NOW's stamp; it holds `size` entries, math.huge: not
- * known) where it can: the same value, without a LINDEX.
+ * Lua: `local name`, entry(`at`) of the list as saved, without a LINDEX where the script knows
+ * it (its first `pushed` entries are NOW's stamp; it holds `size`, math.huge: not known).
  */
 function known(at: string, name: string): string {
   return `local ${name}
@@ -24,24 +23,19 @@ end`;
 }
 
 /**
- * SlidingLog (src/algorithms/sliding-log.ts): exact. K1 is a list of the times the last
- * `limit` permits were granted, newest first (one entry per permit, like the in-memory
- * ring); K2 holds "admitted rejected". Index i is the in-memory log position head − 1 − i.
- * Both keys live until the newest entry leaves the window.
+ * SlidingLog (src/algorithms/sliding-log.ts): exact. K1 lists the times the last `limit`
+ * permits were granted, newest first (index i: the in-memory ring's head − 1 − i); K2 holds
+ * "admitted rejected @version". Both live until the newest entry leaves the window.
  */
 export function slidingLogRule(p: {
   readonly limit: number;
   readonly windowUs: number;
-  /**
-   * The largest limit and window (µs) it had (reconfigure()): the log keeps that many
-   * entries, that long, so that a limit or window raised again counts them all, as in memory.
-   */
+  /** The largest limit and window (µs) it had: kept, so a limit raised again counts them all. */
   readonly keep?: number;
   readonly keepUs?: number;
-  /** The options version (reconfigure()), written after the counts past 0 (" @v"). */
-  readonly version?: number;
+  /** The options version (reconfigure()). */
+  readonly version: number;
 }): Rule {
-  const version = p.version ?? 0;
   return {
     guarded: true,
     name: 'sliding-log',
@@ -49,11 +43,8 @@ export function slidingLogRule(p: {
 local W = ${luaNumber(p.windowUs)}
 local KEEP = ${luaNumber(Math.max(p.limit, p.keep ?? 0))}
 local KEEP_W = ${luaNumber(Math.max(p.windowUs, p.keepUs ?? 0))}`,
-    load: `local adm, rej = 0, 0
-local v = redis.call('GET', K2)
-if v then
-  ${readCounts('v', ['adm', 'rej'], version)}
-end
+    load: () => `local adm, rej = 0, 0
+${readCounts('K2', ['adm', 'rej'], p.version)}
 local newest
 local pushed, size = 0, math.huge`,
     // After granting x, the last LIMIT entries must lie in the window: the entry just before
@@ -80,7 +71,7 @@ fresh = math.max(0, newest + W - NOW)`,
     // A refusal leaves the list as it was: its TTL stands. The keys live until the newest
     // entry leaves the largest window the limiter had (its own, unless reconfigured).
     save: `if newest + KEEP_W > NOW then
-  local counts = ${writeCounts(['adm', 'rej'], version)}
+  local counts = ${writeCounts(['adm', 'rej'], p.version)}
   if SERVER and v and not ok then
     redis.call('SET', K2, counts, 'KEEPTTL')
   else
@@ -105,12 +96,10 @@ avail = lo`,
 local function grants(r) return not (e > NOW + r - W) end
 local guess = e + W - NOW`,
     // No `counted`: a leased permit counts for W from its grant, spent later for W from its
-    // spending. Only entries still inside the window count against the limit; give those back. Permits
-    // taken at a known time (EXTRA: a fleet block's, a cancelled waiter's) are entries of
-    // that stamp: up to P of them go, from the oldest side, never other entries (the newest
-    // may be another process's, and dropping them would free room ahead of the window).
-    // Fewer found (a block's permits of two leases share the older stamp): the rest stay
-    // counted, the safe direction. Permits refunded as taken just now are the newest entries.
+    // spending. Only entries inside the window are given back. Permits taken at a known time
+    // (EXTRA: a block's, a cancelled waiter's) are up to P entries of that stamp, oldest side
+    // first, never others (the newest may be another process's); fewer found, the rest stay
+    // counted. Permits refunded as taken just now are the newest entries.
     give: (ret) => `if EXTRA ~= '' then
   if TAKEN <= NOW - W then return ${ret(['1'])} end
   redis.call('LREM', K1, -P, string.format('%.17g', TAKEN))

@@ -1,38 +1,28 @@
-import { getKey, MARK } from './compose.lua.js';
+import { MARK } from './compose.lua.js';
 import { luaNumber, type Rule } from './rule.js';
 import { mismatch, newer, shown } from './state.lua.js';
-
-/** A segmented SlidingWindow's parameters. */
-export interface SegmentsParams {
-  readonly limit: number;
-  /** A segment's µs: the window's µs over `segments`, a whole number. */
-  readonly segmentUs: number;
-  readonly segments: number;
-  /** The options version (reconfigure()); 0 when never reconfigured. */
-  readonly version?: number;
-}
 
 /**
  * SlidingWindow with `segments` (src/algorithms/segmented-window.ts): the window split into
  * N segments of S µs aligned to floor(t / S); a request passes when the counts of the last
- * N segments plus its permits are at most the limit. Stored as "tag segment admitted
- * rejected c1 … cN" (the tag: the writer's settings, state.lua.ts), where ci counts segment
- * (segment − N + i), with a TTL until the newest segment holding permits has left the
- * window. Redis runs one script at a time, so the counts are plain numbers here; the
- * in-memory ring's rules (a roll keeps the past counts, a refund credits the segment its
- * permits were taken in) give the same answers.
+ * N segments plus its permits are at most the limit (the in-memory ring's rules). Stored as
+ * "g<S>/<N>@<options version> segment admitted rejected c1 … cN", where ci counts segment
+ * (segment − N + i), until the newest segment holding permits has left the window.
  *
  * The counts are kept as the text read, in one table rolled in place (Lua's arithmetic reads
  * a count's text as tonumber() does), and written with one table.concat(): converting each
- * count was most of a call's time. The text read is what '%d' would write of it: every
- * count is written with '%d' or as a Lua number, which for a whole number below 2^26 (the
- * largest segmented limit) has the same digits.
+ * count was most of a call's time. The text read is what '%d' would write of it: a whole
+ * number below 2^26 (the largest segmented limit) has the same digits as a Lua number.
  */
-export function slidingWindowSegmentsRule(p: SegmentsParams): Rule {
-  // The writer's settings, `g<segment µs>/<segments>`, then its options version past 0.
+export function slidingWindowSegmentsRule(p: {
+  readonly limit: number;
+  /** A segment's µs: the window's µs over `segments`, a whole number. */
+  readonly segmentUs: number;
+  readonly segments: number;
+  /** The options version (reconfigure()). */
+  readonly version: number;
+}): Rule {
   const base = `g${p.segmentUs}/${p.segments}`;
-  const version = p.version ?? 0;
-  const tag = version > 0 ? `${base}@${version}` : base;
   const describe = (t: string) =>
     `(function(t) local s, n = string.match(t, '^g(%d+)/(%d+)') if not s then return t end return 'windowMs ' .. ${shown('s * n / 1000')} .. ' in ' .. n .. ' segments' end)(${t})`;
   // The counts rolled to segment cur in place (a grant's or a refund's).
@@ -55,34 +45,27 @@ for j = shift + 1, N do used = used + cs[j] end`;
     consts: `local LIMIT = ${luaNumber(p.limit)}
 local S = ${luaNumber(p.segmentUs)}
 local N = ${luaNumber(p.segments)}`,
-    // cs[i] counts segment seg - N + i; counts past these N are not read, missing ones are 0.
-    // cur: NOW's segment (a later stored one: the clock went back); the counts still in the
-    // window are those past the first `shift` (rolled only by a grant or refund, which save
-    // it). `full`: the stored state counts in segment cur already, so a grant's state ends
-    // no later than it (its key's TTL reaches the end of its newest segment holding permits).
-    load: `local seg, adm, rej = nil, 0, 0
+    // cs[i] counts segment seg - N + i (missing ones 0). cur: NOW's segment (a later stored
+    // one: the clock went back); the counts in the window are those past the first `shift`
+    // (rolled by a grant or refund). `full`: the stored state counts in segment cur, so a
+    // grant's state ends no later than it.
+    load: (get) => `local seg, adm, rej = nil, 0, 0
 local cs = {}
 local i = 1
-${getKey('K1')}
+${get}
 if v then
   -- The tag first, then seg, adm, rej at cs[-2], cs[-1], cs[0]. An older options version's
-  -- tag (its settings cannot change with segments) is read as it is: plain counts under any
-  -- limit. A text with no tag (written before settings were stored) is read as this one's.
+  -- counts (its settings cannot change with segments) are read as they are, under any limit.
   local first = string.match(v, '^%S+')
-  i = -3
-  if first ~= '${tag}' then
+  if first ~= '${base}@${p.version}' then
     local b, u = string.match(first or '', '^(g%d+/%d+)@(%d+)$')
-    if not b then b, u = first, '0' end
-    if b == '${base}' then
-      if tonumber(u) > ${version} then ${newer('tonumber(u)')} end
-    elseif first and string.byte(first, 1) == 103 then
-      ${mismatch('SlidingWindow', describe('first'), describe(`'${tag}'`))}
-    elseif first and tonumber(first) then
-      i = -2
-    else
+    if b ~= '${base}' then
+      if b then ${mismatch('SlidingWindow', describe('b'), describe(`'${base}'`))} end
       error(redis.error_reply('ERR atomic-limiter: ' .. K1 .. ' holds no SlidingWindow state with segments (a SlidingWindow without segments wrote it, or another program)' .. ${MARK}))
     end
+    if tonumber(u) > ${p.version} then ${newer('tonumber(u)')} end
   end
+  i = -3
   for x in string.gmatch(v, '%S+') do
     cs[i] = x
     i = i + 1
@@ -104,7 +87,7 @@ used = used + ${x}`,
 end`,
     // A refusal saves the stored state again (its rejected count aside): it ends where it did.
     stored: {
-      value: `string.format('${tag} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
+      value: `string.format('${base}@${p.version} %d %d %d ', seg, adm, rej) .. table.concat(cs, ' ', 1, N)`,
       keep: '(not ok or full)',
       until: 'NOW + fresh',
     },

@@ -1,58 +1,50 @@
 import { WIDE_SPAN } from '../engine/layout.js';
 import { type History, luaNumber, type Packed, type Rule } from './rule.js';
-import { encodeState, loadState, windowGeometry } from './state.lua.js';
-
-/** A two-window SlidingWindow's parameters. */
-export interface SlidingParams {
-  readonly limit: number;
-  readonly windowUs: number;
-  /** The previous count's quantum (1: exact). */
-  readonly prevQuantum: number;
-}
-
-/**
- * Lua: a SlidingWindow state carried from window `from[0]` (µs) to `to[0]` at time `at`, as
- * in memory: read as of `at` (the previous window's count, the current one's); under the
- * same window both counts stay as they are, under another the previous count's weight then
- * plus the current count are counted, rounded up, in the new window containing `at`.
- */
-function convert(from: readonly string[], to: readonly string[], at: string): string {
-  const [o, n] = [from[0]!, to[0]!];
-  return `if sw then
-        local ow, pv, cu = math.floor(${at} / ${o}), 0, 0
-        if sw >= ow then
-          ow, pv, cu = sw, sp, sc
-        elseif sw == ow - 1 then
-          pv = sc
-        end
-        if pv == 0 and cu == 0 then
-          sw, sp, sc = nil, nil, nil
-        elseif ${o} == ${n} then
-          sw, sp, sc = ow, pv, cu
-        else
-          local share = pv * math.max(0, ${o} - math.max(0, ${at} - ow * ${o})) / ${o}
-          sw, sp, sc = math.max(math.floor(${at} / ${n}), math.floor(ow * ${o} / ${n})), 0, math.ceil(share + cu)
-        end
-      end`;
-}
+import { encodeState, loadState, shown } from './state.lua.js';
 
 /**
  * SlidingWindow (src/algorithms/sliding-window.ts): the two-window counter,
  * prev × (1 − elapsed / windowUs) + curr + permits ≤ limit, multiplied by windowUs as in
  * memory so that every figure is exact — while limit × windowUs < 2^53; past that (a wide
  * window) compared in doubles a hair stricter than their rounding, operation for operation
- * as the in-memory wide table, whose previous count is read rounded up to its quantum.
- * Stored as window, prev, curr, admitted, rejected with a TTL until both windows are empty.
+ * as the in-memory wide table, whose previous count is read rounded up to its quantum
+ * (`prevQuantum`; 1: exact). Stored as window, prev, curr, admitted, rejected with a TTL
+ * until both windows are empty.
  */
-export function slidingWindowRule(p: SlidingParams, history?: History): Rule {
+export function slidingWindowRule(
+  p: { readonly limit: number; readonly windowUs: number; readonly prevQuantum: number },
+  history: History,
+): Rule {
   const exact = p.limit * p.windowUs < WIDE_SPAN;
   const stored = (x: string) =>
     p.prevQuantum === 1 ? x : `math.min(LIMIT, math.ceil(${x} / Q) * Q)`;
   const state: Packed = {
     what: 'SlidingWindow',
     fields: ['sw', 'sp', 'sc', 'adm', 'rej'],
-    geo: windowGeometry('W', 'Q'),
-    lineage: history && { ...history, convert },
+    // Its window and the previous count's quantum.
+    geo: {
+      values: ['W', 'Q'],
+      describe: (v) =>
+        `'windowMs ' .. ${shown(`${v[0]} / 1000`)} .. ' (previous count in steps of ' .. ${shown(v[1]!)} .. ')'`,
+    },
+    history,
+    // From window o (µs) to n, as in memory: read as of `at`; under the same window both
+    // counts stay, under another the previous count's weight then plus the current count
+    // are counted, rounded up, in the new window containing `at`.
+    convert: ([o], [n], at) => `local ow, pv, cu = math.floor(${at} / ${o}), 0, 0
+      if sw >= ow then
+        ow, pv, cu = sw, sp, sc
+      elseif sw == ow - 1 then
+        pv = sc
+      end
+      if pv == 0 and cu == 0 then
+        sw, sp, sc = nil, nil, nil
+      elseif ${o} == ${n} then
+        sw, sp, sc = ow, pv, cu
+      else
+        local share = pv * math.max(0, ${o} - math.max(0, ${at} - ow * ${o})) / ${o}
+        sw, sp, sc = math.max(math.floor(${at} / ${n}), math.floor(ow * ${o} / ${n})), 0, math.ceil(share + cu)
+      end`,
   };
   const at = (t: string) => `local win = math.floor(${t} / W)
 local prev, curr = 0, 0
@@ -71,7 +63,7 @@ local W = ${luaNumber(p.windowUs)}
 local Q = ${luaNumber(p.prevQuantum)}`,
     // `ends`: where the stored state ends (in windows), which its key's TTL reaches: the end
     // of the window after its own if it counts in its own, else its own window's end.
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 local ends
 if sw then
   if sc > 0 then ends = sw + 2 elseif sp > 0 then ends = sw + 1 end

@@ -5,10 +5,7 @@ import { encodeState, loadState, shown } from './state.lua.js';
 /** warmingModel()'s figures, the in-memory class's (src/algorithms/warming-bucket.ts). */
 type WarmingParams = Omit<WarmingModel, 'staleUs'>;
 
-/**
- * A WarmingBucket's settings: its stable interval, most stored permits, cool-down per
- * permit, quanta per permit and time unit, written into the state (state.lua.ts).
- */
+/** A WarmingBucket's settings: stable interval, most stored permits, cool-down, quanta, unit. */
 const GEO: Geometry = {
   values: ['S', 'MAXP', 'COOL', 'QUANTA', 'UNIT'],
   describe: (v) =>
@@ -21,54 +18,35 @@ export function warmingGeometry(m: WarmingParams): number[] {
 }
 
 /**
- * Lua: a state carried from settings `from` to `to` (GEO's) at time `at`, as Guava's
- * setRate() and the in-memory class do: a key cold then stays cold; otherwise idleness
- * since its next free time is regained first, then its stored permits keep their share of
- * the new maximum and its next free time (what it owes) is kept.
- */
-function convert(from: readonly string[], to: readonly string[], at: string): string {
-  const [, maxp, cool, quanta, unit] = from;
-  const [, nmaxp, , nquanta, nunit] = to;
-  return `if nf then
-        local s = math.min(${maxp}, q / ${quanta})
-        if ${at} >= nf * ${unit} + (${maxp} - s) * ${cool} then
-          q, nf = nil, nil
-        else
-          local was = math.floor(${at} / ${unit})
-          if was > nf then s = math.min(${maxp}, s + ((was - nf) * ${unit}) / ${cool}) end
-          q = math.min(math.ceil(${nmaxp} * ${nquanta}), math.ceil((s / ${maxp}) * ${nmaxp} * ${nquanta}))
-          nf = math.ceil(math.max(was, nf) * ${unit} * (1 / ${nunit}))
-        end
-      end`;
-}
-
-/**
- * Lua: Guava's reserveEarliestAvailable() of `x` permits at unit time `at` from `stored`
- * permits at next-free time `from` (from <= at): sets q and nf.
- */
-function reserve(x: string, stored: string, from: string, at: string): string {
-  return `local stored = ${stored}
-if ${at} > ${from} then stored = math.min(MAXP, stored + ((${at} - ${from}) * UNIT) / COOL) end
-local spend = math.min(${x}, stored)
-local w = waitUs(stored, spend) + math.floor((${x} - spend) * S)
-q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), ${at} + math.ceil(w * PERUS)`;
-}
-
-/**
  * WarmingBucket (src/algorithms/warming-bucket.ts): Guava's SmoothWarmingUp with the
- * in-memory class's arithmetic, operation for operation, on plain locals instead of a packed
- * word. Stored as stored quanta q, next free time nf (units since time 0; the in-memory
- * class counts from its epoch: the same figures when that epoch is 0), admitted, rejected,
- * after the writer's settings (state.lua.ts), with a TTL until the state is cold again; a
- * cold state is no state. Pays later: a call is admitted once the previous one's debt is
- * paid.
+ * in-memory class's arithmetic, operation for operation, on plain locals. Stored as quanta q,
+ * next free time nf (units since time 0: the in-memory figures when its epoch is 0),
+ * admitted, rejected, with a TTL until the state is cold again (a cold state is no state).
+ * Pays later: a call is admitted once the previous one's debt is paid.
  */
-export function warmingBucketRule(m: WarmingParams, history?: History): Rule {
+export function warmingBucketRule(m: WarmingParams, history: History): Rule {
   const state: Packed = {
     what: 'WarmingBucket',
     fields: ['q', 'nf', 'adm', 'rej'],
     geo: GEO,
-    lineage: history && { ...history, convert },
+    history,
+    // From settings `from` to `to` (GEO's) at `at`, as Guava's setRate() and the in-memory
+    // class do: a key cold then stays cold; otherwise idleness since its next free time is
+    // regained first, then its stored permits keep their share of the new maximum and its
+    // next free time (what it owes) is kept.
+    convert: (
+      [, maxp, cool, quanta, unit],
+      [, nmaxp, , nquanta, nunit],
+      at,
+    ) => `local s = math.min(${maxp}, q / ${quanta})
+      if ${at} >= nf * ${unit} + (${maxp} - s) * ${cool} then
+        q, nf = nil, nil
+      else
+        local was = math.floor(${at} / ${unit})
+        if was > nf then s = math.min(${maxp}, s + ((was - nf) * ${unit}) / ${cool}) end
+        q = math.min(math.ceil(${nmaxp} * ${nquanta}), math.ceil((s / ${maxp}) * ${nmaxp} * ${nquanta}))
+        nf = math.ceil(math.max(was, nf) * ${unit} * (1 / ${nunit}))
+      end`,
   };
   const at = (t: string) => `local un = math.floor(${t} * PERUS)`;
   return {
@@ -96,22 +74,27 @@ local function waitUs(stored, take)
   end
   return us + math.floor(S * take)
 end`,
-    load: `${loadState(state)}
+    load: (get) => `${loadState(state, get)}
 ${at('NOW')}`,
     at,
     fits: () => 'not (nf and nf > un)',
     // take keeps the state as a load would read it; load derives only `un`, from NOW.
     again: '',
-    // From the stored permits while the state is warm, else from a cold bucket.
-    take: (x) => `local s0, from = MAXP, un
+    // Guava's reserveEarliestAvailable() of x permits at un, from the stored permits while
+    // the state is warm, else from a cold bucket.
+    take: (x) => `local stored, from = MAXP, un
 if nf then
   local s = math.min(MAXP, q / QUANTA)
-  if NOW < nf * UNIT + (MAXP - s) * COOL then s0, from = s, nf end
+  if NOW < nf * UNIT + (MAXP - s) * COOL then stored, from = s, nf end
 end
-${reserve(x, 's0', 'from', 'un')}`,
+if un > from then stored = math.min(MAXP, stored + ((un - from) * UNIT) / COOL) end
+local spend = math.min(${x}, stored)
+local w = waitUs(stored, spend) + math.floor((${x} - spend) * S)
+q, nf = math.min(MAXQ, math.ceil((stored - spend) * QUANTA)), un + math.ceil(w * PERUS)`,
     fresh:
       'if nf then fresh = math.max(0, nf * UNIT + (MAXP - math.min(MAXP, q / QUANTA)) * COOL - NOW) end',
-    stored: { value: encodeState(state), until: 'NOW + fresh' },
+    // A refusal or a refund saves a state ending no later than the stored one.
+    stored: { value: encodeState(state), keep: 'not ok', until: 'NOW + fresh' },
     avail: 'if nf and nf > un then avail = 0 else avail = LIMIT end',
     guess: `local guess = 0
 if nf then guess = math.max(0, nf * UNIT - NOW) end`,

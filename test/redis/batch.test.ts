@@ -260,10 +260,10 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     number | undefined,
     (clock: ManualClock, prefix: string) => [Limiter, RedisLimiter],
   ][] = [
-    ['TokenBucket', 25, (clock, prefix) => buckets(redis, clock, 6, 2.5, { prefix })],
+    ['TokenBucket', 44, (clock, prefix) => buckets(redis, clock, 6, 2.5, { prefix })],
     [
       'LeakyBucket',
-      25,
+      44,
       (clock, prefix) => [
         new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }) as never,
         new red.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock, redis, prefix }) as never,
@@ -271,7 +271,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'FixedWindow',
-      33,
+      44,
       (clock, prefix) => [
         new mem.FixedWindow({ limit: 6, windowMs: 1000, clock }),
         new red.FixedWindow({ limit: 6, windowMs: 1000, clock, redis, prefix }),
@@ -279,7 +279,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     ],
     [
       'SlidingWindow',
-      41,
+      60,
       (clock, prefix) => [
         new mem.SlidingWindow({ limit: 6, windowMs: 700, clock }) as never,
         new red.SlidingWindow({ limit: 6, windowMs: 700, clock, redis, prefix }) as never,

@@ -55,6 +55,28 @@ const CASES: [string, (redis: Redis, clock: ManualClock) => Case][] = [
     }),
   ],
   [
+    // Its keys change layout across 10^6 per second (an origin stored past it).
+    'TokenBucket across 10^6 per second',
+    (redis, clock) => ({
+      m: new mem.TokenBucket({ capacity: 50_000, refillPerSecond: 2e6, clock }),
+      make: (prefix, more) =>
+        new red.TokenBucket({
+          redis,
+          capacity: 50_000,
+          refillPerSecond: 2e6,
+          clock,
+          prefix,
+          ...more,
+        }),
+      windowMs: 100,
+      options: (next) =>
+        some(next, {
+          capacity: 1000 + Math.floor(next() * 100_000),
+          refillPerSecond: pick(next, [3e5, 8e5, 2e6, 1e7]),
+        }),
+    }),
+  ],
+  [
     'LeakyBucket',
     (redis, clock) => ({
       m: new mem.LeakyBucket({ capacity: 6, ratePerSecond: 2.5, clock }),

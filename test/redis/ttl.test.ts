@@ -37,13 +37,13 @@ interface Case {
 }
 
 /**
- * The packed state's fields (state.lua.ts: a version byte, the writer's settings —
- * `settings` doubles —, then the fields as doubles).
+ * The packed state's fields (state.lua.ts: a 4-byte head, its first byte the layout, the
+ * writer's settings — `settings` doubles —, then the fields as doubles).
  */
 function fields(value: Buffer, settings: number): number[] {
-  expect(value[0]).toBe(2);
+  expect(value[0]).toBe(3);
   const out: number[] = [];
-  for (let at = 1 + 8 * settings; at < value.length; at += 8) out.push(value.readDoubleLE(at));
+  for (let at = 4 + 8 * settings; at < value.length; at += 8) out.push(value.readDoubleLE(at));
   return out;
 }
 
@@ -88,14 +88,14 @@ const CASES: Case[] = [
     spanUs: 60_000,
   },
   {
-    // "g<segment µs>/<segments> segment admitted rejected c1 … cN": ci counts segment
+    // "g<segment µs>/<segments>@<options version> segment admitted rejected c1 … cN": ci counts segment
     // (segment − N + i), of 5 ms.
     name: 'SlidingWindow with segments',
     make: (redis, prefix, block) =>
       new red.SlidingWindow({ redis, limit: 12, windowMs: 15, segments: 3, prefix, block }),
     endUs: (v) => {
       const [tag, ...rest] = v.toString().split(' ');
-      expect(tag).toBe('g5000/3');
+      expect(tag).toBe('g5000/3@0');
       const [seg, , , ...counts] = rest.map(Number) as [number, ...number[]];
       for (let i = counts.length; i >= 1; i--) if (counts[i - 1]! > 0) return (seg + i) * 5000;
       return 0;
@@ -276,7 +276,7 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       Buffer,
       number,
     ];
-    const [, seg] = /^g200000\/3 (\d+) 3 0 0 1 1$/.exec(value.toString()) ?? [];
+    const [, seg] = /^g200000\/3@0 (\d+) 3 0 0 1 1$/.exec(value.toString()) ?? [];
     expect(seg).toBeDefined();
     const endUs = (Number(seg) + 3) * 200_000;
     expect(
@@ -334,4 +334,21 @@ describe('TTLs on Redis time, with calls alone keeping them', () => {
       await limiter.close();
     });
   }
+
+  it("WarmingBucket: refusals alone keep the key's TTL, as its state ends where it did", async () => {
+    const limiter = new red.WarmingBucket({
+      redis,
+      ratePerSecond: 1,
+      warmupMs: 10_000,
+      prefix: 'hot-warming',
+    });
+    const [key] = limiter.redisKeys('k') as [string];
+    const sets = await countSets(redis, key, async () => {
+      expect(await limiter.tryAcquire('k')).toBe(true);
+      for (let i = 0; i < 50; i++) expect(await limiter.tryAcquire('k')).toBe(false);
+    });
+    // The grant sets the TTL; each refusal writes its count and keeps it.
+    expect(sets).toEqual({ px: 1, keep: 50, other: 0 });
+    await limiter.close();
+  });
 });
