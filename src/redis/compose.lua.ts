@@ -282,18 +282,24 @@ return true`;
  * The batch form's replies, in one flat table R (from R[D + 1]), not a table a call: Redis
  * converts each table of a reply at a cost, and the client parses one array. An entry: a
  * bare value (`putv(x)`); a table of n fields: n, then the fields (`putN`); a decision: −n,
- * then its fields but `now`, which the client knows (`decN`). Returns the helpers' Lua (of
- * the arities used) with the Ret and Decide that call them.
+ * then its fields but `now`, which the client knows (`decN`); a plain grant, the most common
+ * entry: −1, avail, fresh (`grant`: allowed and a retry of 0 go without saying). Returns the
+ * helpers' Lua (of the arities used) with the Ret and Decide that call them.
  */
 function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
   const tables = new Set<number>();
   const decisions = new Set<number>();
+  let grants = false;
   const ret: Ret = (x) => {
     if (typeof x === 'string') return `putv(${x})`;
     tables.add(x.length);
     return `put${x.length}(${x.join(', ')})`;
   };
   const decision: Decide = (f) => {
+    if (f.length === 5 && f[0] === '1' && f[2] === '0') {
+      grants = true;
+      return `grant(${f[1]}, ${f[3]})`;
+    }
     const fields = [...f.slice(0, 4), ...f.slice(5)];
     decisions.add(fields.length);
     return `dec${fields.length}(${fields.join(', ')})`;
@@ -308,6 +314,11 @@ function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
       'local function putv(x) R[D + 1] = x D = D + 1 return true end',
       ...[...tables].sort().map((n) => helper(`put${n}`, n, n)),
       ...[...decisions].sort().map((n) => helper(`dec${n}`, -n, n)),
+      ...(grants
+        ? [
+            'local function grant(a, f) R[D + 1] = -1 R[D + 2] = a R[D + 3] = f D = D + 3 return true end',
+          ]
+        : []),
     ].join('\n');
   return { ret, decision, helpers };
 }

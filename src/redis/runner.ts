@@ -659,6 +659,12 @@ function batchReplies(reply: unknown[], calls: readonly Pending[]): unknown[] | 
       return undefined;
     } else if (head[0] === 't') {
       out[i] = x;
+    } else if (x === -1) {
+      // A plain grant: avail and fresh.
+      if (at + 2 > reply.length) return undefined;
+      const now = head[1] === '' ? serverNow : Number(head[1]);
+      out[i] = [1, reply[at], 0, reply[at + 1], now];
+      at += 2;
     } else {
       const n = Math.abs(x);
       if (at + n > reply.length) return undefined;
