@@ -151,20 +151,31 @@ type Decide = (fields: readonly string[]) => string;
 const granted = ['1', 'avail', '0', 'fresh', 'now'];
 const refused = (rule: Rule) => ['0', 'avail', 'retry', 'fresh', 'now', rule.hint ?? '0'];
 
+/** Lua: `local now`, NOW as a reply figure. */
+const NOW_REPLY = `local now = NOW
+${toReply('now')}`;
+
 /**
- * Lua: a decision's reply, `ok` and `fresh` known: avail, then `granted` (Lua, given `now`
- * when `needsNow`) or, the retry searched, `refused`.
+ * Lua: a decision's reply, `ok` and `fresh` known: avail, then `granted` (given `now` when
+ * `grantNow`) or, the retry searched, `refused` (given `now` when `needsNow`).
  */
-function reply(rule: Rule, granted: string, refused: string, needsNow: boolean): string {
+function reply(
+  rule: Rule,
+  granted: string,
+  refused: string,
+  needsNow: boolean,
+  grantNow = needsNow,
+): string {
   return `local avail
 ${rule.avail}
 ${toReply('fresh')}
-${needsNow ? `local now = NOW\n${toReply('now')}` : ''}
 if ok then
+  ${grantNow ? NOW_REPLY : ''}
   ${granted}
 else
   ${retry(rule)}
   ${toReply('retry')}
+  ${needsNow ? NOW_REPLY : ''}
   ${refused}
 end`;
 }
@@ -177,6 +188,7 @@ function decide(
   tryRet: Ret,
   decision: Decide = ret,
   needsNow = true,
+  grantNow = needsNow,
 ): string {
   const grant = (lease: boolean) =>
     `return ${decision(lease ? [...granted, 'got', 'counted'] : granted)}`;
@@ -211,7 +223,7 @@ ${
   op === 't'
     ? `if ok then return ${tryRet('1')} end\nreturn ${tryRet('0')}`
     : `${op ? '' : `if OP == 't' then\n  if ok then return ${ret('1')} end\n  return ${ret('0')}\nend`}
-${reply(rule, granting, `return ${decision(refused(rule))}`, needsNow)}`
+${reply(rule, granting, `return ${decision(refused(rule))}`, needsNow, grantNow)}`
 }`;
 }
 
@@ -509,15 +521,18 @@ if ARGV[2] then P = tonumber(ARGV[2]) end
 ${nowFrom('ARGV[3]', 'not ARGV[3]')}`;
     // tryAcquire()'s verdict goes back as one integer, token × 2 + verdict, and a decision
     // as one flat table, the token first: Redis converts every table of a reply at a cost.
+    // consume()'s plain grant is {token, avail, fresh}: its allowed and retry go without
+    // saying, and consume() reads no time.
     const tryRet: Ret = rule.guarded ? bare : (x) => `tonumber(TOKEN) * 2 + ${x}`;
+    const plain = !rule.guarded && op === 'c';
     const flatDecision: Decide | undefined = rule.guarded
       ? undefined
-      : (f) => `{TOKEN, ${f.join(', ')}}`;
+      : (f) => (plain && f === granted ? '{TOKEN, avail, fresh}' : `{TOKEN, ${f.join(', ')}}`);
     return `${head(`${rule.name}-${op === 't' ? 'try' : op === 'c' ? 'consume' : 'lease'}`, '1')}
 local OP = '${op}'
 local EXTRA = ''
 ${args}
-${top(`${rule.load(GET_K1)}\n${decide(rule, op, ret, tryRet, flatDecision)}`)}`;
+${top(`${rule.load(GET_K1)}\n${decide(rule, op, ret, tryRet, flatDecision, true, !plain)}`)}`;
   };
   return { driver, batch, single };
 }

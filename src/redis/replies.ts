@@ -73,11 +73,18 @@ export function decisionOf(r: Reply, limit: number): Decision {
 }
 
 /**
- * decisionOf(parseReply()) without the Reply between, for consume(): a reply of numbers
- * (what the scripts send but for Infinity and fractions) is read in place; any other goes
- * the long way, which reads strings and names the script for a bad reply.
+ * decisionOf(parseReply()) without the Reply between, for consume(): a plain grant's
+ * {avail, fresh}, or a reply of numbers (what the scripts send but for Infinity and
+ * fractions) read in place; any other goes the long way, which reads strings and names the
+ * script for a bad reply.
  */
 export function decisionOfReply(script: string, reply: unknown, limit: number): Decision {
+  if (Array.isArray(reply) && reply.length === 2) {
+    // A plain grant of the single-call form: avail, fresh.
+    const remaining = replyNumber(script, reply, 0);
+    const fresh = replyNumber(script, reply, 1);
+    return { allowed: true, remaining, limit, retryAfterMs: 0, resetAfterMs: fresh / 1000 };
+  }
   if (Array.isArray(reply) && reply.length >= 5 && reply.length <= 7) {
     // Read by index: destructuring would go through the array's iterator.
     const flag = reply[0];

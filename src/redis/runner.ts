@@ -591,9 +591,10 @@ export class Runner {
 function untoken(tokened: unknown, token: string): unknown {
   if (Array.isArray(tokened)) {
     if (tokened[0] !== token) return FOREIGN;
-    // {token, reply}, or a single-call decision's flat {token, field, …} (five or more).
+    // {token, reply}, or a single-call decision's flat {token, field, …}: a plain grant's
+    // avail and fresh, or five fields or more.
     if (tokened.length === 2) return tokened[1];
-    if (tokened.length <= 5) return FOREIGN;
+    if (tokened.length !== 3 && tokened.length <= 5) return FOREIGN;
     // The reply is this call's alone: its fields are taken in place, not copied.
     tokened.shift();
     return tokened;

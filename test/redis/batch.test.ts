@@ -5,6 +5,7 @@ import * as mem from '../../src/index.js';
 import { BackendUnavailableError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
 import { slotOf, tagOf } from '../../src/redis/keys.js';
+import { decisionOfReply } from '../../src/redis/replies.js';
 import { EARLY_BATCH, MAX_BATCH } from '../../src/redis/runner.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisServer, withRedisServer } from '../helpers/redis.js';
@@ -557,10 +558,12 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
           if (next() < 0.3) clock.advance(Math.round(next() * moveMs * 1000) / 1000);
           const size = 1 + Math.floor(next() * most);
           const least = 1 + Math.floor(next() * size);
-          const op = next() < 0.7 ? call('b', 'k', size, String(least)) : call('c', 'k', least);
+          const lease = next() < 0.7;
+          const op = lease ? call('b', 'k', size, String(least)) : call('c', 'k', least);
           // Batched: a stats() call of another key in the same tick makes it a batch.
           const [reply] = await Promise.all([op, batched ? r.stats('other') : undefined]);
-          replies.push(reply);
+          // A consume() answers as its Decision (a grant alone replies fewer fields).
+          replies.push(lease ? reply : decisionOfReply('c', reply, r.limit));
         }
         if (!batched) {
           // 300 calls alone, each its own script's run; the shared script never loaded.
