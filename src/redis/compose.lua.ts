@@ -308,7 +308,7 @@ function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
     return `put${x.length}(${x.join(', ')})`;
   };
   const decision: Decide = (f) => {
-    if (f.length === 5 && f[0] === '1' && f[2] === '0') {
+    if (f === granted) {
       grants = true;
       return `grant(${f[1]}, ${f[3]})`;
     }
@@ -326,11 +326,7 @@ function flatReplies(): { ret: Ret; decision: Decide; helpers: () => string } {
       'local function putv(x) R[D + 1] = x D = D + 1 return true end',
       ...[...tables].sort().map((n) => helper(`put${n}`, n, n)),
       ...[...decisions].sort().map((n) => helper(`dec${n}`, -n, n)),
-      ...(grants
-        ? [
-            'local function grant(a, f) R[D + 1] = -1 R[D + 2] = a R[D + 3] = f D = D + 3 return true end',
-          ]
-        : []),
+      ...(grants ? [helper('grant', -1, 2)] : []),
     ].join('\n');
   return { ret, decision, helpers };
 }

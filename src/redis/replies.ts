@@ -119,3 +119,82 @@ export function decisionOfReply(script: string, reply: unknown, limit: number): 
   }
   return decisionOf(parseReply(script, reply), limit);
 }
+
+/**
+ * Why a reply is not taken: it is not its command's own. Every command carries a token
+ * (compose.lua.ts), which its reply echoes: `{token, reply}`, a single-call tryAcquire()'s
+ * token × 2 + verdict, or an error reply whose text holds ` [token]`. A client that
+ * matches replies to the wrong commands (node-redis after a connection cut kept commands
+ * written to the dying socket in its reply queue) hands a call another command's reply —
+ * another key's grant, or an error of its own handshake — and only the token tells.
+ */
+export const FOREIGN = 'the client handed this call a reply that is not its own';
+
+/** The reply a command's `tokened` reply carries, or FOREIGN if it is not the command's own. */
+export function untoken(tokened: unknown, token: string): unknown {
+  if (Array.isArray(tokened)) {
+    if (tokened[0] !== token) return FOREIGN;
+    // {token, reply}, or a single-call decision's flat {token, field, …}: a plain grant's
+    // avail and fresh, or five fields or more.
+    if (tokened.length === 2) return tokened[1];
+    if (tokened.length !== 3 && tokened.length <= 5) return FOREIGN;
+    // The reply is this call's alone: its fields are taken in place, not copied.
+    tokened.shift();
+    return tokened;
+  }
+  // A single-call tryAcquire(): token × 2 + verdict.
+  if (typeof tokened === 'number') {
+    const verdict = tokened - 2 * Number(token);
+    if (verdict === 0 || verdict === 1) return verdict;
+  }
+  return FOREIGN;
+}
+
+/**
+ * Each call's reply in a batch's flat reply ({token, TIME's µs, entries…}: compose.lua.ts),
+ * as its own command would have replied: tryAcquire()'s verdict, a table as an array, a
+ * decision with its time put back; '!' and the text of a call that failed. Undefined when
+ * the reply is not of that form.
+ */
+export function batchReplies(
+  reply: unknown[],
+  calls: readonly { readonly head: readonly string[] }[],
+): unknown[] | undefined {
+  const serverNow = reply[1];
+  if (typeof serverNow !== 'number') return undefined;
+  const out: unknown[] = new Array(calls.length);
+  let at = 2;
+  for (let i = 0; i < calls.length; i++) {
+    const head = calls[i]!.head;
+    const x = reply[at++];
+    if (typeof x === 'string') {
+      if (!x.startsWith('!')) return undefined;
+      out[i] = x;
+    } else if (typeof x !== 'number') {
+      return undefined;
+    } else if (head[0] === 't') {
+      out[i] = x;
+    } else if (x === -1) {
+      // A plain grant: avail and fresh.
+      if (at + 2 > reply.length) return undefined;
+      const now = head[1] === '' ? serverNow : Number(head[1]);
+      out[i] = [1, reply[at], 0, reply[at + 1], now];
+      at += 2;
+    } else {
+      const n = Math.abs(x);
+      if (at + n > reply.length) return undefined;
+      // A decision: allowed, avail, retry, fresh, then the time of its call, then the rest.
+      // Made at its length at once (a copy grown by an insert is garbage twice over).
+      const before = x < 0 ? Math.min(4, n) : n;
+      const fields: unknown[] = new Array(x < 0 ? n + 1 : n);
+      for (let j = 0; j < before; j++) fields[j] = reply[at + j];
+      if (x < 0) {
+        fields[before] = head[1] === '' ? serverNow : Number(head[1]);
+        for (let j = before; j < n; j++) fields[j + 1] = reply[at + j];
+      }
+      at += n;
+      out[i] = fields;
+    }
+  }
+  return at === reply.length ? out : undefined;
+}

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { DeadlineTimer, due } from '../deadlines.js';
 import type { Adapter, Command } from './client.js';
 import { TRANSIENT } from './health.js';
+import { batchReplies, FOREIGN, untoken } from './replies.js';
 
 /** A Lua script and its SHA1 (what EVALSHA names it by). */
 export class Script {
@@ -38,16 +39,6 @@ function nextToken(): string {
   lastToken = lastToken >= 2 ** 50 ? 1 : lastToken + 1;
   return String(lastToken);
 }
-
-/**
- * Why a reply is not taken: it is not its command's own. Every command carries a token
- * (compose.lua.ts), which its reply echoes: `{token, reply}`, a single-call tryAcquire()'s
- * token × 2 + verdict, or an error reply whose text holds ` [token]`. A client that
- * matches replies to the wrong commands (node-redis after a connection cut kept commands
- * written to the dying socket in its reply queue) hands a call another command's reply —
- * another key's grant, or an error of its own handshake — and only the token tells.
- */
-const FOREIGN = 'the client handed this call a reply that is not its own';
 
 /** Why a call got no usable answer: Redis could not be reached in time. */
 export class Unavailable extends Error {
@@ -587,26 +578,6 @@ export class Runner {
   }
 }
 
-/** The reply a command's `tokened` reply carries, or FOREIGN if it is not the command's own. */
-function untoken(tokened: unknown, token: string): unknown {
-  if (Array.isArray(tokened)) {
-    if (tokened[0] !== token) return FOREIGN;
-    // {token, reply}, or a single-call decision's flat {token, field, …}: a plain grant's
-    // avail and fresh, or five fields or more.
-    if (tokened.length === 2) return tokened[1];
-    if (tokened.length !== 3 && tokened.length <= 5) return FOREIGN;
-    // The reply is this call's alone: its fields are taken in place, not copied.
-    tokened.shift();
-    return tokened;
-  }
-  // A single-call tryAcquire(): token × 2 + verdict.
-  if (typeof tokened === 'number') {
-    const verdict = tokened - 2 * Number(token);
-    if (verdict === 0 || verdict === 1) return verdict;
-  }
-  return FOREIGN;
-}
-
 /**
  * The calls of a batch grouped by key, each key's in their order, keys in order of first
  * call: calls on different keys decide the same in any order, and a key's calls side by
@@ -637,52 +608,6 @@ function byKey(calls: readonly Pending[]): readonly Pending[] {
 /** A run's item in a batch's ARGV: ± (permits × 256 + how many); negative on the same keys. */
 function runItem(sign: number, permits: string, run: number): string {
   return String(sign * ((permits === '1' ? 1 : Number(permits)) * 256 + run));
-}
-
-/**
- * Each call's reply in a batch's flat reply ({token, TIME's µs, entries…}: compose.lua.ts),
- * as its own command would have replied: tryAcquire()'s verdict, a table as an array, a
- * decision with its time put back; '!' and the text of a call that failed. Undefined when
- * the reply is not of that form.
- */
-function batchReplies(reply: unknown[], calls: readonly Pending[]): unknown[] | undefined {
-  const serverNow = reply[1];
-  if (typeof serverNow !== 'number') return undefined;
-  const out: unknown[] = new Array(calls.length);
-  let at = 2;
-  for (let i = 0; i < calls.length; i++) {
-    const head = calls[i]!.head;
-    const x = reply[at++];
-    if (typeof x === 'string') {
-      if (!x.startsWith('!')) return undefined;
-      out[i] = x;
-    } else if (typeof x !== 'number') {
-      return undefined;
-    } else if (head[0] === 't') {
-      out[i] = x;
-    } else if (x === -1) {
-      // A plain grant: avail and fresh.
-      if (at + 2 > reply.length) return undefined;
-      const now = head[1] === '' ? serverNow : Number(head[1]);
-      out[i] = [1, reply[at], 0, reply[at + 1], now];
-      at += 2;
-    } else {
-      const n = Math.abs(x);
-      if (at + n > reply.length) return undefined;
-      // A decision: allowed, avail, retry, fresh, then the time of its call, then the rest.
-      // Made at its length at once (a copy grown by an insert is garbage twice over).
-      const before = x < 0 ? Math.min(4, n) : n;
-      const fields: unknown[] = new Array(x < 0 ? n + 1 : n);
-      for (let j = 0; j < before; j++) fields[j] = reply[at + j];
-      if (x < 0) {
-        fields[before] = head[1] === '' ? serverNow : Number(head[1]);
-        for (let j = before; j < n; j++) fields[j + 1] = reply[at + j];
-      }
-      at += n;
-      out[i] = fields;
-    }
-  }
-  return at === reply.length ? out : undefined;
 }
 
 /**
