@@ -158,6 +158,16 @@ async function resetStats(ports: readonly number[]): Promise<void> {
 }
 
 /**
+ * Loads `r`'s scripts by a call alone and a batch, then zeroes the server's command counts,
+ * so that no NOSCRIPT retry is counted.
+ */
+async function loaded(r: { stats(key: string): Promise<unknown> }, port: number): Promise<void> {
+  await r.stats('warm');
+  await Promise.all([r.stats('warm'), r.stats('warm')]);
+  await resetStats([port]);
+}
+
+/**
  * Random ticks of calls (consume, tryAcquire, refund; several keys) through both limiters,
  * time moving between ticks. Every answer must be equal, in order. Returns the calls made
  * and the commands a batch per tick and slot should take: on a standalone ioredis client
@@ -229,10 +239,7 @@ describe('a batch decides as the calls one by one (ioredis, standalone)', () => 
     it(`${name}: random ticks give equal answers, one command per batch of ${EARLY_BATCH} calls`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(redis, clock, `b-${name}`);
-      // The scripts are loaded by a first call, so that no NOSCRIPT retry is counted.
-      await r.stats('warm');
-      await Promise.all([r.stats('warm'), r.stats('warm')]);
-      await resetStats([server.port]);
+      await loaded(r, server.port);
       const keys = ['a', 'b{x}', 42, ''];
       const { calls, commands } = await ticks(
         name,
@@ -904,9 +911,7 @@ describe('a batch decides as the calls one by one (node-redis, standalone)', () 
     it(`${name}: random ticks give equal answers, one command per tick`, async () => {
       const clock = new ManualClock(0);
       const [m, r] = make(client, clock, `n-${name}`);
-      await r.stats('warm');
-      await Promise.all([r.stats('warm'), r.stats('warm')]);
-      await resetStats([server.port]);
+      await loaded(r, server.port);
       const keys = ['a', 'b{x}', 7];
       const { calls, commands } = await ticks(
         name,
