@@ -484,7 +484,9 @@ export class Engine<Req, Res> {
       }
       return GO;
     }
-    if (c.wait !== false && d.reason !== 'table-full')
+    // No queue helps a key table full of held permits, nor a backend that cannot be reached
+    // (a refusal of `whenUnavailable: 'deny'`: its acquire() would fail as unavailable).
+    if (c.wait !== false && d.reason !== 'table-full' && d.reason !== 'unavailable')
       return this.waitFor(plan, req, res, via, key, permits, d);
     return this.refuse(plan, req, res, via, d);
   }
