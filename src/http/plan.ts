@@ -86,11 +86,21 @@ export function makePlan(
     if (typeof l.acquire !== 'function') {
       throw typeError(`${owner}: option "wait" needs a limiter with acquire()`);
     }
-    if (l.queueLimit === 0) {
-      throw rangeError(
-        `${owner}: option "wait" needs a limiter whose queueLimit is above 0 (this one never queues)`,
-      );
-    }
+    // A chain waits at each member in turn: one that cannot wait refuses every wait.
+    const members = flattenLimiters(l) as HttpLimiter[];
+    const which = (i: number) => (isChain(l) ? `limiter ${i} of the chain` : 'this one');
+    members.forEach((m, i) => {
+      if (typeof m.acquire !== 'function') {
+        throw typeError(
+          `${owner}: option "wait" needs a limiter with acquire() (${which(i)} has none)`,
+        );
+      }
+      if (m.queueLimit === 0) {
+        throw rangeError(
+          `${owner}: option "wait" needs a limiter whose queueLimit is above 0 (${which(i)} never queues)`,
+        );
+      }
+    });
   }
   if (needs.refundWhen && typeof l.refund !== 'function') {
     throw typeError(`${owner}: option "refundWhen" needs a limiter with refund()`);

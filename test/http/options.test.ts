@@ -151,6 +151,31 @@ describe('rateLimit() checks every option when it is made', () => {
       /"wait" needs a limiter whose queueLimit is above 0/,
     ],
     [
+      'wait with a chain member that never queues',
+      {
+        limiter: chain(
+          new TokenBucket({ capacity: 1, refillPerSecond: 1, queueLimit: 5 }),
+          new FixedWindow({ limit: 10, windowMs: 1000 }),
+        ),
+        wait: true,
+      },
+      RangeError,
+      /"wait" needs a limiter whose queueLimit is above 0 \(limiter 1 of the chain never queues\)/,
+    ],
+    [
+      'wait with a chain member without acquire',
+      {
+        limiter: chain(new TokenBucket({ capacity: 1, refillPerSecond: 1, queueLimit: 5 }), {
+          limit: 1,
+          consume: () => ({}) as never,
+          refund: () => {},
+        }),
+        wait: true,
+      },
+      TypeError,
+      /"wait" needs a limiter with acquire\(\) \(limiter 1 of the chain has none\)/,
+    ],
+    [
       'wait without acquire',
       { limiter: { limit: 1, consume: () => ({}) }, wait: true },
       TypeError,
