@@ -623,4 +623,26 @@ describe('rateLimit with a chain holding a Concurrency member', () => {
       await close();
     }
   });
+
+  it('held ahead of a window, its refusal lists the members up to it: the chain asks no further', async () => {
+    const inFlight = new Concurrency({ limit: 1 });
+    const perMinute = new FixedWindow({ limit: 100, windowMs: 60_000 });
+    const app = express();
+    app.use(rateLimit({ limiter: chain(inFlight, perMinute), key: () => 'u' }));
+    app.get('/', (_req, res) => {
+      res.send('ok');
+    });
+    const { port, close } = await listen(http.createServer(app));
+    try {
+      inFlight.tryAcquire('u');
+      expect(rateFields((await request(port)).headers)).toEqual({
+        'ratelimit-policy': '"1-concurrent";q=1',
+        ratelimit: '"1-concurrent";r=0',
+      });
+      expect(perMinute.stats('u').admitted).toBe(0);
+    } finally {
+      inFlight.release('u');
+      await close();
+    }
+  });
 });
