@@ -539,6 +539,9 @@ export class Engine<Req, Res> {
       }
       throw markLimiterError(this.owner, error);
     }
+    // When an in-memory limiter granted the wait (its grant is this thread's last decision):
+    // a refund later goes to that window, as for a request admitted at once.
+    const takenUs = plan.inMemory === undefined ? Number.NaN : plan.inMemory.lastDecisionUs;
     stopWatching();
     if (closed(raw) || left.signal.aborted) {
       releaseLate(() => lease.release());
@@ -547,7 +550,7 @@ export class Engine<Req, Res> {
     if (plan.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
     // Given back as taken when it finishes (a chain's lease tells when each member took).
     if (this.c.refundWhen !== undefined) {
-      this.refundWhenDone(plan, req, res, key, permits, lease, Number.NaN);
+      this.refundWhenDone(plan, req, res, key, permits, lease, takenUs);
     }
     return GO;
   }

@@ -175,6 +175,32 @@ describe('refundWhen with wait', () => {
     expect([(await a).status, (await b).status]).toEqual([200, 200]);
     await until(() => limiter.stats('u').available === 1, 'the waiter refunded too');
   });
+
+  it('a request that waited is refunded to the window it took its permit in, not the one current when it finishes', async () => {
+    const clock = new ManualClock();
+    const limiter = new FixedWindow({ limit: 1, windowMs: 1000, queueLimit: 1, clock });
+    let refunds = 0;
+    const { port, parked } = await loginApp(
+      rateLimit({
+        limiter,
+        key: () => 'u',
+        wait: { timeoutMs: 60_000 },
+        refundWhen: (req) => req.url === '/slow' && ++refunds > 0,
+      }),
+    );
+    expect((await request(port, login('wrong'))).status).toBe(401); // window 0 spent
+    const slow = request(port, { path: '/slow' });
+    await until(() => limiter.stats('u').queued === 1, 'the slow request waiting');
+    clock.advance(1000); // window 1: the waiter takes its permit
+    await until(() => parked.length === 1, 'the slow request in its handler');
+    clock.advance(1000); // window 2, spent by a failure
+    expect((await request(port, login('wrong'))).status).toBe(401);
+    parked[0]!.send('done');
+    expect((await slow).status).toBe(200);
+    await until(() => refunds === 1, 'the slow request refunded');
+    // Its permit was window 1's: window 2 gains nothing.
+    expect(limiter.stats('u').available).toBe(0);
+  });
 });
 
 describe('refundWhen with Fastify', () => {
