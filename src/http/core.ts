@@ -507,7 +507,7 @@ export class Engine<Req, Res> {
    * `wait`: the request queues in the limiter's FIFO (`acquire()`). A client that goes away
    * meanwhile leaves the queue; a full queue or a timeout gets the refusal response.
    * Requests that waited carry no RateLimit fields: the figures seen before waiting are stale
-   * (a timed-out one's `Retry-After` is the refusal's less the time waited).
+   * (a timed-out or evicted one's `Retry-After` is the refusal's less the time waited).
    */
   private async waitFor(
     plan: Plan,
@@ -523,6 +523,13 @@ export class Engine<Req, Res> {
     const stopWatching = whenGone(this.host.raw(req), raw, () => left.abort());
     if (left.signal.aborted) return ANSWERED; // the client left before its turn to queue
     const since = performance.now();
+    // Set once the event loop has turned while acquire() was pending: a queue found full
+    // before that refused at once, and the refusal's figures hold; one that answers later
+    // (a waiter evicted by a newer one, queueOrder 'newest-first') waited, and they are stale.
+    let waited = false;
+    const turn = setImmediate(() => {
+      waited = true;
+    });
     let lease: Lease;
     try {
       lease = await plan.limiter.acquire!(key, permits, {
@@ -530,15 +537,17 @@ export class Engine<Req, Res> {
         timeoutMs: (this.c.wait as { timeoutMs: number | undefined }).timeoutMs,
       });
     } catch (error) {
+      clearImmediate(turn);
       if (left.signal.aborted) return ANSWERED; // the client left: nobody to answer
       stopWatching();
-      // Full: refused at once, so the figures of the refusal still hold.
-      if (error instanceof QueueFullError) return this.refuse(plan, req, res, via, refused);
-      if ((error as Error)?.name === 'TimeoutError') {
+      const full = error instanceof QueueFullError;
+      if (full && !waited) return this.refuse(plan, req, res, via, refused);
+      if (full || (error as Error)?.name === 'TimeoutError') {
         return this.refuse(plan, req, res, via, refused, performance.now() - since);
       }
       throw markLimiterError(this.owner, error);
     }
+    clearImmediate(turn);
     // When an in-memory limiter granted the wait (its grant is this thread's last decision):
     // a refund later goes to that window, as for a request admitted at once.
     const takenUs = plan.inMemory === undefined ? Number.NaN : plan.inMemory.lastDecisionUs;
