@@ -175,7 +175,8 @@ export function readOptions<Req, Res>(
   }
 
   const statusCode = integerOption(owner, 'statusCode', o.statusCode, 400, 599, 429);
-  const message = o.message ?? 'Too Many Requests';
+  // Only a message left out takes the default: null is as bad a body as 42.
+  const message = o.message === undefined ? 'Too Many Requests' : o.message;
   if (
     typeof message !== 'string' &&
     typeof message !== 'function' &&

@@ -101,6 +101,12 @@ describe('rateLimit() checks every option when it is made', () => {
       /option "message" must be a string, an object.*got 42/,
     ],
     [
+      'message null',
+      { limiter, message: null },
+      TypeError,
+      /option "message" must be a string, an object.*got null/,
+    ],
+    [
       'onRejected',
       { limiter, onRejected: true },
       TypeError,
