@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { types } from 'node:util';
-import { QueueFullError } from '../errors.js';
+import { QueueFullError, warnGiveBackFailed } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
 import { isKey, isPermits, isThenable, rangeError, show, typeError } from '../validate.js';
@@ -90,6 +90,8 @@ function markLimiterError(owner: string, thrown: unknown): Error {
 }
 
 const MAX_WARNINGS = 20;
+/** Sets give-back failures apart from other warnings of the same message (see warned). */
+const RELEASE_PREFIX = 'release: ';
 
 /**
  * `Retry-After` of the 503 sent when the limiter's backend cannot be reached: when it
@@ -165,9 +167,21 @@ export class Engine<Req, Res> {
         );
         return;
       }
-      giveBack(plan.limiter, key, permits, d, takenUs);
+      giveBack(plan.limiter, key, permits, d, takenUs, this.reportGiveBack);
     });
   }
+
+  /**
+   * A give-back after the response that failed (a Concurrency release, a refund): reported
+   * as each distinct failure first occurs, with the others of this middleware (at most
+   * MAX_WARNINGS): a backend that is down fails every request's give-back alike.
+   */
+  private readonly reportGiveBack = (error: unknown): void => {
+    const message = `${RELEASE_PREFIX}${error instanceof Error ? error.message : String(error)}`;
+    if (this.warned.size >= MAX_WARNINGS || this.warned.has(message)) return;
+    this.warned.add(message);
+    warnGiveBackFailed(this.owner, 'ATOMIC_LIMITER_RELEASE_FAILED', error);
+  };
 
   private warnOnce(message: string, code: string): void {
     if (this.warned.size >= MAX_WARNINGS || this.warned.has(message)) return;
@@ -457,7 +471,9 @@ export class Engine<Req, Res> {
     }
     if (closed(this.host.rawRes(res))) {
       // The client left while the limiter decided: nothing to answer; give held permits back.
-      if (d.allowed && plan.holding()) release(key, permits, tookFrom(plan, d));
+      if (d.allowed && plan.holding()) {
+        release(key, permits, tookFrom(plan, d), this.reportGiveBack);
+      }
       return ANSWERED;
     }
     return this.conclude(plan, req, res, via, key, permits, d, Number.NaN);
@@ -500,7 +516,9 @@ export class Engine<Req, Res> {
     from: readonly LimiterFace[],
   ): void {
     if (from.length === 0) return;
-    whenGone(this.host.raw(req), this.host.rawRes(res), () => release(key, permits, from));
+    whenGone(this.host.raw(req), this.host.rawRes(res), () =>
+      release(key, permits, from, this.reportGiveBack),
+    );
   }
 
   /**
@@ -553,10 +571,14 @@ export class Engine<Req, Res> {
     const takenUs = plan.inMemory === undefined ? Number.NaN : plan.inMemory.lastDecisionUs;
     stopWatching();
     if (closed(raw) || left.signal.aborted) {
-      releaseLate(() => lease.release());
+      releaseLate(() => lease.release(), this.reportGiveBack);
       return ANSWERED;
     }
-    if (plan.holding()) whenGone(this.host.raw(req), raw, () => releaseLate(() => lease.release()));
+    if (plan.holding()) {
+      whenGone(this.host.raw(req), raw, () =>
+        releaseLate(() => lease.release(), this.reportGiveBack),
+      );
+    }
     // Given back as taken when it finishes (a chain's lease tells when each member took).
     if (this.c.refundWhen !== undefined) {
       this.refundWhenDone(plan, req, res, key, permits, lease, takenUs);

@@ -1,5 +1,4 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { warnGiveBackFailed } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { Decision, Lease } from '../options.js';
 import { isThenable } from '../validate.js';
@@ -82,9 +81,17 @@ export function tookFrom(plan: Plan, d: Decision): readonly LimiterFace[] {
   );
 }
 
-export function release(key: Key, permits: number, from: readonly LimiterFace[]): void {
+export function release(
+  key: Key,
+  permits: number,
+  from: readonly LimiterFace[],
+  report: Report,
+): void {
   for (const l of from) {
-    releaseLate(() => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits));
+    releaseLate(
+      () => (l as { release?(k: Key, p: number): unknown }).release?.(key, permits),
+      report,
+    );
   }
 }
 
@@ -95,6 +102,7 @@ export function giveBack(
   permits: number,
   d: Decision | Lease,
   takenUs: number,
+  report: Report,
 ): void {
   if (isChainOf(limiter)) {
     const members = flattenLimiters(limiter);
@@ -104,37 +112,39 @@ export function giveBack(
     members.forEach((m, i) => {
       // Held permits come back at close; a member that took nothing has nothing to give.
       if (m.algorithm === 'Concurrency' || decisions[i]?.reason !== undefined) return;
-      refundOne(m, key, permits, times[i]!);
+      refundOne(m, key, permits, times[i]!, report);
     });
     return;
   }
-  if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs);
+  if (limiter.algorithm !== 'Concurrency') refundOne(limiter, key, permits, takenUs, report);
 }
 
 /** Gives permits back to one limiter (not a chain), to the window of `takenUs` in memory. */
-function refundOne(l: unknown, key: Key, permits: number, takenUs: number): void {
-  if (isInMemory(l)) releaseLate(() => l.refundTaken(key, permits, takenUs));
+function refundOne(l: unknown, key: Key, permits: number, takenUs: number, report: Report): void {
+  if (isInMemory(l)) releaseLate(() => l.refundTaken(key, permits, takenUs), report);
   else {
     const r = l as { refund?(k: Key, p: number): unknown };
-    if (typeof r.refund === 'function') releaseLate(() => r.refund!(key, permits));
+    if (typeof r.refund === 'function') releaseLate(() => r.refund!(key, permits), report);
   }
 }
 
-/** Reports a failure that has no request left to go to (a release after the response). */
-function reportLate(error: unknown): void {
-  warnGiveBackFailed('atomic-limiter/http', 'ATOMIC_LIMITER_RELEASE_FAILED', error);
-}
+/**
+ * Reports a failure that has no request left to go to (a release after the response): the
+ * middleware's, which reports each distinct failure once (a backend that is down fails
+ * every give-back alike).
+ */
+export type Report = (error: unknown) => void;
 
 /**
  * Gives permits back where nobody awaits the result: a release that throws, or answers
  * with a promise that rejects (a Redis lease while Redis is down), becomes a process
  * warning, never an unhandled rejection.
  */
-export function releaseLate(release: () => unknown): void {
+export function releaseLate(release: () => unknown, report: Report): void {
   try {
     const r = release();
-    if (isThenable(r)) r.then(undefined, reportLate);
+    if (isThenable(r)) r.then(undefined, report);
   } catch (error) {
-    reportLate(error);
+    report(error);
   }
 }

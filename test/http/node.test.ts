@@ -519,4 +519,34 @@ describe('rateLimit edge cases on node:http', () => {
     expect(failed()[0]!.message).toMatch(/permits could not be given back: primary gone/);
     expect(failed()[0]!.detail).toMatch(/^Error: primary gone\n\s+at /);
   });
+
+  it('a release that keeps failing is reported once per middleware, not once a request', async () => {
+    const inner = new Concurrency({ limit: 2 });
+    let releases = 0;
+    const remote = {
+      limit: 2,
+      algorithm: 'Concurrency',
+      consume: async (key?: string | number, permits?: number) => inner.consume(key, permits),
+      release: async () => {
+        releases++;
+        throw new Error('primary gone');
+      },
+    };
+    const { port } = await serve({ limiter: remote, key: () => 'r' });
+    const other = await serve({ limiter: remote, key: () => 'r' });
+    expect((await request(port)).status).toBe(200);
+    await until(() => releases === 1, 'the first release tried');
+    inner.release('r');
+    expect((await request(port)).status).toBe(200);
+    await until(() => releases === 2, 'the second release tried');
+    inner.release('r');
+    expect((await request(other.port)).status).toBe(200);
+    await until(() => releases === 3, 'the third release tried');
+    await new Promise((r) => setImmediate(r));
+    const failed = warnings.expected('ATOMIC_LIMITER_RELEASE_FAILED');
+    expect(failed.map((w) => w.message)).toEqual([
+      'rateLimit: permits could not be given back: primary gone',
+      'rateLimit: permits could not be given back: primary gone',
+    ]);
+  });
 });
