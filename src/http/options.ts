@@ -186,6 +186,17 @@ export function readOptions<Req, Res>(
       `${owner}: option "message" must be a string, an object (sent as JSON) or a function, got ${show(message)}`,
     );
   }
+  if (typeof message === 'object') {
+    // Sent on every refusal: one that cannot be serialized (a BigInt, a cycle) would fail
+    // each of them, not the configuration.
+    try {
+      JSON.stringify(message);
+    } catch (error) {
+      throw typeError(
+        `${owner}: option "message" must be a value JSON can send: ${(error as Error).message}`,
+      );
+    }
+  }
 
   let wait: Config<Req, Res>['wait'] = false;
   if (o.wait !== undefined && o.wait !== false) {

@@ -101,6 +101,12 @@ describe('rateLimit() checks every option when it is made', () => {
       /option "message" must be a string, an object.*got 42/,
     ],
     [
+      'message not serializable',
+      { limiter, message: { retry: 1n } },
+      TypeError,
+      /option "message" must be a value JSON can send.*BigInt/,
+    ],
+    [
       'message null',
       { limiter, message: null },
       TypeError,
