@@ -14,8 +14,8 @@ import { rangeError, show, typeError } from '../validate.js';
  *
  * Reset and `t` are `resetAfterMs` in whole seconds, rounded up; they are left out while the
  * reset is unbounded (a Concurrency key whose permits are held). `w` is the window in whole
- * seconds, rounded up: a window's `windowMs`, a bucket's `capacity / rate`; a Concurrency
- * policy has no window.
+ * seconds, rounded up: a window's `windowMs`, a bucket's `capacity / rate` (a WarmingBucket's
+ * `limit / ratePerSecond`); a Concurrency policy has no window.
  */
 
 export type HeaderFormat = 'draft-8' | 'draft-7' | 'draft-6' | 'legacy';
@@ -126,6 +126,9 @@ function shape(l: LimiterFace): { quota: number; windowMs: number | undefined } 
       return bucket(l.capacity, l.refillPerSecond);
     case 'LeakyBucket':
       return bucket(l.capacity, l.ratePerSecond);
+    case 'WarmingBucket':
+      // Its limit is the most permits it stores: its capacity, refilled at its stable rate.
+      return bucket(l.limit, l.ratePerSecond);
     case 'FixedWindow':
     case 'SlidingWindow':
     case 'SlidingLog':

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { HeaderWriter, type LimiterFace } from '../../src/http/headers.js';
 import { rateLimit } from '../../src/http/index.js';
 import { headerTable, PRIVATE_FAST_PATH, tableSink } from '../../src/http/out-headers.js';
-import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import { FixedWindow, ManualClock, TokenBucket, WarmingBucket } from '../../src/index.js';
 import type { Decision } from '../../src/options.js';
 import { listen, rateFields, request, sequence, watchWarnings } from '../helpers/http.js';
 
@@ -296,6 +296,18 @@ async function serveNode(
   closers.push(close);
   return port;
 }
+
+describe('the policy of each algorithm', () => {
+  it('a WarmingBucket is a bucket: its limit in limit / ratePerSecond, with a window like the others', async () => {
+    // Warm, it admits 10 a second; it stores at most 20 permits (its limit).
+    const limiter = new WarmingBucket({ ratePerSecond: 10, warmupMs: 2000 });
+    expect(limiter.limit).toBe(20);
+    const port = await serveNode(rateLimit({ limiter, key: () => 'k' }));
+    expect(rateFields((await request(port)).headers)['ratelimit-policy']).toBe(
+      '"20-in-2s";q=20;w=2',
+    );
+  });
+});
 
 describe('a reconfigured limiter', () => {
   it('is described by its new quota from the next response on', async () => {
