@@ -8,7 +8,14 @@ import { isKey, isPermits, isThenable, rangeError, show, typeError } from '../va
 import { clientAddress } from './address.js';
 import { docsAnchor, noAddressError } from './client-key.js';
 import { closed, giveBack, release, releaseLate, tookFrom, whenGone } from './give-back.js';
-import { HeaderWriter, type LimiterFace, retryAfterSeconds, retryAfterWaited } from './headers.js';
+import {
+  flattenDecisions,
+  HeaderWriter,
+  isChain,
+  type LimiterFace,
+  retryAfterSeconds,
+  retryAfterWaited,
+} from './headers.js';
 import type { Config } from './options.js';
 import type { Plan } from './plan.js';
 
@@ -87,6 +94,20 @@ function markLimiterError(owner: string, thrown: unknown): Error {
   const error = asError(owner, thrown, 'the limiter');
   limiterErrors.add(error);
   return error;
+}
+
+/**
+ * Whether queueing can admit a refused request: not while a key table is full of held
+ * permits, nor while a backend cannot be reached (a refusal of `whenUnavailable: 'deny'`,
+ * the chain's own or a member's: acquire() fails as unavailable).
+ */
+function waitHelps(limiter: unknown, d: Decision): boolean {
+  if (d.reason === 'table-full' || d.reason === 'unavailable') return false;
+  if (!isChain(limiter)) return true;
+  for (const x of flattenDecisions(limiter, d)) {
+    if (x !== undefined && !x.allowed && x.reason === 'unavailable') return false;
+  }
+  return true;
 }
 
 const MAX_WARNINGS = 20;
@@ -500,10 +521,9 @@ export class Engine<Req, Res> {
       }
       return GO;
     }
-    // No queue helps a key table full of held permits, nor a backend that cannot be reached
-    // (a refusal of `whenUnavailable: 'deny'`: its acquire() would fail as unavailable).
-    if (c.wait !== false && d.reason !== 'table-full' && d.reason !== 'unavailable')
+    if (c.wait !== false && waitHelps(plan.limiter, d)) {
       return this.waitFor(plan, req, res, via, key, permits, d);
+    }
     return this.refuse(plan, req, res, via, d);
   }
 

@@ -2,6 +2,7 @@ import http from 'node:http';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rateLimit } from '../../src/http/index.js';
+import { chain, FixedWindow, ManualClock } from '../../src/index.js';
 import * as redisLimiters from '../../src/redis/index.js';
 import { listen, rateFields, request, until, watchWarnings } from '../helpers/http.js';
 import { RedisServer } from '../helpers/redis.js';
@@ -66,6 +67,43 @@ describe('rateLimit in front of a Redis limiter while Redis is down', () => {
     } finally {
       for (const c of closers) await c();
       limiter.close();
+    }
+  });
+
+  it("a chain refused by a 'deny' member and by a spent one in memory: refused at once under wait too", async () => {
+    const remote = new redisLimiters.FixedWindow({
+      redis: client,
+      prefix: 'http-deny-chain',
+      limit: 5,
+      windowMs: 60_000,
+      queueLimit: 10,
+      timeoutMs: 2000,
+      whenUnavailable: 'deny',
+    });
+    const local = new FixedWindow({
+      limit: 1,
+      windowMs: 10_000,
+      queueLimit: 10,
+      clock: new ManualClock(),
+    });
+    local.tryAcquire('k');
+    const limit = rateLimit({ limiter: chain(remote, local), key: () => 'k', wait: true });
+    const s = await listen(
+      http.createServer(async (req, res) => {
+        if (await limit(req, res)) res.end('ok');
+      }),
+    );
+    try {
+      // The chain admits when both do: the spent window, in 10 s.
+      const r = await request(s.port);
+      expect([r.status, r.body, rateFields(r.headers)['retry-after']]).toEqual([
+        429,
+        'Too Many Requests',
+        '10',
+      ]);
+    } finally {
+      await s.close();
+      remote.close();
     }
   });
 });
