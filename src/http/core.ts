@@ -561,13 +561,16 @@ export class Engine<Req, Res> {
     const stopWatching = whenGone(this.host.raw(req), raw, () => left.abort());
     if (left.signal.aborted) return ANSWERED; // the client left before its turn to queue
     const since = performance.now();
-    // Set once the event loop has turned while acquire() was pending: a queue found full
-    // before that refused at once, and the refusal's figures hold; one that answers later
-    // (a waiter evicted by a newer one, queueOrder 'newest-first') waited, and they are stale.
+    // A limiter that evicts (queueOrder 'newest-first') refuses a waiter it evicts with the
+    // QueueFullError of a queue found full. The event loop turning while acquire() was
+    // pending tells them apart: a full queue refuses before it turns, and the refusal's
+    // figures hold; an eviction comes with a newer request, after: they are stale.
     let waited = false;
-    const turn = setImmediate(() => {
-      waited = true;
-    });
+    const turn = plan.evicts
+      ? setImmediate(() => {
+          waited = true;
+        })
+      : undefined;
     let lease: Lease;
     try {
       lease = await plan.limiter.acquire!(key, permits, {

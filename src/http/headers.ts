@@ -73,6 +73,8 @@ export interface LimiterFace {
   readonly limiters?: readonly unknown[];
   /** An in-memory limiter's: changes with every reconfigure(), so the policy is read again. */
   readonly optionsVersion?: number;
+  /** An in-memory limiter's: 'newest-first' evicts the oldest waiter (see Engine.waitFor). */
+  readonly queueOrder?: string;
 }
 
 /** A chain: an object with `limiters`; its decisions carry one `decisions[i]` per member. */

@@ -24,6 +24,8 @@ export class Plan {
   readonly inMemory: InMemory | undefined;
   /** Writes `Retry-After` alone: made when a wait first times out. */
   retryAfterOnly: HeaderWriter | undefined;
+  /** Whether a waiter may be evicted by a newer one (a member with queueOrder 'newest-first'). */
+  readonly evicts: boolean;
 
   constructor(
     readonly limiter: HttpLimiter,
@@ -32,6 +34,7 @@ export class Plan {
   ) {
     this.self = [limiter as LimiterFace];
     this.holds = holdsPermits(limiter);
+    this.evicts = flattenLimiters(limiter).some((l) => l.queueOrder === 'newest-first');
     this.inMemory = refundWhen && isInMemory(limiter) ? limiter : undefined;
     if (refundWhen && isChainOf(limiter)) limiter.reportTakenTimes();
   }

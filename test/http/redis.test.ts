@@ -107,3 +107,61 @@ describe('rateLimit in front of a Redis limiter while Redis is down', () => {
     }
   });
 });
+
+describe('rateLimit with wait in front of a Redis limiter', () => {
+  let server: RedisServer;
+  let client: Redis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    client = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+  });
+  afterAll(async () => {
+    client.disconnect();
+    await server.close();
+  });
+
+  it('a request that finds the queue full is refused at once with the fields of its refusal, though Redis answered it', async () => {
+    const clock = new ManualClock();
+    const limiter = new redisLimiters.TokenBucket({
+      redis: client,
+      prefix: 'http-full',
+      capacity: 1,
+      refillPerSecond: 0.2,
+      queueLimit: 1,
+      clock,
+    });
+    const limit = rateLimit({ limiter, key: () => 'k', wait: { timeoutMs: 60_000 } });
+    const outcomes: boolean[] = [];
+    const s = await listen(
+      http.createServer(async (req, res) => {
+        const go = await limit(req, res);
+        outcomes.push(go);
+        if (go) res.end('ok');
+      }),
+    );
+    try {
+      expect((await request(s.port)).status).toBe(200);
+      const leave = new AbortController();
+      const waiting = request(s.port, { signal: leave.signal }).catch((e: Error) => e.name);
+      // Its place in the queue is a reservation in Redis: counted as admitted at once.
+      while ((await limiter.stats('k')).admitted !== 2) await new Promise((r) => setImmediate(r));
+      // Next after the waiter, whose reservation holds the bucket until 10 s: in 10 s.
+      const full = await request(s.port);
+      expect([full.status, rateFields(full.headers)]).toEqual([
+        429,
+        {
+          'ratelimit-policy': '"1-in-5s";q=1;w=5',
+          ratelimit: '"1-in-5s";r=0;t=10',
+          'retry-after': '10',
+        },
+      ]);
+      leave.abort();
+      expect(await waiting).toBe('AbortError');
+      await until(() => outcomes.length === 3, 'the waiter gone');
+      expect(outcomes).toEqual([true, false, false]);
+    } finally {
+      await s.close();
+      limiter.close();
+    }
+  });
+});
