@@ -73,6 +73,19 @@ describe('attaching to an existing region', () => {
     ).toThrow(/holds a TokenBucket, not a FixedWindow/);
   });
 
+  it("refuses a ManualClock's region to a limiter, and a limiter's to a ManualClock, naming both", () => {
+    const clock = region('clock-of');
+    const limiter = region('limiter-of');
+    new ManualClock(0, { memory: hostMemory(clock) });
+    new TokenBucket({ ...bucket, memory: hostMemory(limiter) });
+    expect(() => new TokenBucket({ ...bucket, memory: hostMemory(clock) })).toThrow(
+      /holds a ManualClock, not a TokenBucket/,
+    );
+    expect(() => new ManualClock(0, { memory: hostMemory(limiter) })).toThrow(
+      /holds a TokenBucket, not a ManualClock/,
+    );
+  });
+
   it('refuses other options, naming the option and both values', () => {
     const name = region('options');
     new TokenBucket({ ...bucket, memory: hostMemory(name) });
