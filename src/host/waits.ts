@@ -16,6 +16,11 @@ function settle(id: number, result: 'ok' | 'timed-out' | 'not-equal'): void {
   resolve(result === 'timed-out' ? 'timed-out' : 'ok');
 }
 
+/** @internal This thread's waits handed to the addon's waiter thread and not settled yet. */
+export function parkedWaits(): number {
+  return pending.size;
+}
+
 /** The waits of every host region of this thread. */
 export const hostWaits: Waits = {
   notify(words, index) {

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
+import { parkedWaits } from '../../src/host/waits.js';
 import { Concurrency, ManualClock, TokenBucket } from '../../src/index.js';
 import { regionName } from '../helpers/host.js';
 
@@ -131,5 +132,34 @@ describe('acquire() across processes on host memory', () => {
     holder.send('release');
     await lease; // settles only if the other process's release woke this one
     expect(here.stats('k').queued).toBe(0);
+  });
+
+  it('waiters that leave on their own (abort, timeout) end their waits across processes too: none stays parked', async () => {
+    const here = new Concurrency({
+      limit: 1,
+      keys: 16,
+      queueLimit: 1000,
+      memory: hostMemory(region('left')),
+    });
+    expect(here.tryAcquire('k')).toBe(true);
+    const before = parkedWaits();
+    const head = here.acquire('k'); // stays at the head: the others leave from behind it
+    const controllers = Array.from({ length: 150 }, () => new AbortController());
+    const aborted = controllers.map((c) => here.acquire('k', 1, { signal: c.signal }));
+    const timedOut = Array.from({ length: 50 }, () => here.acquire('k', 1, { timeoutMs: 20 }));
+    await until(() => here.stats('k').queued === 201);
+    for (const c of controllers) c.abort();
+    const names = await Promise.all(
+      [...aborted, ...timedOut].map((p) => p.catch((e: Error) => e.name)),
+    );
+    expect(names.filter((n) => n === 'AbortError')).toHaveLength(150);
+    expect(names.filter((n) => n === 'TimeoutError')).toHaveLength(50);
+    // Each left wait is settled by the addon's thread (a thread-safe call): a few turns.
+    for (let i = 0; i < 50 && parkedWaits() > before + 1; i++) await tick();
+    expect(parkedWaits()).toBe(before + 1); // the head's own
+    here.release('k');
+    await head;
+    for (let i = 0; i < 50 && parkedWaits() > before; i++) await tick();
+    expect(parkedWaits()).toBe(before);
   });
 });
