@@ -312,6 +312,9 @@ export class Channel {
       this.record(caller.name, ABORT, p.id);
       this.settle(p, error);
     }
+    // The give-backs and aborts leave now, not at the end of the tick: a worker that closes
+    // its client and then disconnects (or exits) in the same tick would otherwise drop them.
+    this.flush();
   }
 
   /**

@@ -109,7 +109,8 @@ export interface ClusterLimiter {
    * Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls.
    * None of its calls runs at the primary afterwards: those not sent yet are not sent (with
    * many calls in flight, some of this tick's may have left already), and its acquire()
-   * calls waiting there are aborted.
+   * calls waiting there are aborted. What it gives back and aborts is sent before it
+   * returns: the process may exit or disconnect right after it.
    */
   close(): void;
 }

@@ -68,9 +68,9 @@ describe('atomic-limiter/cluster batches', () => {
     const r = await run('give-back');
     // Each key: 4 leased, 1 spent, 3 given back.
     expect(r.available).toEqual(Array(100).fill(999));
-    // The 100 give-backs and the stats call made after them in the same tick: one message
-    // (a give-back is not a call in flight: it never sends a batch early).
-    expect(r.messages).toBe(1);
+    // The 100 give-backs leave in one message when close() returns (the worker may exit
+    // right after it); the stats call made after them in the same tick, in the next.
+    expect(r.messages).toBe(2);
   }, 40_000);
 
   it("a closed client's calls taken out of the batch no longer count toward sending it early", async () => {

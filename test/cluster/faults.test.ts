@@ -125,6 +125,13 @@ describe('atomic-limiter/cluster faults', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it('gives back the unspent permits of a block when the worker closes its client and exits or disconnects in the same tick', async () => {
+    const r = await run('close-exit');
+    // Each worker spent one permit of a block of 8: the other 7 came back before it left.
+    expect(r.exit).toMatchObject({ available: 9, admitted: 8 });
+    expect(r.disconnect).toMatchObject({ available: 9, admitted: 8 });
+  }, 60_000);
+
   it('a block given back after its window passed is not credited to the next window', async () => {
     const r = (await run('stale-block')) as { first: number; second: number };
     expect(r.first).toBe(100); // window 1 admits its limit…
