@@ -134,6 +134,25 @@ describe('acquire() across processes on host memory', () => {
     expect(here.stats('k').queued).toBe(0);
   });
 
+  it('a waiter process SIGKILLed at the head of the queue holds up nobody: the next decision here finds it dead', async () => {
+    const name = region('dead-waiter');
+    const options = { limit: 1, keys: 16, queueLimit: 10 };
+    const here = new Concurrency({ ...options, memory: hostMemory(name) });
+    expect(here.tryAcquire('k')).toBe(true);
+    const w = await waiter({ cls: 'Concurrency', options, region: name });
+    w.send('acquire -');
+    await until(() => here.stats('k').queued === 1);
+    const child = [...children][0]!;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    here.release('k');
+    // Its waiter is still first in line; the process behind it is gone, so this decision
+    // removes it rather than wait behind it for its heartbeat to go silent.
+    expect(here.tryAcquire('k')).toBe(true);
+    expect(here.stats('k')).toMatchObject({ available: 0, queued: 0 });
+  });
+
   it('waiters that leave on their own (abort, timeout) end their waits across processes too: none stays parked', async () => {
     const here = new Concurrency({
       limit: 1,
