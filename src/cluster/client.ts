@@ -83,8 +83,8 @@ export interface ClusterLimiter {
   /**
    * Resolves with this client once the primary has described the limiter (the properties
    * above are set; the type says so, e.g. for `chain()`). Rejects with
-   * ClusterUnavailableError when the primary does not serve this name, and
-   * ClusterTimeoutError when no primary answers within `timeoutMs`.
+   * ClusterUnavailableError when the primary does not serve this name or the IPC channel
+   * closed first, and ClusterTimeoutError when no primary answers within `timeoutMs`.
    */
   ready(): Promise<DescribedClusterLimiter>;
   /** Resolves true when the primary's limiter granted `permits` on `key`. */

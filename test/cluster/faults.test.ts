@@ -125,6 +125,12 @@ describe('atomic-limiter/cluster faults', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it('rejects ready() with ClusterUnavailableError, as the calls, when the worker disconnects before the primary serves', async () => {
+    const r = await run('disconnect-ready');
+    expect(r.waiting).toEqual(['ClusterUnavailableError', 'ClusterUnavailableError']);
+    expect(r.after).toBe('ClusterUnavailableError');
+  }, 60_000);
+
   it('gives back the unspent permits of a block when the worker closes its client and exits or disconnects in the same tick', async () => {
     const r = await run('close-exit');
     // Each worker spent one permit of a block of 8: the other 7 came back before it left.
