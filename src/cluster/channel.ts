@@ -65,6 +65,7 @@ const EARLY_BATCH_MIN = 8;
 const TIMELESS: ReadonlySet<AlgorithmName | undefined> = new Set<AlgorithmName>([
   'TokenBucket',
   'LeakyBucket',
+  'WarmingBucket',
 ]);
 
 export class Channel {

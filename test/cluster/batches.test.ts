@@ -84,11 +84,13 @@ describe('atomic-limiter/cluster batches', () => {
     expect(r.messages).toBe(1);
   }, 40_000);
 
-  it("gives back the grants of a bucket answered after close(); a window's and a log's stay counted", async () => {
+  it("gives back the grants of a bucket (a WarmingBucket too) answered after close(); a window's and a log's stay counted", async () => {
     const r = await run('late');
-    expect(r.outcomes).toEqual(Array(9).fill('ERR_CLUSTER_UNAVAILABLE'));
+    expect(r.outcomes).toEqual(Array(12).fill('ERR_CLUSTER_UNAVAILABLE'));
     // tryAcquire 4, consume 3, acquire 2 on keys t, c, a.
     expect(r.bucket).toEqual([10, 10, 10]);
+    // A WarmingBucket says all (10) or nothing: its debt went with the refunds.
+    expect(r.warm).toEqual([10, 10, 10]);
     // A log's refund would take back its newest entries, not necessarily the late grant's.
     expect(r.log).toEqual([6, 7, 8]);
     expect(r.win).toEqual([6, 7, 8]);
