@@ -134,6 +134,28 @@ describe('acquire() across processes on host memory', () => {
     expect(here.stats('k').queued).toBe(0);
   });
 
+  it('close() in one process rejects the waiters of every process, and a process that opens the region later finds it closed', async () => {
+    const name = region('close');
+    const options = { limit: 1, keys: 16, queueLimit: 10 };
+    const here = new Concurrency({ ...options, memory: hostMemory(name) });
+    expect(here.tryAcquire('k')).toBe(true);
+    const spec = { cls: 'Concurrency', options, region: name };
+    const [a, b] = await Promise.all([waiter(spec), waiter(spec)]);
+    a!.send('acquire -');
+    b!.send('acquire 60000');
+    await until(() => here.stats('k').queued === 2);
+    const mine = here.acquire('k').catch((e: Error) => e.name);
+    here.close();
+    expect(await mine).toBe('LimiterClosedError');
+    expect([await a!.next(), await b!.next()]).toEqual([
+      'rejected LimiterClosedError',
+      'rejected LimiterClosedError',
+    ]);
+    const later = await waiter(spec);
+    later.send('acquire -');
+    expect(await later.next()).toBe('rejected LimiterClosedError');
+  });
+
   it('a waiter process SIGKILLed at the head of the queue holds up nobody: the next decision here finds it dead', async () => {
     const name = region('dead-waiter');
     const options = { limit: 1, keys: 16, queueLimit: 10 };
