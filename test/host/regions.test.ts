@@ -3,7 +3,7 @@ import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { LAYOUT_VERSION } from '../../src/engine/layout.js';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
-import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import { Concurrency, FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
 import { DIST } from '../helpers/child.js';
 import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
@@ -156,6 +156,30 @@ describe('attaching to an existing region', () => {
     expect(b.tryAcquire('k', 10)).toBe(true);
     // The first instance keeps its own (now unnamed) region.
     expect(a.tryAcquire('k')).toBe(false);
+  });
+});
+
+describe('many limiters in one process', () => {
+  it('keeps any number of limiters of a region open at once: the 2000th decides, waits and is woken as the first', async () => {
+    const name = region('many');
+    const open = Array.from(
+      { length: 2000 },
+      () =>
+        new Concurrency({
+          limit: 1,
+          keys: 16,
+          queueLimit: 1,
+          memory: hostMemory(name, { maxBytes: 2 ** 20 }),
+        }),
+    );
+    const first = open[0]!;
+    const last = open[1999]!;
+    expect(first.tryAcquire('k')).toBe(true);
+    expect(last.tryAcquire('k')).toBe(false);
+    const lease = last.acquire('k');
+    first.release('k');
+    await lease;
+    expect(first.stats('k')).toMatchObject({ available: 0, queued: 0 });
   });
 });
 
