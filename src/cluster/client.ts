@@ -229,6 +229,8 @@ export class Client implements ClusterLimiter, Caller {
   /** A block request in flight per key: later calls wait for it instead of asking too. */
   private readonly fetching = new Map<Key | undefined, Fetch>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
+  /** Block calls made before the primary described the limiter, waiting for it (wait()). */
+  private readonly undescribed = new Set<Waiter>();
   private closed = false;
 
   // Checks run before a call is sent, once the description is known: the same errors,
@@ -397,18 +399,32 @@ export class Client implements ClusterLimiter, Caller {
     fail: (e: unknown) => void,
   ): void {
     const d = this.description;
-    if (d) {
-      // Checked before joining: a bad call must not fail the calls it would wait with.
-      try {
-        this.checkCall(d, key, permits);
-      } catch (error) {
-        fail(error);
-        return;
-      }
+    if (!d) {
+      // Not described yet: the call waits for the description, then leases or joins the
+      // key's lease as any other. Asking alone, each of a tick's first calls would lease a
+      // whole block (it cannot join a lease unchecked: see below).
+      const early: Waiter = { permits, done, fail };
+      this.undescribed.add(early);
+      this.ready().then(
+        () => {
+          if (this.undescribed.delete(early)) this.wait(key, permits, done, fail);
+        },
+        (error) => {
+          if (this.undescribed.delete(early)) fail(error);
+        },
+      );
+      return;
+    }
+    // Checked before joining: a bad call must not fail the calls it would wait with.
+    try {
+      this.checkCall(d, key, permits);
+    } catch (error) {
+      fail(error);
+      return;
     }
     const waiter: Waiter = { permits, done, fail };
     const inFlight = this.fetching.get(key);
-    if (inFlight && d) {
+    if (inFlight) {
       // Dry with a lease out: the key is spent faster than a round trip brings permits.
       inFlight.starved = true;
       inFlight.waiters.push(waiter);
@@ -651,6 +667,8 @@ export class Client implements ClusterLimiter, Caller {
     this.closed = true;
     const closed = new ClusterUnavailableError(`${this.name}: the client was closed`);
     for (const f of this.fetching.values()) for (const w of f.waiters) w.fail(closed);
+    for (const w of this.undescribed) w.fail(closed);
+    this.undescribed.clear();
     this.channel.closeCaller(
       this,
       new ClusterUnavailableError(`${this.name}: the client was closed`),

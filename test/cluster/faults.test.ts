@@ -125,6 +125,13 @@ describe('atomic-limiter/cluster faults', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it("leases one block for a worker's first calls, made before the primary described the limiter, not one block per call", async () => {
+    const r = await run('early-blocks');
+    // The bad count fails alone; the ten others are served from one block of 16.
+    expect(r.outcomes).toEqual(['RangeError', ...Array(10).fill('true')]);
+    expect(r.api).toMatchObject({ admitted: 16, available: 1000 - 16 });
+  }, 60_000);
+
   it('rejects ready() with ClusterUnavailableError, as the calls, when the worker disconnects before the primary serves', async () => {
     const r = await run('disconnect-ready');
     expect(r.waiting).toEqual(['ClusterUnavailableError', 'ClusterUnavailableError']);
