@@ -10,6 +10,7 @@ import { regionName } from '../helpers/host.js';
 // release, a refund or time moving in another process (test/host/wait.mjs).
 
 const WAIT = new URL('../fixtures/host/wait.mjs', import.meta.url).pathname;
+const DUAL = new URL('../fixtures/host/dual.mjs', import.meta.url).pathname;
 const regions: string[] = [];
 const children = new Set<ChildProcess>();
 function region(what: string): string {
@@ -173,6 +174,21 @@ describe('acquire() across processes on host memory', () => {
     // removes it rather than wait behind it for its heartbeat to go silent.
     expect(here.tryAcquire('k')).toBe(true);
     expect(here.stats('k')).toMatchObject({ available: 0, queued: 0 });
+  });
+
+  it('an ESM and a CommonJS copy of the package in one process both have their waiters woken by another process', async () => {
+    const name = region('dual');
+    const here = new Concurrency({ limit: 1, keys: 16, queueLimit: 10, memory: hostMemory(name) });
+    const child = spawn(process.execPath, [DUAL, name], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.add(child);
+    const lines: string[] = [];
+    createInterface({ input: child.stdout! }).on('line', (line) => lines.push(line));
+    await until(() => lines.includes('waiting') && here.stats('k').queued === 2);
+    here.release('k'); // the ESM copy's waiter, first in line, takes it
+    await until(() => lines.length === 2);
+    here.release('k'); // then the CommonJS copy's, woken from this process
+    await until(() => lines.length === 3);
+    expect(lines).toEqual(['waiting', 'esm granted', 'cjs granted']);
   });
 
   it('waiters that leave on their own (abort, timeout) end their waits across processes too: none stays parked', async () => {
