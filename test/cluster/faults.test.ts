@@ -125,6 +125,17 @@ describe('atomic-limiter/cluster faults', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it('answers each call of a worker that loads both the ESM and the CommonJS build with its own answer', async () => {
+    const r = await run('dual-copies');
+    expect(r.outcomes).toEqual([
+      ...Array(3).fill('a true of 3'),
+      ...Array(2).fill('a false of 3'),
+      ...Array(5).fill('b true of 100'),
+    ]);
+    expect(r.a).toMatchObject({ admitted: 3, rejected: 2 });
+    expect(r.b).toMatchObject({ admitted: 5, rejected: 0 });
+  }, 60_000);
+
   it("leases one block for a worker's first calls, made before the primary described the limiter, not one block per call", async () => {
     const r = await run('early-blocks');
     // The bad count fails alone; the ten others are served from one block of 16.
