@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { LAYOUT_VERSION } from '../../src/engine/layout.js';
@@ -19,6 +19,9 @@ function region(what: string): string {
   return name;
 }
 const file = (name: string) => `/dev/shm/atomic-limiter.${name}`;
+const FULL = new URL('../fixtures/host/full-shm.mjs', import.meta.url).pathname;
+// A mount namespace of its own lets a test give a child a small /dev/shm.
+const canUnshare = process.getuid?.() === 0 && spawnSync('unshare', ['-m', 'true']).status === 0;
 
 afterEach(() => killDeciders());
 afterAll(() => {
@@ -215,6 +218,27 @@ describe('creation', () => {
       expect(counts.reduce((sum, c) => sum + c.granted, 0)).toBe(100);
     }
   });
+
+  it.skipIf(!canUnshare)(
+    'a full /dev/shm when the table grows is an error from that decision, not a crash; decisions go on',
+    () => {
+      const r = spawnSync(
+        'unshare',
+        [
+          '-m',
+          'sh',
+          '-c',
+          `mount -t tmpfs -o size=2m tmpfs /dev/shm && exec "${process.execPath}" "${FULL}"`,
+        ],
+        { encoding: 'utf8' },
+      );
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+      expect(out).toEqual({ code: 'ENOSPC', grew: true, known: false, attached: false });
+    },
+    30_000,
+  );
 
   it('an error at creation, not a crash later, when the region cannot be allocated', async () => {
     // A file-size limit stands in for a full /dev/shm: both fail the region's allocation.
