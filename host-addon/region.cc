@@ -28,6 +28,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <climits>
 #include <condition_variable>
@@ -90,25 +91,25 @@ napi_value throwErrno(napi_env env, const char* what, int err, const std::string
 }
 
 // Registry of mappings by the address their buffers start at, so view()/commit() find the
-// mapping of a buffer made here. Small: one entry per region a process opens.
+// mapping of a buffer made here: a few entries per region a process has open, as many as
+// it keeps open (a fixed table would refuse the buffers of regions opened past its size).
 struct Entry {
-  void* start;
   Mapping* m;
   size_t offset;
 };
-constexpr int kMaxEntries = 4096;
-Entry entries[kMaxEntries];
-int entryCount = 0;
+std::unordered_map<void*, Entry> entries;
 // Worker threads of one process share this table (and may collect buffers on any thread).
 std::mutex entriesLock;
 
 void forget(Mapping* m) {
   std::lock_guard<std::mutex> hold(entriesLock);
-  int kept = 0;
-  for (int i = 0; i < entryCount; i++) {
-    if (entries[i].m != m) entries[kept++] = entries[i];
+  for (auto it = entries.begin(); it != entries.end();) {
+    if (it->second.m == m) {
+      it = entries.erase(it);
+    } else {
+      ++it;
+    }
   }
-  entryCount = kept;
 }
 
 napi_value makeBuffer(napi_env env, Mapping* m, size_t offset, size_t length) {
@@ -133,13 +134,7 @@ napi_value makeBuffer(napi_env env, Mapping* m, size_t offset, size_t length) {
   std::memcpy(static_cast<void*>(&result), &value, sizeof(value));
 #endif
   std::lock_guard<std::mutex> hold(entriesLock);
-  if (entryCount < kMaxEntries) {
-    bool known = false;
-    for (int i = 0; i < entryCount; i++) {
-      if (entries[i].start == data) known = true;
-    }
-    if (!known) entries[entryCount++] = {data, m, offset};
-  }
+  entries.emplace(data, Entry{m, offset});
   return result;
 }
 
@@ -155,12 +150,11 @@ Mapping* mappingOf(napi_env env, napi_value buffer, size_t* offset, size_t* leng
   void* data = store->Data();
   size_t len = store->ByteLength();
   std::lock_guard<std::mutex> hold(entriesLock);
-  for (int i = 0; i < entryCount; i++) {
-    if (entries[i].start == data) {
-      *offset = entries[i].offset;
-      *length = len;
-      return entries[i].m;
-    }
+  auto it = entries.find(data);
+  if (it != entries.end()) {
+    *offset = it->second.offset;
+    *length = len;
+    return it->second.m;
   }
   napi_throw_type_error(env, nullptr, "atomic-limiter/host: the buffer is not a region's");
   return nullptr;

@@ -65,6 +65,7 @@ const EARLY_BATCH_MIN = 8;
 const TIMELESS: ReadonlySet<AlgorithmName | undefined> = new Set<AlgorithmName>([
   'TokenBucket',
   'LeakyBucket',
+  'WarmingBucket',
 ]);
 
 export class Channel {
@@ -93,7 +94,8 @@ export class Channel {
   private readonly deadlines = new DeadlineTimer((now) => this.expire(now));
   private helloSent = false;
   private closed = false;
-  private readonly waitingForReady = new Set<() => void>();
+  /** ready() calls waiting for the primary's first 'ready': resolved then, rejected on shutDown. */
+  private readonly waitingForReady = new Set<{ resolve: () => void; reject: (e: Error) => void }>();
 
   constructor() {
     process.on('message', (msg: unknown) => {
@@ -111,11 +113,16 @@ export class Channel {
     return this.served?.get(name);
   }
 
-  /** Resolves once the primary has said what it serves. */
+  /** Resolves once the primary has said what it serves; rejects once the channel is closed. */
   whenReady(): Promise<void> {
     if (this.served) return Promise.resolve();
+    if (this.closed || !process.connected) {
+      return Promise.reject(
+        new ClusterUnavailableError('the IPC channel to the cluster primary is closed'),
+      );
+    }
     this.hello();
-    return new Promise((resolve) => this.waitingForReady.add(resolve));
+    return new Promise((resolve, reject) => this.waitingForReady.add({ resolve, reject }));
   }
 
   hello(): void {
@@ -312,6 +319,9 @@ export class Channel {
       this.record(caller.name, ABORT, p.id);
       this.settle(p, error);
     }
+    // The give-backs and aborts leave now, not at the end of the tick: a worker that closes
+    // its client and then disconnects (or exits) in the same tick would otherwise drop them.
+    this.flush();
   }
 
   /**
@@ -497,7 +507,7 @@ export class Channel {
       }
       this.push(p);
     }
-    for (const resolve of this.waitingForReady) resolve();
+    for (const w of this.waitingForReady) w.resolve();
     this.waitingForReady.clear();
   }
 
@@ -671,6 +681,9 @@ export class Channel {
     for (const p of this.outCalls) this.settle(p, error);
     for (const b of this.sent.values()) for (const p of b.calls) this.settle(p, error);
     for (const p of this.acquiring.values()) this.settle(p, error);
+    // No 'ready' can come now: ready() rejects as the calls do, not at its timeout.
+    for (const w of this.waitingForReady) w.reject(error);
+    this.waitingForReady.clear();
     this.early = [];
     this.sent.clear();
     this.acquiring.clear();

@@ -83,8 +83,8 @@ export interface ClusterLimiter {
   /**
    * Resolves with this client once the primary has described the limiter (the properties
    * above are set; the type says so, e.g. for `chain()`). Rejects with
-   * ClusterUnavailableError when the primary does not serve this name, and
-   * ClusterTimeoutError when no primary answers within `timeoutMs`.
+   * ClusterUnavailableError when the primary does not serve this name or the IPC channel
+   * closed first, and ClusterTimeoutError when no primary answers within `timeoutMs`.
    */
   ready(): Promise<DescribedClusterLimiter>;
   /** Resolves true when the primary's limiter granted `permits` on `key`. */
@@ -109,7 +109,8 @@ export interface ClusterLimiter {
    * Rejects this client's calls in flight, gives its unspent blocks back, refuses new calls.
    * None of its calls runs at the primary afterwards: those not sent yet are not sent (with
    * many calls in flight, some of this tick's may have left already), and its acquire()
-   * calls waiting there are aborted.
+   * calls waiting there are aborted. What it gives back and aborts is sent before it
+   * returns: the process may exit or disconnect right after it.
    */
   close(): void;
 }
@@ -228,6 +229,8 @@ export class Client implements ClusterLimiter, Caller {
   /** A block request in flight per key: later calls wait for it instead of asking too. */
   private readonly fetching = new Map<Key | undefined, Fetch>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
+  /** Block calls made before the primary described the limiter, waiting for it (wait()). */
+  private readonly undescribed = new Set<Waiter>();
   private closed = false;
 
   // Checks run before a call is sent, once the description is known: the same errors,
@@ -396,18 +399,32 @@ export class Client implements ClusterLimiter, Caller {
     fail: (e: unknown) => void,
   ): void {
     const d = this.description;
-    if (d) {
-      // Checked before joining: a bad call must not fail the calls it would wait with.
-      try {
-        this.checkCall(d, key, permits);
-      } catch (error) {
-        fail(error);
-        return;
-      }
+    if (!d) {
+      // Not described yet: the call waits for the description, then leases or joins the
+      // key's lease as any other. Asking alone, each of a tick's first calls would lease a
+      // whole block (it cannot join a lease unchecked: see below).
+      const early: Waiter = { permits, done, fail };
+      this.undescribed.add(early);
+      this.ready().then(
+        () => {
+          if (this.undescribed.delete(early)) this.wait(key, permits, done, fail);
+        },
+        (error) => {
+          if (this.undescribed.delete(early)) fail(error);
+        },
+      );
+      return;
+    }
+    // Checked before joining: a bad call must not fail the calls it would wait with.
+    try {
+      this.checkCall(d, key, permits);
+    } catch (error) {
+      fail(error);
+      return;
     }
     const waiter: Waiter = { permits, done, fail };
     const inFlight = this.fetching.get(key);
-    if (inFlight && d) {
+    if (inFlight) {
       // Dry with a lease out: the key is spent faster than a round trip brings permits.
       inFlight.starved = true;
       inFlight.waiters.push(waiter);
@@ -650,6 +667,8 @@ export class Client implements ClusterLimiter, Caller {
     this.closed = true;
     const closed = new ClusterUnavailableError(`${this.name}: the client was closed`);
     for (const f of this.fetching.values()) for (const w of f.waiters) w.fail(closed);
+    for (const w of this.undescribed) w.fail(closed);
+    this.undescribed.clear();
     this.channel.closeCaller(
       this,
       new ClusterUnavailableError(`${this.name}: the client was closed`),

@@ -15,11 +15,20 @@ import { ClusterUnavailableError } from '../errors.js';
 import { show, typeError } from '../validate.js';
 import { Channel } from './channel.js';
 import { Client, type ClusterLimiter, type ConnectOptions, connectOptions } from './client.js';
+import { MARK } from './protocol.js';
 
 export type { ClusterLimiter, ConnectOptions, DescribedClusterLimiter } from './client.js';
 export { type ClusterServer, serveCluster } from './serve.js';
 
-let channel: Channel | undefined;
+// One channel per process, shared by every copy of this module (an ESM and a CJS copy of
+// the same protocol): each copy's would number its batches and acquire() calls from 1, and
+// take the other's answers for its own calls.
+const CHANNEL = Symbol.for(`atomic-limiter.cluster-channel:${MARK}`);
+function sharedChannel(): Channel {
+  const g = globalThis as { [CHANNEL]?: Channel };
+  g[CHANNEL] ??= new Channel();
+  return g[CHANNEL];
+}
 
 /**
  * PM2's cluster mode forks the application's instances from its own daemon: they are
@@ -55,7 +64,7 @@ export function connectCluster(name: string, options: ConnectOptions = {}): Clus
       'connectCluster: call it in a connected cluster worker (cluster.isWorker); in the primary, use the limiter itself',
     );
   }
-  channel ??= new Channel();
+  const channel = sharedChannel();
   const client = new Client(name, channel, parsed);
   channel.hello();
   return client;

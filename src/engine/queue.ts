@@ -251,7 +251,8 @@ export class WaitQueues {
     return this.rec(r) + R_FUTEX;
   }
 
-  private wakeRecord(r: number): void {
+  /** Bumps record `r`'s futex word and wakes whoever waits on it, in every process. */
+  wakeRecord(r: number): void {
     const f = this.rec(r) + R_FUTEX;
     Atomics.add(this.i32, f, 1);
     Atomics.notify(this.i32, f);

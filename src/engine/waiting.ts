@@ -255,7 +255,11 @@ export class WaitingRoom {
   /** The waiter leaves (abort, timeout, close): out of the queue, then settled. */
   private leaveQueue(x: Waiter, error: unknown): void {
     if (x.done) return;
-    this.core.queues.leave(x.w, x.r, x.id);
+    if (this.core.queues.leave(x.w, x.r, x.id) !== W_FREE) {
+      // Nobody woke it: the waits it parked on its record's word (Atomics.waitAsync, and on
+      // host memory the addon thread's) end now, not when the record is next used.
+      this.core.queues.wakeRecord(x.r);
+    }
     this.settle(x, error);
   }
 

@@ -292,12 +292,6 @@ function attach(
       throw corrupted(where, name, `part ${i} lies outside the region`);
     }
   }
-  const version = header[W_LAYOUT_VERSION];
-  if (version !== request.layoutVersion) {
-    throw typeError(
-      `${where}: the region was made by a copy of atomic-limiter with layout version ${version}; this copy reads version ${request.layoutVersion} (removeHostMemory(${show(name)}) once every process runs the new version)`,
-    );
-  }
   let theirs: { owner: string; options: Record<string, unknown> };
   try {
     theirs = JSON.parse(
@@ -306,9 +300,17 @@ function attach(
   } catch {
     throw corrupted(where, name, 'its description is not JSON');
   }
+  // The class first: a ManualClock's region and a limiter's have different layout versions,
+  // and "another version" would send the caller to remove a region that is not stale.
   if (theirs.owner !== request.owner) {
     throw typeError(
       `${where}: the region holds a ${theirs.owner}, not a ${request.owner}; use another name, or removeHostMemory(${show(name)})`,
+    );
+  }
+  const version = header[W_LAYOUT_VERSION];
+  if (version !== request.layoutVersion) {
+    throw typeError(
+      `${where}: the region was made by a copy of atomic-limiter with layout version ${version}; this copy reads version ${request.layoutVersion} (removeHostMemory(${show(name)}) once every process runs the new version)`,
     );
   }
   const names = new Set([...Object.keys(theirs.options), ...Object.keys(request.options)]);

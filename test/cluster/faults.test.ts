@@ -125,6 +125,37 @@ describe('atomic-limiter/cluster faults', () => {
     expect(allowed).toBeLessThanOrEqual(50);
   }, 60_000);
 
+  it('answers each call of a worker that loads both the ESM and the CommonJS build with its own answer', async () => {
+    const r = await run('dual-copies');
+    expect(r.outcomes).toEqual([
+      ...Array(3).fill('a true of 3'),
+      ...Array(2).fill('a false of 3'),
+      ...Array(5).fill('b true of 100'),
+    ]);
+    expect(r.a).toMatchObject({ admitted: 3, rejected: 2 });
+    expect(r.b).toMatchObject({ admitted: 5, rejected: 0 });
+  }, 60_000);
+
+  it("leases one block for a worker's first calls, made before the primary described the limiter, not one block per call", async () => {
+    const r = await run('early-blocks');
+    // The bad count fails alone; the ten others are served from one block of 16.
+    expect(r.outcomes).toEqual(['RangeError', ...Array(10).fill('true')]);
+    expect(r.api).toMatchObject({ admitted: 16, available: 1000 - 16 });
+  }, 60_000);
+
+  it('rejects ready() with ClusterUnavailableError, as the calls, when the worker disconnects before the primary serves', async () => {
+    const r = await run('disconnect-ready');
+    expect(r.waiting).toEqual(['ClusterUnavailableError', 'ClusterUnavailableError']);
+    expect(r.after).toBe('ClusterUnavailableError');
+  }, 60_000);
+
+  it('gives back the unspent permits of a block when the worker closes its client and exits or disconnects in the same tick', async () => {
+    const r = await run('close-exit');
+    // Each worker spent one permit of a block of 8: the other 7 came back before it left.
+    expect(r.exit).toMatchObject({ available: 9, admitted: 8 });
+    expect(r.disconnect).toMatchObject({ available: 9, admitted: 8 });
+  }, 60_000);
+
   it('a block given back after its window passed is not credited to the next window', async () => {
     const r = (await run('stale-block')) as { first: number; second: number };
     expect(r.first).toBe(100); // window 1 admits its limit…

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { HOLDER_DEAD_MS } from '../../src/engine/queue.js';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
@@ -14,6 +15,7 @@ afterAll(() => {
 });
 
 const options = { limit: 5, keys: 16 };
+const REUSE = new URL('../fixtures/host/pid-reuse.mjs', import.meta.url).pathname;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Tries every 50 ms until granted or `ms` pass; the time it took, or Infinity. */
@@ -52,6 +54,24 @@ describe('a process holding Concurrency permits on host memory', () => {
     expect(more).toBe(4);
     expect(here.stats('k').available).toBe(0);
   }, 20_000);
+
+  // A PID namespace of its own lets the test give the dead holder's id to a new process.
+  const canUnshare =
+    process.getuid?.() === 0 &&
+    spawnSync('unshare', ['-p', '-f', '-m', '--mount-proc', 'true']).status === 0;
+
+  it.skipIf(!canUnshare)(
+    'that is SIGKILLed gives its permits back though a new process has its process id',
+    () => {
+      const r = spawnSync('unshare', ['-p', '-f', '-m', '--mount-proc', process.execPath, REUSE], {
+        encoding: 'utf8',
+      });
+      expect(r.stderr).toBe('');
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+      expect(out).toEqual({ granted: 2, reused: true, before: false, after: true });
+    },
+    20_000,
+  );
 
   it('that is alive keeps its permits while others are refused', async () => {
     const name = regionName('alive');

@@ -1,9 +1,9 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { LAYOUT_VERSION } from '../../src/engine/layout.js';
 import { hostMemory, removeHostMemory } from '../../src/host/index.js';
-import { FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
+import { Concurrency, FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
 import { DIST } from '../helpers/child.js';
 import { killDeciders, regionName, startDecider } from '../helpers/host.js';
 
@@ -19,6 +19,9 @@ function region(what: string): string {
   return name;
 }
 const file = (name: string) => `/dev/shm/atomic-limiter.${name}`;
+const FULL = new URL('../fixtures/host/full-shm.mjs', import.meta.url).pathname;
+// A mount namespace of its own lets a test give a child a small /dev/shm.
+const canUnshare = process.getuid?.() === 0 && spawnSync('unshare', ['-m', 'true']).status === 0;
 
 afterEach(() => killDeciders());
 afterAll(() => {
@@ -71,6 +74,19 @@ describe('attaching to an existing region', () => {
     expect(
       () => new FixedWindow({ limit: 10, windowMs: 1000, keys: 16, memory: hostMemory(name) }),
     ).toThrow(/holds a TokenBucket, not a FixedWindow/);
+  });
+
+  it("refuses a ManualClock's region to a limiter, and a limiter's to a ManualClock, naming both", () => {
+    const clock = region('clock-of');
+    const limiter = region('limiter-of');
+    new ManualClock(0, { memory: hostMemory(clock) });
+    new TokenBucket({ ...bucket, memory: hostMemory(limiter) });
+    expect(() => new TokenBucket({ ...bucket, memory: hostMemory(clock) })).toThrow(
+      /holds a ManualClock, not a TokenBucket/,
+    );
+    expect(() => new ManualClock(0, { memory: hostMemory(limiter) })).toThrow(
+      /holds a TokenBucket, not a ManualClock/,
+    );
   });
 
   it('refuses other options, naming the option and both values', () => {
@@ -146,6 +162,30 @@ describe('attaching to an existing region', () => {
   });
 });
 
+describe('many limiters in one process', () => {
+  it('keeps any number of limiters of a region open at once: the 2000th decides, waits and is woken as the first', async () => {
+    const name = region('many');
+    const open = Array.from(
+      { length: 2000 },
+      () =>
+        new Concurrency({
+          limit: 1,
+          keys: 16,
+          queueLimit: 1,
+          memory: hostMemory(name, { maxBytes: 2 ** 20 }),
+        }),
+    );
+    const first = open[0]!;
+    const last = open[1999]!;
+    expect(first.tryAcquire('k')).toBe(true);
+    expect(last.tryAcquire('k')).toBe(false);
+    const lease = last.acquire('k');
+    first.release('k');
+    await lease;
+    expect(first.stats('k')).toMatchObject({ available: 0, queued: 0 });
+  });
+});
+
 describe('creation', () => {
   it('creates regions with mode 0600 whatever the umask, or the mode asked for', () => {
     const name = region('mode');
@@ -178,6 +218,27 @@ describe('creation', () => {
       expect(counts.reduce((sum, c) => sum + c.granted, 0)).toBe(100);
     }
   });
+
+  it.skipIf(!canUnshare)(
+    'a full /dev/shm when the table grows is an error from that decision, not a crash; decisions go on',
+    () => {
+      const r = spawnSync(
+        'unshare',
+        [
+          '-m',
+          'sh',
+          '-c',
+          `mount -t tmpfs -o size=2m tmpfs /dev/shm && exec "${process.execPath}" "${FULL}"`,
+        ],
+        { encoding: 'utf8' },
+      );
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+      expect(out).toEqual({ code: 'ENOSPC', grew: true, known: false, attached: false });
+    },
+    30_000,
+  );
 
   it('an error at creation, not a crash later, when the region cannot be allocated', async () => {
     // A file-size limit stands in for a full /dev/shm: both fail the region's allocation.
