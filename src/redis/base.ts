@@ -564,10 +564,47 @@ export abstract class RedisLimiter extends Reconfigurable {
         this.waiters.delete(w);
         w.finish();
         if (error instanceof Unavailable)
-          return acquireUnavailable(this.policyHost(), error, key, permits, options, deadline);
+          return this.acquireElsewhere(error, key, permits, options, deadline);
         throw error;
       },
     );
+  }
+
+  /**
+   * @internal An acquire() that Redis could not answer, by the policy. A fallback limiter's
+   * acquire() may wait long in Redis's place: it is given a signal that close() aborts too,
+   * so that close() rejects it with LimiterClosedError as it does every waiter of its own.
+   */
+  private acquireElsewhere(
+    error: Unavailable,
+    key: Key | undefined,
+    permits: number,
+    options: AcquireOptions,
+    deadline: number,
+  ): RedisLease | PromiseLike<RedisLease> {
+    if (this.closed) throw new LimiterClosedError();
+    if (typeof this.whenUnavailable !== 'object') {
+      return acquireUnavailable(this.policyHost(), error, key, permits, options, deadline);
+    }
+    const closing = new AbortController();
+    const signal = options.signal;
+    const stop = () => closing.abort(new LimiterClosedError());
+    const abort = () => closing.abort(signal!.reason);
+    this.stops.add(stop);
+    signal?.addEventListener('abort', abort, { once: true });
+    if (signal?.aborted) abort();
+    const leave = () => {
+      this.stops.delete(stop);
+      signal?.removeEventListener('abort', abort);
+    };
+    try {
+      const rest = { ...options, signal: closing.signal };
+      const lease = acquireUnavailable(this.policyHost(), error, key, permits, rest, deadline);
+      return Promise.resolve(lease).finally(leave);
+    } catch (failure) {
+      leave();
+      throw failure;
+    }
   }
 
   /** @internal How this algorithm waits; the default waits in line and retries after retryAfterMs. */
