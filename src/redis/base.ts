@@ -552,7 +552,8 @@ export abstract class RedisLimiter extends Reconfigurable {
       return this.checkedAgain(error, permits, () => this.acquire(key, permits, options));
     }
     // One deadline bounds the whole call: a fallback gets what the Redis wait left of it.
-    const deadline = options.timeoutMs === undefined ? 0 : performance.now() + options.timeoutMs;
+    // (timeoutMs 0 never waits: the fallback is given 0 too.)
+    const deadline = !options.timeoutMs ? 0 : performance.now() + options.timeoutMs;
     this.waiters.add(w);
     return this.waitFor(w).then(
       (lease) => {

@@ -12,6 +12,11 @@ export class Waiter {
   wake: (() => void) | undefined;
   /** Concurrency: the head's current re-check back-off in ms (0: none yet). */
   recheckMs = 0;
+  /**
+   * `timeoutMs: 0`: never waits, as in memory — the first answer Redis gives is final (a
+   * grant, or a TimeoutError). A timer of 0 ms would fire before any reply could come.
+   */
+  readonly once: boolean;
 
   constructor(
     readonly tag: string,
@@ -27,11 +32,9 @@ export class Waiter {
       this.onAbort = () => this.stop(signal.reason);
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
-    if (timeoutMs !== undefined) {
-      this.timer = setTimeout(
-        () => this.stop(new DOMException('The operation timed out.', 'TimeoutError')),
-        timeoutMs,
-      );
+    this.once = timeoutMs === 0;
+    if (timeoutMs !== undefined && timeoutMs > 0) {
+      this.timer = setTimeout(() => this.stop(timedOut()), timeoutMs);
     }
   }
 
@@ -62,6 +65,11 @@ export class Waiter {
   race<T>(promise: Promise<T>): Promise<T> {
     return Promise.race([promise, this.cancelled]);
   }
+}
+
+/** The rejection of an acquire() past its `timeoutMs`, as Node reports it. */
+export function timedOut(): DOMException {
+  return new DOMException('The operation timed out.', 'TimeoutError');
 }
 
 /**

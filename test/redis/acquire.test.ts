@@ -131,6 +131,69 @@ describe('acquire() on Redis', () => {
     await w.close();
   });
 
+  it('acquire({ timeoutMs: 0 }) takes permits that are there and otherwise times out at once, holding nothing, as in memory', async () => {
+    const clock = new ManualClock(0);
+    const pairs = [
+      [
+        new TokenBucket({
+          redis,
+          capacity: 2,
+          refillPerSecond: 1,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.TokenBucket({ capacity: 2, refillPerSecond: 1, queueLimit: 3, clock }),
+      ],
+      [
+        new LeakyBucket({ redis, capacity: 2, ratePerSecond: 1, clock, prefix: prefix() }),
+        new memory.LeakyBucket({ capacity: 2, ratePerSecond: 1, clock }),
+      ],
+      [
+        new FixedWindow({
+          redis,
+          limit: 2,
+          windowMs: 1000,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.FixedWindow({ limit: 2, windowMs: 1000, queueLimit: 3, clock }),
+      ],
+      [
+        new Concurrency({ redis, limit: 2, queueLimit: 3, prefix: prefix() }),
+        new memory.Concurrency({ limit: 2, queueLimit: 3 }),
+      ],
+    ] as const;
+    for (const [r, m] of pairs) {
+      const outcomes: string[][] = [[], []];
+      for (const [i, l] of [r, m].entries()) {
+        for (let k = 0; k < 3; k++) {
+          outcomes[i]!.push(
+            await Promise.resolve(l.acquire('k', 1, { timeoutMs: 0 })).then(
+              () => 'lease',
+              (e: Error) => e.name,
+            ),
+          );
+        }
+      }
+      const leaky = r.algorithm === 'LeakyBucket';
+      expect([r.algorithm, outcomes[0]]).toEqual([
+        r.algorithm,
+        ['lease', leaky ? 'TimeoutError' : 'lease', 'TimeoutError'],
+      ]);
+      expect(outcomes[0]).toEqual(outcomes[1]);
+      // The refused calls took nothing: no reservation or grant stays behind them.
+      await settle(redis);
+      expect((await r.stats('k')).available).toBe(m.stats('k').available);
+      clock.advance(1000);
+      await settle(redis);
+      expect((await r.stats('k')).available).toBe(m.stats('k').available);
+      await r.close();
+      m.close();
+    }
+  });
+
   it('Concurrency: an aborted waiter takes nothing; close() rejects the others', async () => {
     const c = new Concurrency({ redis, limit: 1, queueLimit: 5, prefix: prefix() });
     const held = await c.acquire('k');
