@@ -53,6 +53,11 @@ export interface Adapter {
   readonly health: Health;
   /** HMGET of `fields` of the hash at `key`: one plain command, no script. */
   hmget(key: string, fields: readonly string[]): Promise<unknown>;
+  /**
+   * What the client puts before every key it sends (ioredis `keyPrefix`; '' for node-redis):
+   * a key's name as Redis, and a script's KEYS, see it.
+   */
+  readonly keyPrefix: string;
 }
 
 export interface Command {
@@ -149,6 +154,7 @@ class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
   readonly writesAtOnce = true;
   readonly health: Health;
+  readonly keyPrefix: string;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -157,6 +163,8 @@ class IoRedisAdapter implements Adapter {
     warnIfResending(options, cluster);
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.enableOfflineQueue !== false;
+    // A Cluster takes its redisOptions' keyPrefix as its own.
+    this.keyPrefix = typeof options?.keyPrefix === 'string' ? options.keyPrefix : '';
     this.health = healthOf(client, this);
   }
 
@@ -261,6 +269,7 @@ class IoRedisAdapter implements Adapter {
 class NodeRedisAdapter implements Adapter {
   readonly kind = 'node-redis';
   readonly writesAtOnce = false;
+  readonly keyPrefix = '';
   readonly health: Health;
   constructor(
     private readonly client: AnyClient,

@@ -246,8 +246,10 @@ describe('reconfigure() on Redis decides exactly as in memory', () => {
 
 describe('reconfigure() reaches every limiter on the prefix', () => {
   let redis: Redis;
-  withRedisServer((_server, r) => {
+  let port: number;
+  withRedisServer((server, r) => {
     redis = r;
+    port = server.port;
   });
 
   it('a limiter learns another one’s reconfigure at once on a key that one wrote since', async () => {
@@ -323,6 +325,28 @@ describe('reconfigure() reaches every limiter on the prefix', () => {
     clock.advance(1);
     expect(await b.consume('k', 1)).toMatchObject({ allowed: false, remaining: 0, limit: 3 });
     expect(b.limit).toBe(3);
+  });
+
+  it('a limiter on an ioredis client with a keyPrefix learns it within configRefreshMs too', async () => {
+    const prefixed = new Redis(port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      keyPrefix: 'app:',
+    });
+    const clock = new ManualClock(0);
+    const options = { redis: prefixed, limit: 10, windowMs: 60_000, clock, prefix: 'keyprefix' };
+    const a = new red.FixedWindow(options);
+    const b = new red.FixedWindow({ ...options, configRefreshMs: 1000 });
+    try {
+      expect((await b.consume('k', 5)).remaining).toBe(5);
+      await a.reconfigure({ limit: 3 });
+      clock.advance(1000);
+      expect(await b.consume('k', 1)).toMatchObject({ allowed: false, remaining: 0, limit: 3 });
+      expect(b.limit).toBe(3);
+    } finally {
+      await a.close();
+      await b.close();
+      prefixed.disconnect();
+    }
   });
 
   it('a limiter created with another window on a reconfigured prefix is refused, naming both', async () => {
