@@ -87,6 +87,50 @@ describe('acquire() on Redis', () => {
     await b.close();
   });
 
+  it('bucket reservations at Unix time, at a rate whose unit is not a µs, owe what memory owes', async () => {
+    // 7 per second: a permit is 125 000 units of 8/7 µs. Redis TIME reads about this.
+    const clock = new ManualClock(1_700_000_000_000);
+    const cases = [
+      [
+        new TokenBucket({
+          redis,
+          capacity: 2,
+          refillPerSecond: 7,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.TokenBucket({ capacity: 2, refillPerSecond: 7, queueLimit: 3, clock }),
+      ],
+      [
+        new LeakyBucket({ redis, capacity: 3, ratePerSecond: 7, clock, prefix: prefix() }),
+        new memory.LeakyBucket({ capacity: 3, ratePerSecond: 7, clock }),
+      ],
+    ] as const;
+    for (const [r, m] of cases) {
+      const log: string[] = [];
+      const name = r.algorithm;
+      const ours = [0, 1, 2].map((i) => track(r.acquire('k'), log, `${name} ${i}`));
+      const theirs = [0, 1, 2].map(() => m.acquire('k'));
+      await settle(redis);
+      // A newcomer is told to retry when memory says, a few sevenths of a second on (the
+      // reset differs: memory's waiters take their permits when they wake).
+      const { allowed, retryAfterMs } = m.consume('k');
+      expect(await r.consume('k')).toMatchObject({ allowed, retryAfterMs });
+      expect(retryAfterMs).toBeLessThan(1000);
+      // A seventh of a second at a time: memory's next waiter wakes when the clock moves.
+      for (let i = 0; i < 7; i++) {
+        clock.advance(1000 / 7);
+        await settle(redis);
+      }
+      await Promise.all(ours);
+      await Promise.all(theirs);
+      expect(log).toEqual([0, 1, 2].map((i) => `${name} ${i}`));
+      await r.close();
+      m.close();
+    }
+  });
+
   it('LeakyBucket lets waiters out at the constant rate, at most capacity waiting', async () => {
     const clock = new ManualClock(0);
     const b = new LeakyBucket({ redis, capacity: 3, ratePerSecond: 2, clock, prefix: prefix() });
