@@ -67,6 +67,9 @@ export class Waiter {
   }
 }
 
+/** setTimeout's longest delay, ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** The rejection of an acquire() past its `timeoutMs`, as Node reports it. */
 export function timedOut(): DOMException {
   return new DOMException('The operation timed out.', 'TimeoutError');
@@ -81,7 +84,16 @@ export function timedOut(): DOMException {
 export function sleepUs(clock: ManualClock | undefined, us: number, w?: Waiter): Promise<void> {
   if (!clock) {
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, Math.max(0, Math.ceil(us / 1000)));
+      let ms = Math.max(0, Math.ceil(us / 1000));
+      let timer: ReturnType<typeof setTimeout>;
+      // setTimeout fires at once past 2^31 − 1 ms (a bucket's reservation weeks ahead): a
+      // longer sleep goes in steps.
+      const next = () => {
+        const step = Math.min(ms, MAX_TIMER_MS);
+        ms -= step;
+        timer = setTimeout(ms > 0 ? next : resolve, step);
+      };
+      next();
       // A waiter that leaves does not keep the process alive until its sleep ends.
       w?.onFinish(() => clearTimeout(timer));
     });

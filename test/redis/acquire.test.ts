@@ -131,6 +131,35 @@ describe('acquire() on Redis', () => {
     }
   });
 
+  it('a reservation more than 2^31 ms ahead (Redis TIME) waits for it, never granted at once', async () => {
+    // A permit every 10^6 s: the third waiter's time is 3 × 10^9 ms ahead, past setTimeout's
+    // longest delay, which fires at once instead.
+    const b = new TokenBucket({
+      redis,
+      capacity: 1,
+      refillPerSecond: 1e-6,
+      queueLimit: 3,
+      prefix: prefix(),
+    });
+    const log: string[] = [];
+    const ctl = new AbortController();
+    try {
+      expect(await b.tryAcquire('k')).toBe(true);
+      const waiters = [1, 2, 3].map((i) =>
+        track(b.acquire('k', 1, { signal: ctl.signal }), log, `w${i}`).catch(() => {}),
+      );
+      await settle(redis);
+      expect((await b.stats('k')).available).toBe(0);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(log).toEqual([]);
+      ctl.abort();
+      await Promise.all(waiters);
+      expect(log).toEqual(['w1:AbortError', 'w2:AbortError', 'w3:AbortError']);
+    } finally {
+      await b.close();
+    }
+  });
+
   it('LeakyBucket lets waiters out at the constant rate, at most capacity waiting', async () => {
     const clock = new ManualClock(0);
     const b = new LeakyBucket({ redis, capacity: 3, ratePerSecond: 2, clock, prefix: prefix() });
