@@ -5,7 +5,7 @@ import { rateLimit } from '../../src/http/index.js';
 import * as mem from '../../src/index.js';
 import { LimiterClosedError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
-import { listen, rateFields, request } from '../helpers/http.js';
+import { listen, rateFields, request, until } from '../helpers/http.js';
 import { sameAnswer } from '../helpers/parity.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
@@ -346,6 +346,30 @@ describe('reconfigure() reaches every limiter on the prefix', () => {
       await a.close();
       await b.close();
       prefixed.disconnect();
+    }
+  });
+
+  it('calls of one tick made on either side of reconfigure() taking effect are decided in the order they were made', async () => {
+    // The second prefix finds the new options' scripts loaded by the first: nothing is
+    // refused NOSCRIPT and sent again, which would hide the order the calls went in.
+    for (const prefix of ['tick-order-1', 'tick-order-2']) {
+      const clock = new ManualClock(0);
+      const fw = new red.FixedWindow({ redis, limit: 3, windowMs: 60_000, clock, prefix });
+      await fw.consume('k');
+      const order: string[] = [];
+      const internals = fw as unknown as { configure(at: unknown): void };
+      const configure = internals.configure.bind(fw);
+      // A call made just before the new options take effect, in the tick they do.
+      internals.configure = (at) => {
+        void fw.consume('k').then((d) => order.push(`first ${d.allowed}`));
+        configure(at);
+      };
+      await fw.reconfigure({ limit: 2 });
+      await fw.consume('k').then((d) => order.push(`second ${d.allowed}`));
+      await until(() => order.length === 2, 'both calls answered');
+      // One permit of the new limit of 2 is left: the first call takes it.
+      expect([prefix, order]).toEqual([prefix, ['first true', 'second false']]);
+      await fw.close();
     }
   });
 
