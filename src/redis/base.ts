@@ -1,7 +1,7 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Stats } from '../options.js';
-import { acquireOptions, checkPermits, rangeError, show } from '../validate.js';
+import { acquireOptions, checkPermits, permitsError, rangeError, show } from '../validate.js';
 import { composeScript } from './compose.lua.js';
 import { NO_PARAMS } from './fields.js';
 import { Blocks } from './fleet/blocks.js';
@@ -641,6 +641,9 @@ export abstract class RedisLimiter extends Reconfigurable {
   /** @internal One waiter's try; a grant that lands after the waiter was cancelled is given back. */
   private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
     if (this.closed) throw new LimiterClosedError();
+    // A reconfigure() lowered the limit below what the waiter asks: it can never be granted,
+    // a RangeError as in memory (the scripts take permits past the limit as never asked).
+    if (w.permits > this.limit) throw permitsError(this.owner, w.permits, this.limit);
     const id = this.grantId();
     w.woken = false;
     // 'w': a caller about to wait is not counted as refused (as in memory).

@@ -628,6 +628,49 @@ describe('reconfigure() and waiters', () => {
   }
 });
 
+describe('reconfigure() below a waiter', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  for (const name of ['FixedWindow', 'SlidingWindow', 'SlidingLog', 'Concurrency'] as const) {
+    it(`${name}: a waiter asking more than a lowered limit rejects with the RangeError memory gives, and is never granted`, async () => {
+      const clock = new ManualClock(0);
+      const own = { limit: 3, windowMs: 60_000, queueLimit: 5, clock };
+      const options = name === 'Concurrency' ? { limit: 3, queueLimit: 5, clock } : own;
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.FixedWindow>)[name]!;
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const m = new M(options);
+      const r = new R({ ...options, redis, prefix: `below-${name}` });
+      const outcome = (p: Promise<unknown>) =>
+        p.then(
+          () => 'granted',
+          (e: Error) => `${e.constructor.name}: ${e.message}`,
+        );
+      await r.consume('k', 3);
+      m.consume('k', 3);
+      const waiting = outcome(r.acquire('k', 3));
+      const waitingM = outcome(Promise.resolve(m.acquire('k', 3)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      m.reconfigure({ limit: 2 });
+      await r.reconfigure({ limit: 2 });
+      // The grants are released (or the window passes): nothing but the limit stands in
+      // the waiter's way.
+      if (name === 'Concurrency') {
+        m.release('k', 3);
+        await r.release('k', 3);
+      }
+      clock.advance(60_000);
+      const expected = await waitingM;
+      expect(expected).toMatch(/^RangeError: .*exceed the limit \(2\)/);
+      expect(await waiting).toBe(expected);
+      await r.close();
+      m.close();
+    });
+  }
+});
+
 describe('reconfigure() and the HTTP middleware', () => {
   let redis: Redis;
   withRedisServer((_server, r) => {
