@@ -46,6 +46,8 @@ export { NO_OP_LEASE, reportLost } from './unavailable.js';
 export type { AlgorithmName };
 
 const SLACK_ARG = String(MANUAL_SLACK_MS);
+/** The ops that may grant permits: a decision, a wait's try, a reservation. */
+const GRANTS = new Set(['t', 'c', 'w', 'q']);
 const REDIS_SLACK_ARG = String(REDIS_TIME_SLACK_MS);
 
 /**
@@ -258,6 +260,13 @@ export abstract class RedisLimiter extends Reconfigurable {
   ): Promise<unknown> {
     if (this.foreign) return Promise.reject(this.foreign);
     const op = head[0];
+    // Permits were checked against the limit when the call was made; options read since
+    // (the record, or a key of newer options) may have lowered it below them: a RangeError
+    // then, as a call made under them gets (the scripts take permits past the limit as
+    // never asked). One permit never passes a limit.
+    if (head[2] !== '1' && GRANTS.has(op!) && Number(head[2]) > this.limit) {
+      return Promise.reject(permitsError(this.owner, Number(head[2]), this.limit));
+    }
     const alone =
       (op === 't'
         ? this.tryScript

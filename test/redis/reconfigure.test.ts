@@ -671,6 +671,49 @@ describe('reconfigure() below a waiter', () => {
   }
 });
 
+describe('reconfigure() below a call under way', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  const CASES: [string, Record<string, number>, Record<string, number>][] = [
+    ['FixedWindow', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['SlidingWindow', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['SlidingLog', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['Concurrency', { limit: 3 }, { limit: 2 }],
+    ['TokenBucket', { capacity: 3, refillPerSecond: 1 }, { capacity: 2 }],
+  ];
+  for (const [name, own, lower] of CASES) {
+    it(`${name}: a call for more than the limit another process lowered, read before it goes, is the RangeError memory gives`, async () => {
+      const clock = new ManualClock(0);
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.FixedWindow>)[name]!;
+      const prefix = `lowered-${name}`;
+      const a = new R({ ...own, redis, clock, prefix });
+      // configRefreshMs 0: the record is read before every call.
+      const b = new R({ ...own, redis, clock, prefix, configRefreshMs: 0 });
+      await a.reconfigure(lower);
+      let expected = '';
+      try {
+        new M({ ...own, ...lower }).consume('k', 3);
+      } catch (e) {
+        expected = `${(e as Error).constructor.name}: ${(e as Error).message}`;
+      }
+      expect(expected).toMatch(/^RangeError/);
+      const got = await b.consume('k', 3).then(
+        (d) => JSON.stringify(d),
+        (e: Error) => `${e.constructor.name}: ${e.message}`,
+      );
+      expect(got).toBe(expected);
+      // Nothing was taken.
+      expect((await a.stats('k')).available).toBe(2);
+      await a.close();
+      await b.close();
+    });
+  }
+});
+
 describe('reconfigure() and the HTTP middleware', () => {
   let redis: Redis;
   withRedisServer((_server, r) => {
