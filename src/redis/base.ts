@@ -238,8 +238,9 @@ export abstract class RedisLimiter extends Reconfigurable {
     if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
       const reading = this.refresh();
       if (reading !== undefined) {
+        const known = this.limit;
         return reading.then((error) =>
-          error === undefined ? this.send(keys, slot, head, late, 0) : Promise.reject(error),
+          error === undefined ? this.send(keys, slot, head, late, 0, known) : Promise.reject(error),
         );
       }
     }
@@ -249,7 +250,7 @@ export abstract class RedisLimiter extends Reconfigurable {
   /**
    * @internal Runs a call under the options this limiter has now. A key written under newer
    * options stops it unchanged (NEWER): the record is read, and the call runs again under
-   * them (again()).
+   * them (again()). `known`: the limit when the call was made, if options were read since.
    */
   private send(
     keys: readonly string[],
@@ -257,14 +258,20 @@ export abstract class RedisLimiter extends Reconfigurable {
     head: readonly string[],
     late: ((reply: unknown) => void) | undefined,
     tries: number,
+    known?: number,
   ): Promise<unknown> {
     if (this.foreign) return Promise.reject(this.foreign);
     const op = head[0];
     // Permits were checked against the limit when the call was made; options read since
     // (the record, or a key of newer options) may have lowered it below them: a RangeError
     // then, as a call made under them gets (the scripts take permits past the limit as
-    // never asked). One permit never passes a limit.
-    if (head[2] !== '1' && GRANTS.has(op!) && Number(head[2]) > this.limit) {
+    // never asked).
+    if (
+      known !== undefined &&
+      this.limit < known &&
+      GRANTS.has(op!) &&
+      Number(head[2]) > this.limit
+    ) {
       return Promise.reject(permitsError(this.owner, Number(head[2]), this.limit));
     }
     const alone =
@@ -299,9 +306,10 @@ export abstract class RedisLimiter extends Reconfigurable {
         ),
       );
     }
+    const known = this.limit;
     return (this.refresh() ?? Promise.resolve(undefined)).then((error) =>
       error === undefined
-        ? this.send(c.keys, c.slot, c.head, c.late, c.tries + 1)
+        ? this.send(c.keys, c.slot, c.head, c.late, c.tries + 1, known)
         : Promise.reject(error),
     );
   };
