@@ -658,8 +658,8 @@ describe('reconfigure() below a waiter', () => {
       // The grants are released (or the window passes): nothing but the limit stands in
       // the waiter's way.
       if (name === 'Concurrency') {
-        m.release('k', 3);
-        await r.release('k', 3);
+        (m as unknown as mem.Concurrency).release('k', 3);
+        await (r as unknown as red.Concurrency).release('k', 3);
       }
       clock.advance(60_000);
       const expected = await waitingM;
