@@ -28,12 +28,14 @@ export interface Adapter {
    * Subscribes to `channel` on a connection of its own; resolves once subscribed.
    * `onReconnect` is called each time that connection is ready again after a drop
    * (messages published meanwhile were lost); not for a node-redis cluster, which keeps its
-   * own Pub/Sub connection.
+   * own Pub/Sub connection. `signal` aborted while it subscribes rejects it and closes that
+   * connection (one made while Redis is down would otherwise reconnect for good).
    */
   subscribe(
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription>;
   /**
    * False while the client connects or reconnects: a command given to it then waits in its
@@ -93,6 +95,21 @@ export function adapt(owner: string, client: unknown): Adapter {
   throw typeError(
     `${owner}: option "redis" must be an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster), got ${show(client)}`,
   );
+}
+
+/**
+ * `pending`, or a rejection with the signal's reason once `signal` aborts: a subscriber's
+ * command waiting for a Redis that is down may never settle.
+ */
+function untilAborted<T>(pending: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return pending;
+  pending.catch(() => {});
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener('abort', abort, { once: true });
+    pending.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));
+  });
 }
 
 function argv(call: Command): string[] {
@@ -238,6 +255,7 @@ class IoRedisAdapter implements Adapter {
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription> {
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     // A subscriber's own errors (reconnecting) must not crash the host: ioredis emits
@@ -252,7 +270,7 @@ class IoRedisAdapter implements Adapter {
       if (subscribed) onReconnect?.();
     });
     try {
-      await ((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>);
+      await untilAborted((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>, signal);
       subscribed = true;
     } catch (error) {
       (sub.disconnect as Fn).call(sub);
@@ -340,6 +358,7 @@ class NodeRedisAdapter implements Adapter {
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription> {
     if (this.cluster) {
       // A node-redis cluster keeps a pub/sub connection of its own.
@@ -362,8 +381,11 @@ class NodeRedisAdapter implements Adapter {
       if (subscribed) onReconnect?.();
     });
     try {
-      await ((sub.connect as Fn).call(sub) as Promise<unknown>);
-      await ((sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>);
+      await untilAborted((sub.connect as Fn).call(sub) as Promise<unknown>, signal);
+      await untilAborted(
+        (sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>,
+        signal,
+      );
       subscribed = true;
     } catch (error) {
       void Promise.resolve()
