@@ -1,7 +1,7 @@
 import { LimiterClosedError } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, AlgorithmName, Decision, Stats } from '../options.js';
-import { acquireOptions, checkPermits, rangeError, show } from '../validate.js';
+import { acquireOptions, checkPermits, permitsError, rangeError, show } from '../validate.js';
 import { composeScript } from './compose.lua.js';
 import { NO_PARAMS } from './fields.js';
 import { Blocks } from './fleet/blocks.js';
@@ -46,6 +46,8 @@ export { NO_OP_LEASE, reportLost } from './unavailable.js';
 export type { AlgorithmName };
 
 const SLACK_ARG = String(MANUAL_SLACK_MS);
+/** The ops that may grant permits: a decision, a wait's try, a reservation. */
+const GRANTS = new Set(['t', 'c', 'w', 'q']);
 const REDIS_SLACK_ARG = String(REDIS_TIME_SLACK_MS);
 
 /**
@@ -236,8 +238,9 @@ export abstract class RedisLimiter extends Reconfigurable {
     if (this.reading !== undefined || this.clockMs() >= this.pollAtMs) {
       const reading = this.refresh();
       if (reading !== undefined) {
+        const known = this.limit;
         return reading.then((error) =>
-          error === undefined ? this.send(keys, slot, head, late, 0) : Promise.reject(error),
+          error === undefined ? this.send(keys, slot, head, late, 0, known) : Promise.reject(error),
         );
       }
     }
@@ -247,7 +250,7 @@ export abstract class RedisLimiter extends Reconfigurable {
   /**
    * @internal Runs a call under the options this limiter has now. A key written under newer
    * options stops it unchanged (NEWER): the record is read, and the call runs again under
-   * them (again()).
+   * them (again()). `known`: the limit when the call was made, if options were read since.
    */
   private send(
     keys: readonly string[],
@@ -255,9 +258,22 @@ export abstract class RedisLimiter extends Reconfigurable {
     head: readonly string[],
     late: ((reply: unknown) => void) | undefined,
     tries: number,
+    known?: number,
   ): Promise<unknown> {
     if (this.foreign) return Promise.reject(this.foreign);
     const op = head[0];
+    // Permits were checked against the limit when the call was made; options read since
+    // (the record, or a key of newer options) may have lowered it below them: a RangeError
+    // then, as a call made under them gets (the scripts take permits past the limit as
+    // never asked).
+    if (
+      known !== undefined &&
+      this.limit < known &&
+      GRANTS.has(op!) &&
+      Number(head[2]) > this.limit
+    ) {
+      return Promise.reject(permitsError(this.owner, Number(head[2]), this.limit));
+    }
     const alone =
       (op === 't'
         ? this.tryScript
@@ -290,9 +306,10 @@ export abstract class RedisLimiter extends Reconfigurable {
         ),
       );
     }
+    const known = this.limit;
     return (this.refresh() ?? Promise.resolve(undefined)).then((error) =>
       error === undefined
-        ? this.send(c.keys, c.slot, c.head, c.late, c.tries + 1)
+        ? this.send(c.keys, c.slot, c.head, c.late, c.tries + 1, known)
         : Promise.reject(error),
     );
   };
@@ -552,7 +569,8 @@ export abstract class RedisLimiter extends Reconfigurable {
       return this.checkedAgain(error, permits, () => this.acquire(key, permits, options));
     }
     // One deadline bounds the whole call: a fallback gets what the Redis wait left of it.
-    const deadline = options.timeoutMs === undefined ? 0 : performance.now() + options.timeoutMs;
+    // (timeoutMs 0 never waits: the fallback is given 0 too.)
+    const deadline = !options.timeoutMs ? 0 : performance.now() + options.timeoutMs;
     this.waiters.add(w);
     return this.waitFor(w).then(
       (lease) => {
@@ -564,10 +582,47 @@ export abstract class RedisLimiter extends Reconfigurable {
         this.waiters.delete(w);
         w.finish();
         if (error instanceof Unavailable)
-          return acquireUnavailable(this.policyHost(), error, key, permits, options, deadline);
+          return this.acquireElsewhere(error, key, permits, options, deadline);
         throw error;
       },
     );
+  }
+
+  /**
+   * @internal An acquire() that Redis could not answer, by the policy. A fallback limiter's
+   * acquire() may wait long in Redis's place: it is given a signal that close() aborts too,
+   * so that close() rejects it with LimiterClosedError as it does every waiter of its own.
+   */
+  private acquireElsewhere(
+    error: Unavailable,
+    key: Key | undefined,
+    permits: number,
+    options: AcquireOptions,
+    deadline: number,
+  ): RedisLease | PromiseLike<RedisLease> {
+    if (this.closed) throw new LimiterClosedError();
+    if (typeof this.whenUnavailable !== 'object') {
+      return acquireUnavailable(this.policyHost(), error, key, permits, options, deadline);
+    }
+    const closing = new AbortController();
+    const signal = options.signal;
+    const stop = () => closing.abort(new LimiterClosedError());
+    const abort = () => closing.abort(signal!.reason);
+    this.stops.add(stop);
+    signal?.addEventListener('abort', abort, { once: true });
+    if (signal?.aborted) abort();
+    const leave = () => {
+      this.stops.delete(stop);
+      signal?.removeEventListener('abort', abort);
+    };
+    try {
+      const rest = { ...options, signal: closing.signal };
+      const lease = acquireUnavailable(this.policyHost(), error, key, permits, rest, deadline);
+      return Promise.resolve(lease).finally(leave);
+    } catch (failure) {
+      leave();
+      throw failure;
+    }
   }
 
   /** @internal How this algorithm waits; the default waits in line and retries after retryAfterMs. */
@@ -603,6 +658,9 @@ export abstract class RedisLimiter extends Reconfigurable {
   /** @internal One waiter's try; a grant that lands after the waiter was cancelled is given back. */
   private async attempt(w: Waiter): Promise<{ lease?: RedisLease; reply?: Reply }> {
     if (this.closed) throw new LimiterClosedError();
+    // A reconfigure() lowered the limit below what the waiter asks: it can never be granted,
+    // a RangeError as in memory (the scripts take permits past the limit as never asked).
+    if (w.permits > this.limit) throw permitsError(this.owner, w.permits, this.limit);
     const id = this.grantId();
     w.woken = false;
     // 'w': a caller about to wait is not counted as refused (as in memory).

@@ -28,12 +28,14 @@ export interface Adapter {
    * Subscribes to `channel` on a connection of its own; resolves once subscribed.
    * `onReconnect` is called each time that connection is ready again after a drop
    * (messages published meanwhile were lost); not for a node-redis cluster, which keeps its
-   * own Pub/Sub connection.
+   * own Pub/Sub connection. `signal` aborted while it subscribes rejects it and closes that
+   * connection (one made while Redis is down would otherwise reconnect for good).
    */
   subscribe(
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription>;
   /**
    * False while the client connects or reconnects: a command given to it then waits in its
@@ -53,6 +55,11 @@ export interface Adapter {
   readonly health: Health;
   /** HMGET of `fields` of the hash at `key`: one plain command, no script. */
   hmget(key: string, fields: readonly string[]): Promise<unknown>;
+  /**
+   * What the client puts before every key it sends (ioredis `keyPrefix`; '' for node-redis):
+   * a key's name as Redis, and a script's KEYS, see it.
+   */
+  readonly keyPrefix: string;
 }
 
 export interface Command {
@@ -88,6 +95,21 @@ export function adapt(owner: string, client: unknown): Adapter {
   throw typeError(
     `${owner}: option "redis" must be an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster), got ${show(client)}`,
   );
+}
+
+/**
+ * `pending`, or a rejection with the signal's reason once `signal` aborts: a subscriber's
+ * command waiting for a Redis that is down may never settle.
+ */
+function untilAborted<T>(pending: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return pending;
+  pending.catch(() => {});
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener('abort', abort, { once: true });
+    pending.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));
+  });
 }
 
 function argv(call: Command): string[] {
@@ -149,6 +171,7 @@ class IoRedisAdapter implements Adapter {
   readonly kind = 'ioredis';
   readonly writesAtOnce = true;
   readonly health: Health;
+  readonly keyPrefix: string;
   constructor(
     private readonly client: AnyClient,
     readonly cluster: boolean,
@@ -157,6 +180,8 @@ class IoRedisAdapter implements Adapter {
     warnIfResending(options, cluster);
     // Without an offline queue a command fails at once while not connected: nothing waits.
     this.queues = options?.enableOfflineQueue !== false;
+    // A Cluster takes its redisOptions' keyPrefix as its own.
+    this.keyPrefix = typeof options?.keyPrefix === 'string' ? options.keyPrefix : '';
     this.health = healthOf(client, this);
   }
 
@@ -230,6 +255,7 @@ class IoRedisAdapter implements Adapter {
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription> {
     const sub = (this.client.duplicate as Fn).call(this.client) as AnyClient;
     // A subscriber's own errors (reconnecting) must not crash the host: ioredis emits
@@ -244,7 +270,7 @@ class IoRedisAdapter implements Adapter {
       if (subscribed) onReconnect?.();
     });
     try {
-      await ((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>);
+      await untilAborted((sub.subscribe as Fn).call(sub, channel) as Promise<unknown>, signal);
       subscribed = true;
     } catch (error) {
       (sub.disconnect as Fn).call(sub);
@@ -261,6 +287,7 @@ class IoRedisAdapter implements Adapter {
 class NodeRedisAdapter implements Adapter {
   readonly kind = 'node-redis';
   readonly writesAtOnce = false;
+  readonly keyPrefix = '';
   readonly health: Health;
   constructor(
     private readonly client: AnyClient,
@@ -331,6 +358,7 @@ class NodeRedisAdapter implements Adapter {
     channel: string,
     onMessage: (message: string) => void,
     onReconnect?: () => void,
+    signal?: AbortSignal,
   ): Promise<Subscription> {
     if (this.cluster) {
       // A node-redis cluster keeps a pub/sub connection of its own.
@@ -353,8 +381,11 @@ class NodeRedisAdapter implements Adapter {
       if (subscribed) onReconnect?.();
     });
     try {
-      await ((sub.connect as Fn).call(sub) as Promise<unknown>);
-      await ((sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>);
+      await untilAborted((sub.connect as Fn).call(sub) as Promise<unknown>, signal);
+      await untilAborted(
+        (sub.subscribe as Fn).call(sub, channel, onMessage) as Promise<unknown>,
+        signal,
+      );
       subscribed = true;
     } catch (error) {
       void Promise.resolve()

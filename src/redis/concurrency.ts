@@ -56,6 +56,8 @@ export class Concurrency extends RedisLimiter {
   private nextId = 0;
   /** @internal */
   private subscription: Promise<Subscription> | undefined;
+  /** @internal Aborts `subscription` while it is being made (unsubscribe()). */
+  private subscribing: AbortController | undefined;
   /** @internal Whether `subscription` is made (Redis confirmed it), not only asked for. */
   private subscribed = false;
   /** @internal */
@@ -281,17 +283,21 @@ export class Concurrency extends RedisLimiter {
       clearTimeout(this.idleTimer);
       this.idleTimer = undefined;
     }
-    this.subscription ??= this.adapter.subscribe(
-      this.channel,
-      (tag) => {
-        for (const w of this.listening.get(tag) ?? []) this.rouse(w);
-      },
-      // Messages published while the subscriber reconnected reached nobody: every waiter
-      // tries again.
-      () => {
-        for (const set of this.listening.values()) for (const w of set) this.rouse(w);
-      },
-    );
+    if (this.subscription === undefined) {
+      this.subscribing = new AbortController();
+      this.subscription = this.adapter.subscribe(
+        this.channel,
+        (tag) => {
+          for (const w of this.listening.get(tag) ?? []) this.rouse(w);
+        },
+        // Messages published while the subscriber reconnected reached nobody: every waiter
+        // tries again.
+        () => {
+          for (const set of this.listening.values()) for (const w of set) this.rouse(w);
+        },
+        this.subscribing.signal,
+      );
+    }
     const s = this.subscription;
     s.then(
       () => {
@@ -332,6 +338,10 @@ export class Concurrency extends RedisLimiter {
   /** @internal */
   private unsubscribe(): Promise<void> {
     this.idleTimer = undefined;
+    // A subscription still being made (while Redis is down its connection reconnects for
+    // good) is given up: it rejects, and its connection closes.
+    this.subscribing?.abort(new LimiterClosedError());
+    this.subscribing = undefined;
     const s = this.subscription;
     this.subscription = undefined;
     this.subscribed = false;

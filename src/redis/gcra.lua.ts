@@ -61,7 +61,8 @@ export function gcraRule(p: GcraParams): Rule {
   };
   // A leaky bucket's allowance is the cost itself.
   const allowance = (x: string) => (p.leaky ? `${x} * K` : 'TAU');
-  const at = (t: string) => `local u = math.floor(${fast ? `(${t} - E)` : t} * SCALE)
+  // `t` may be a sum (a reservation's 'NOW + retry'): bracketed, its whole is scaled.
+  const at = (t: string) => `local u = math.floor(${fast ? `(${t} - E)` : `(${t})`} * SCALE)
 local base = u
 if tat and tat > u then base = tat end`;
   // The step the state ends in.

@@ -9,7 +9,7 @@ import {
   reportLost,
 } from './base.js';
 import { gcraRule, gcraStepMs } from './gcra.lua.js';
-import { sleepUs, type Waiter } from './wait.js';
+import { sleepUs, timedOut, type Waiter } from './wait.js';
 
 /**
  * TokenBucket and LeakyBucket in Redis: GCRA with the in-memory class's unit arithmetic
@@ -119,6 +119,11 @@ export abstract class RedisGcra extends RedisLimiter {
       );
     }
     if (status !== 3) throw this.badReply(reply);
+    if (w.once) {
+      // timeoutMs 0: a reservation to wait for is not taken.
+      this.giveBack(w.tag, w.permits, '').catch(reportLost);
+      throw timedOut();
+    }
     const waitUs = this.num(reply, 1);
     try {
       await w.race(sleepUs(this.clock, waitUs, w));

@@ -1,7 +1,7 @@
 import { QueueFullError } from '../errors.js';
 import type { RedisLease } from './options.js';
 import type { Reply } from './replies.js';
-import type { Waiter } from './wait.js';
+import { timedOut, type Waiter } from './wait.js';
 
 /** One try of a waiter: a lease, or the refusal's reply. */
 export type Attempt = (w: Waiter) => Promise<{ lease?: RedisLease; reply?: Reply }>;
@@ -43,6 +43,7 @@ export class WaitingLine {
         `${owner}: ${this.queued(w.tag)} permits already wait for this key (option "queueLimit" is ${queueLimit})`,
       );
     }
+    if (w.once) throw timedOut();
     const mine = this.lines.get(w.tag) ?? [];
     this.lines.set(w.tag, mine);
     mine.push(w);

@@ -258,8 +258,9 @@ export abstract class Reconfigurable extends RedisFields {
         (reply) => {
           if (settled) return;
           try {
-            // A reply naming another key went to the wrong command: nothing is learnt.
-            if (Array.isArray(reply) && String(reply[0]) === key) {
+            // A reply naming another key went to the wrong command: nothing is learnt. The
+            // record names its key as Redis saw it: with the client's keyPrefix.
+            if (Array.isArray(reply) && String(reply[0]) === this.adapter.keyPrefix + key) {
               this.learn(this.recordOf(['', ...reply.slice(1)]));
             }
           } catch {

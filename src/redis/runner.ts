@@ -299,16 +299,24 @@ export class Runner {
    */
   private sendBatches(queue: Pending[], whole = false): void {
     // One runner serves one limiter: its calls share the script and parameters, and group
-    // by hash slot (all in one standalone), each group in its calls' order.
+    // by hash slot (all in one standalone), each group in its calls' order. A call of
+    // another script (the options record's, or one made before a reconfigure() took effect
+    // in the same tick) starts a new group of its slot, after the one before it: a slot's
+    // units go in the order of their calls.
     const groups = new Map<number, Pending[]>();
+    const order: Pending[][] = [];
     const units: Unit[] = [];
     for (const p of queue) {
       const g = groups.get(p.slot);
-      if (!g) groups.set(p.slot, [p]);
-      else if (g[0]!.script === p.script && g[0]!.params === p.params) g.push(p);
-      else units.push({ calls: [p], script: p.alone, verb: 'EVALSHA' });
+      if (g !== undefined && g[0]!.script === p.script && g[0]!.params === p.params) {
+        g.push(p);
+        continue;
+      }
+      const next = [p];
+      groups.set(p.slot, next);
+      order.push(next);
     }
-    for (const g of groups.values()) {
+    for (const g of order) {
       const batch = g[0]!.script.batch;
       if ((g.length === 1 && !whole) || !batch) {
         for (const p of g) units.push({ calls: [p], script: p.alone, verb: 'EVALSHA' });

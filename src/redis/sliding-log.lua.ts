@@ -48,8 +48,9 @@ ${readCounts('K2', ['adm', 'rej'], p.version)}
 local newest
 local pushed, size = 0, math.huge`,
     // After granting x, the last LIMIT entries must lie in the window: the entry just before
-    // them (index LIMIT - x) has to have expired.
-    fits: (x) => `not (${entry(`LIMIT - ${x}`)} > NOW - W)`,
+    // them (index LIMIT - x) has to have expired. More than LIMIT never fits (a fleet lease
+    // may ask more; a negative index would read the list from its oldest end).
+    fits: (x) => `${x} <= LIMIT and not (${entry(`LIMIT - ${x}`)} > NOW - W)`,
     // x entries of NOW's stamp, pushed 1000 at a time.
     take: (x) => `local stamp = string.format('%.17g', NOW)
 local batch = {}

@@ -12,6 +12,11 @@ export class Waiter {
   wake: (() => void) | undefined;
   /** Concurrency: the head's current re-check back-off in ms (0: none yet). */
   recheckMs = 0;
+  /**
+   * `timeoutMs: 0`: never waits, as in memory — the first answer Redis gives is final (a
+   * grant, or a TimeoutError). A timer of 0 ms would fire before any reply could come.
+   */
+  readonly once: boolean;
 
   constructor(
     readonly tag: string,
@@ -27,11 +32,9 @@ export class Waiter {
       this.onAbort = () => this.stop(signal.reason);
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
-    if (timeoutMs !== undefined) {
-      this.timer = setTimeout(
-        () => this.stop(new DOMException('The operation timed out.', 'TimeoutError')),
-        timeoutMs,
-      );
+    this.once = timeoutMs === 0;
+    if (timeoutMs !== undefined && timeoutMs > 0) {
+      this.timer = setTimeout(() => this.stop(timedOut()), timeoutMs);
     }
   }
 
@@ -64,6 +67,14 @@ export class Waiter {
   }
 }
 
+/** setTimeout's longest delay, ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The rejection of an acquire() past its `timeoutMs`, as Node reports it. */
+export function timedOut(): DOMException {
+  return new DOMException('The operation timed out.', 'TimeoutError');
+}
+
 /**
  * Resolves once `us` microseconds have passed on `clock` (a ManualClock: when advance()
  * or set() moves it that far), or on the real clock when `clock` is undefined. A pending
@@ -73,7 +84,16 @@ export class Waiter {
 export function sleepUs(clock: ManualClock | undefined, us: number, w?: Waiter): Promise<void> {
   if (!clock) {
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, Math.max(0, Math.ceil(us / 1000)));
+      let ms = Math.max(0, Math.ceil(us / 1000));
+      let timer: ReturnType<typeof setTimeout>;
+      // setTimeout fires at once past 2^31 − 1 ms (a bucket's reservation weeks ahead): a
+      // longer sleep goes in steps.
+      const next = () => {
+        const step = Math.min(ms, MAX_TIMER_MS);
+        ms -= step;
+        timer = setTimeout(ms > 0 ? next : resolve, step);
+      };
+      next();
       // A waiter that leaves does not keep the process alive until its sleep ends.
       w?.onFinish(() => clearTimeout(timer));
     });

@@ -87,6 +87,79 @@ describe('acquire() on Redis', () => {
     await b.close();
   });
 
+  it('bucket reservations at Unix time, at a rate whose unit is not a µs, owe what memory owes', async () => {
+    // 7 per second: a permit is 125 000 units of 8/7 µs. Redis TIME reads about this.
+    const clock = new ManualClock(1_700_000_000_000);
+    const cases = [
+      [
+        new TokenBucket({
+          redis,
+          capacity: 2,
+          refillPerSecond: 7,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.TokenBucket({ capacity: 2, refillPerSecond: 7, queueLimit: 3, clock }),
+      ],
+      [
+        new LeakyBucket({ redis, capacity: 3, ratePerSecond: 7, clock, prefix: prefix() }),
+        new memory.LeakyBucket({ capacity: 3, ratePerSecond: 7, clock }),
+      ],
+    ] as const;
+    for (const [r, m] of cases) {
+      const log: string[] = [];
+      const name = r.algorithm;
+      const ours = [0, 1, 2].map((i) => track(r.acquire('k'), log, `${name} ${i}`));
+      const theirs = [0, 1, 2].map(() => m.acquire('k'));
+      await settle(redis);
+      // A newcomer is told to retry when memory says, a few sevenths of a second on (the
+      // reset differs: memory's waiters take their permits when they wake).
+      const { allowed, retryAfterMs } = m.consume('k');
+      expect(await r.consume('k')).toMatchObject({ allowed, retryAfterMs });
+      expect(retryAfterMs).toBeLessThan(1000);
+      // A seventh of a second at a time: memory's next waiter wakes when the clock moves.
+      for (let i = 0; i < 7; i++) {
+        clock.advance(1000 / 7);
+        await settle(redis);
+      }
+      await Promise.all(ours);
+      await Promise.all(theirs);
+      expect(log).toEqual([0, 1, 2].map((i) => `${name} ${i}`));
+      await r.close();
+      m.close();
+    }
+  });
+
+  it('a reservation more than 2^31 ms ahead (Redis TIME) waits for it, never granted at once', async () => {
+    // A permit every 10^6 s: the third waiter's time is 3 × 10^9 ms ahead, past setTimeout's
+    // longest delay, which fires at once instead.
+    const b = new TokenBucket({
+      redis,
+      capacity: 1,
+      refillPerSecond: 1e-6,
+      queueLimit: 3,
+      prefix: prefix(),
+    });
+    const log: string[] = [];
+    const ctl = new AbortController();
+    try {
+      expect(await b.tryAcquire('k')).toBe(true);
+      const waiters = [1, 2, 3].map((i) =>
+        track(b.acquire('k', 1, { signal: ctl.signal }), log, `w${i}`).catch(() => {}),
+      );
+      await settle(redis);
+      expect((await b.stats('k')).available).toBe(0);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(log).toEqual([]);
+      ctl.abort();
+      await Promise.all(waiters);
+      expect(log).toEqual(['w1:AbortError', 'w2:AbortError', 'w3:AbortError']);
+    } finally {
+      await b.close();
+    }
+  });
+
   it('LeakyBucket lets waiters out at the constant rate, at most capacity waiting', async () => {
     const clock = new ManualClock(0);
     const b = new LeakyBucket({ redis, capacity: 3, ratePerSecond: 2, clock, prefix: prefix() });
@@ -129,6 +202,69 @@ describe('acquire() on Redis', () => {
     expect(log).toEqual(['a', 'b']);
     expect((await w.stats('k')).available).toBe(0);
     await w.close();
+  });
+
+  it('acquire({ timeoutMs: 0 }) takes permits that are there and otherwise times out at once, holding nothing, as in memory', async () => {
+    const clock = new ManualClock(0);
+    const pairs = [
+      [
+        new TokenBucket({
+          redis,
+          capacity: 2,
+          refillPerSecond: 1,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.TokenBucket({ capacity: 2, refillPerSecond: 1, queueLimit: 3, clock }),
+      ],
+      [
+        new LeakyBucket({ redis, capacity: 2, ratePerSecond: 1, clock, prefix: prefix() }),
+        new memory.LeakyBucket({ capacity: 2, ratePerSecond: 1, clock }),
+      ],
+      [
+        new FixedWindow({
+          redis,
+          limit: 2,
+          windowMs: 1000,
+          queueLimit: 3,
+          clock,
+          prefix: prefix(),
+        }),
+        new memory.FixedWindow({ limit: 2, windowMs: 1000, queueLimit: 3, clock }),
+      ],
+      [
+        new Concurrency({ redis, limit: 2, queueLimit: 3, prefix: prefix() }),
+        new memory.Concurrency({ limit: 2, queueLimit: 3 }),
+      ],
+    ] as const;
+    for (const [r, m] of pairs) {
+      const outcomes: string[][] = [[], []];
+      for (const [i, l] of [r, m].entries()) {
+        for (let k = 0; k < 3; k++) {
+          outcomes[i]!.push(
+            await Promise.resolve(l.acquire('k', 1, { timeoutMs: 0 })).then(
+              () => 'lease',
+              (e: Error) => e.name,
+            ),
+          );
+        }
+      }
+      const leaky = r.algorithm === 'LeakyBucket';
+      expect([r.algorithm, outcomes[0]]).toEqual([
+        r.algorithm,
+        ['lease', leaky ? 'TimeoutError' : 'lease', 'TimeoutError'],
+      ]);
+      expect(outcomes[0]).toEqual(outcomes[1]);
+      // The refused calls took nothing: no reservation or grant stays behind them.
+      await settle(redis);
+      expect((await r.stats('k')).available).toBe(m.stats('k').available);
+      clock.advance(1000);
+      await settle(redis);
+      expect((await r.stats('k')).available).toBe(m.stats('k').available);
+      await r.close();
+      m.close();
+    }
   });
 
   it('Concurrency: an aborted waiter takes nothing; close() rejects the others', async () => {

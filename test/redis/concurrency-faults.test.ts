@@ -1,7 +1,8 @@
 import { Redis } from 'ioredis';
+import * as nodeRedis5 from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Concurrency } from '../../src/redis/index.js';
-import { RedisProxy, RedisServer } from '../helpers/redis.js';
+import { freePort, RedisProxy, RedisServer } from '../helpers/redis.js';
 
 // A Redis Concurrency whose calls meet faults gives back what nobody holds, and its waiters
 // never sleep on a message that will not come.
@@ -129,6 +130,70 @@ describe('Redis Concurrency under faults', () => {
       c.disconnect();
     }
   }, 30_000);
+
+  for (const kind of ['ioredis', 'node-redis'] as const) {
+    it(`${kind}: close() while the Pub/Sub connection cannot reach Redis closes it, and settles`, async () => {
+      // The subscriber's own connection finds Redis down (here: a port nobody listens on)
+      // and keeps trying, its SUBSCRIBE waiting.
+      const dead = await freePort();
+      let connects = 0;
+      let subscriber: { disconnect(): unknown } | undefined;
+      let redis: unknown;
+      let client: { disconnect(): unknown };
+      if (kind === 'ioredis') {
+        const c = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+        (c as unknown as { duplicate(): Redis }).duplicate = () => {
+          const sub = new Redis(dead, '127.0.0.1', {
+            retryStrategy: () => 20,
+            maxRetriesPerRequest: null,
+          });
+          sub.on('error', () => {});
+          sub.on('reconnecting', () => connects++);
+          subscriber = sub;
+          return sub;
+        };
+        redis = c;
+        client = c;
+      } else {
+        const c = nodeRedis5.createClient({ url: `redis://127.0.0.1:${server.port}` });
+        await c.connect();
+        (c as unknown as { duplicate(): unknown }).duplicate = () => {
+          const sub = nodeRedis5.createClient({
+            url: `redis://127.0.0.1:${dead}`,
+            socket: { reconnectStrategy: () => 20 },
+          });
+          sub.on('error', () => {});
+          sub.on('reconnecting', () => connects++);
+          // (Destroyed by the limiter already when it closed it.)
+          subscriber = { disconnect: () => sub.isOpen && sub.destroy() };
+          return sub;
+        };
+        redis = c;
+        client = { disconnect: () => c.destroy() };
+      }
+      const sem = new Concurrency({
+        redis,
+        limit: 1,
+        queueLimit: 1,
+        prefix: `sub-${kind}`,
+      });
+      try {
+        expect(await sem.tryAcquire('k')).toBe(true);
+        const waiting = sem.acquire('k').catch((e: Error) => e.name);
+        expect(await until(async () => connects >= 2)).toBe(true);
+        await sem.close();
+        expect(await waiting).toBe('LimiterClosedError');
+        // Closed: it tries no more (a connection trying for good keeps the process alive).
+        await new Promise((r) => setTimeout(r, 50)); // a try under way when it closed
+        const seen = connects;
+        await new Promise((r) => setTimeout(r, 200)); // ten retry delays
+        expect(connects).toBe(seen);
+      } finally {
+        subscriber?.disconnect();
+        client.disconnect();
+      }
+    });
+  }
 
   it('a waiter tries again after its Pub/Sub connection comes back', async () => {
     const c = new Redis(server.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });

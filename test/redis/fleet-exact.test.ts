@@ -129,6 +129,28 @@ describe('fleet mode: a SlidingLog give-back', () => {
   });
 });
 
+describe('fleet mode: a SlidingLog lease larger than the limit', () => {
+  it('takes at most the limit, on an empty log and on one whose entries left the window', async () => {
+    // A hot key's two leases ahead go as one lease of twice a block: more than the limit
+    // when a block is more than half of it.
+    const clock = new ManualClock(1_000_000);
+    const log = new SlidingLog({ redis, clock, limit: 10, windowMs: 100, block: 8, prefix: 'x7' });
+    const lease = (asked: number) =>
+      (
+        log as unknown as {
+          call(op: string, tag: string, n: number, least: string): Promise<unknown>;
+        }
+      )
+        .call('b', 'k', asked, '1')
+        .then((reply) => (reply as unknown[])[5]);
+    expect(await lease(16)).toBe(10);
+    clock.advance(150); // every entry has left the window; the log still holds them
+    expect(await lease(16)).toBe(10);
+    expect(await redis.llen(log.redisKeys('k')[0]!)).toBe(10);
+    await log.close();
+  });
+});
+
 describe('fleet mode: reset()', () => {
   it('a block fetched before reset() and landing after it is not kept', async () => {
     const clock = new ManualClock(0);

@@ -3,7 +3,8 @@ import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../../src/index.js';
 import { attach, FixedWindow, LeakyBucket, TokenBucket } from '../../src/redis/index.js';
-import { RedisServer, withRedisServer } from '../helpers/redis.js';
+import { until } from '../helpers/http.js';
+import { RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 import { scenarioWorker } from '../helpers/threads.js';
 
 // Fleet mode when things go wrong: Redis gone or hung, a refund after a cached refusal,
@@ -77,6 +78,39 @@ describe('fleet mode faults: the blockTtlMs sweep', () => {
       client.disconnect();
       await own.close();
     }
+  });
+});
+
+describe('fleet mode faults: close() and give-backs under way', () => {
+  it('close() waits for the give-back of an aged-out block still out, so the client can be dropped after it', async () => {
+    const px = await RedisProxy.start(server.port);
+    const client = new Redis(px.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    client.on('error', () => {});
+    const clock = new ManualClock(0);
+    const options = { capacity: 100, refillPerSecond: 1e-6, clock, prefix: 'ff-close' };
+    const tb = new TokenBucket({ ...options, redis: client, block: 10, blockTtlMs: 20 });
+    try {
+      expect(await tb.consume('k')).toMatchObject({ allowed: true, remaining: 9 });
+      const giveBacks = vi.spyOn(tb as unknown as { giveBack(): Promise<void> }, 'giveBack');
+      // The block ages out; the sweep gives its 9 permits back, and Redis holds the reply.
+      px.hang();
+      clock.advance(100);
+      await until(() => giveBacks.mock.calls.length > 0, 'the sweep gave the block back');
+      const order: string[] = [];
+      const closed = tb.close().then(() => order.push('closed'));
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+      order.push('healed');
+      px.heal();
+      await closed;
+      expect(order).toEqual(['healed', 'closed']);
+    } finally {
+      px.heal();
+      await tb.close();
+      client.disconnect();
+      px.close();
+    }
+    const check = new TokenBucket({ ...options, redis });
+    expect((await check.stats('k')).available).toBe(99);
   });
 });
 

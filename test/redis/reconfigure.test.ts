@@ -5,7 +5,7 @@ import { rateLimit } from '../../src/http/index.js';
 import * as mem from '../../src/index.js';
 import { LimiterClosedError, ManualClock } from '../../src/index.js';
 import * as red from '../../src/redis/index.js';
-import { listen, rateFields, request } from '../helpers/http.js';
+import { listen, rateFields, request, until } from '../helpers/http.js';
 import { sameAnswer } from '../helpers/parity.js';
 import { seededRandom } from '../helpers/random.mjs';
 import { cli, RedisCluster, RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
@@ -246,8 +246,10 @@ describe('reconfigure() on Redis decides exactly as in memory', () => {
 
 describe('reconfigure() reaches every limiter on the prefix', () => {
   let redis: Redis;
-  withRedisServer((_server, r) => {
+  let port: number;
+  withRedisServer((server, r) => {
     redis = r;
+    port = server.port;
   });
 
   it('a limiter learns another one’s reconfigure at once on a key that one wrote since', async () => {
@@ -323,6 +325,52 @@ describe('reconfigure() reaches every limiter on the prefix', () => {
     clock.advance(1);
     expect(await b.consume('k', 1)).toMatchObject({ allowed: false, remaining: 0, limit: 3 });
     expect(b.limit).toBe(3);
+  });
+
+  it('a limiter on an ioredis client with a keyPrefix learns it within configRefreshMs too', async () => {
+    const prefixed = new Redis(port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      keyPrefix: 'app:',
+    });
+    const clock = new ManualClock(0);
+    const options = { redis: prefixed, limit: 10, windowMs: 60_000, clock, prefix: 'keyprefix' };
+    const a = new red.FixedWindow(options);
+    const b = new red.FixedWindow({ ...options, configRefreshMs: 1000 });
+    try {
+      expect((await b.consume('k', 5)).remaining).toBe(5);
+      await a.reconfigure({ limit: 3 });
+      clock.advance(1000);
+      expect(await b.consume('k', 1)).toMatchObject({ allowed: false, remaining: 0, limit: 3 });
+      expect(b.limit).toBe(3);
+    } finally {
+      await a.close();
+      await b.close();
+      prefixed.disconnect();
+    }
+  });
+
+  it('calls of one tick made on either side of reconfigure() taking effect are decided in the order they were made', async () => {
+    // The second prefix finds the new options' scripts loaded by the first: nothing is
+    // refused NOSCRIPT and sent again, which would hide the order the calls went in.
+    for (const prefix of ['tick-order-1', 'tick-order-2']) {
+      const clock = new ManualClock(0);
+      const fw = new red.FixedWindow({ redis, limit: 3, windowMs: 60_000, clock, prefix });
+      await fw.consume('k');
+      const order: string[] = [];
+      const internals = fw as unknown as { configure(at: unknown): void };
+      const configure = internals.configure.bind(fw);
+      // A call made just before the new options take effect, in the tick they do.
+      internals.configure = (at) => {
+        void fw.consume('k').then((d) => order.push(`first ${d.allowed}`));
+        configure(at);
+      };
+      await fw.reconfigure({ limit: 2 });
+      await fw.consume('k').then((d) => order.push(`second ${d.allowed}`));
+      await until(() => order.length === 2, 'both calls answered');
+      // One permit of the new limit of 2 is left: the first call takes it.
+      expect([prefix, order]).toEqual([prefix, ['first true', 'second false']]);
+      await fw.close();
+    }
   });
 
   it('a limiter created with another window on a reconfigured prefix is refused, naming both', async () => {
@@ -576,6 +624,92 @@ describe('reconfigure() and waiters', () => {
       ]);
       await r.close();
       m.close();
+    });
+  }
+});
+
+describe('reconfigure() below a waiter', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  for (const name of ['FixedWindow', 'SlidingWindow', 'SlidingLog', 'Concurrency'] as const) {
+    it(`${name}: a waiter asking more than a lowered limit rejects with the RangeError memory gives, and is never granted`, async () => {
+      const clock = new ManualClock(0);
+      const own = { limit: 3, windowMs: 60_000, queueLimit: 5, clock };
+      const options = name === 'Concurrency' ? { limit: 3, queueLimit: 5, clock } : own;
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.FixedWindow>)[name]!;
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const m = new M(options);
+      const r = new R({ ...options, redis, prefix: `below-${name}` });
+      const outcome = (p: Promise<unknown>) =>
+        p.then(
+          () => 'granted',
+          (e: Error) => `${e.constructor.name}: ${e.message}`,
+        );
+      await r.consume('k', 3);
+      m.consume('k', 3);
+      const waiting = outcome(r.acquire('k', 3));
+      const waitingM = outcome(Promise.resolve(m.acquire('k', 3)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      m.reconfigure({ limit: 2 });
+      await r.reconfigure({ limit: 2 });
+      // The grants are released (or the window passes): nothing but the limit stands in
+      // the waiter's way.
+      if (name === 'Concurrency') {
+        (m as unknown as mem.Concurrency).release('k', 3);
+        await (r as unknown as red.Concurrency).release('k', 3);
+      }
+      clock.advance(60_000);
+      const expected = await waitingM;
+      expect(expected).toMatch(/^RangeError: .*exceed the limit \(2\)/);
+      expect(await waiting).toBe(expected);
+      await r.close();
+      m.close();
+    });
+  }
+});
+
+describe('reconfigure() below a call under way', () => {
+  let redis: Redis;
+  withRedisServer((_server, r) => {
+    redis = r;
+  });
+
+  const CASES: [string, Record<string, number>, Record<string, number>][] = [
+    ['FixedWindow', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['SlidingWindow', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['SlidingLog', { limit: 3, windowMs: 1000 }, { limit: 2 }],
+    ['Concurrency', { limit: 3 }, { limit: 2 }],
+    ['TokenBucket', { capacity: 3, refillPerSecond: 1 }, { capacity: 2 }],
+  ];
+  for (const [name, own, lower] of CASES) {
+    it(`${name}: a call for more than the limit another process lowered, read before it goes, is the RangeError memory gives`, async () => {
+      const clock = new ManualClock(0);
+      const R = (red as unknown as Record<string, new (o: unknown) => red.FixedWindow>)[name]!;
+      const M = (mem as unknown as Record<string, new (o: unknown) => mem.FixedWindow>)[name]!;
+      const prefix = `lowered-${name}`;
+      const a = new R({ ...own, redis, clock, prefix });
+      // configRefreshMs 0: the record is read before every call.
+      const b = new R({ ...own, redis, clock, prefix, configRefreshMs: 0 });
+      await a.reconfigure(lower);
+      let expected = '';
+      try {
+        new M({ ...own, ...lower }).consume('k', 3);
+      } catch (e) {
+        expected = `${(e as Error).constructor.name}: ${(e as Error).message}`;
+      }
+      expect(expected).toMatch(/^RangeError/);
+      const got = await b.consume('k', 3).then(
+        (d) => JSON.stringify(d),
+        (e: Error) => `${e.constructor.name}: ${e.message}`,
+      );
+      expect(got).toBe(expected);
+      // Nothing was taken.
+      expect((await a.stats('k')).available).toBe(2);
+      await a.close();
+      await b.close();
     });
   }
 });

@@ -4,7 +4,7 @@ import * as nodeRedis5 from 'redis';
 import * as nodeRedis6 from 'redis-v6';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AcquireOptions, Decision } from '../../src/index.js';
-import { TokenBucket as MemoryBucket } from '../../src/index.js';
+import { LimiterClosedError, TokenBucket as MemoryBucket } from '../../src/index.js';
 import { Concurrency, TokenBucket } from '../../src/redis/index.js';
 import { cli, RedisCluster, RedisProxy, RedisServer } from '../helpers/redis.js';
 
@@ -126,6 +126,49 @@ describe('whenUnavailable within one deadline', () => {
     } finally {
       px.heal();
       await bucket.close();
+      c.disconnect();
+      px.close();
+    }
+  });
+  it("close() rejects an acquire() waiting in the fallback limiter's place with LimiterClosedError, and takes it out of the fallback's queue", async () => {
+    const px = await RedisProxy.start(server.port);
+    const c = new Redis(px.port, '127.0.0.1', { autoResendUnfulfilledCommands: false });
+    c.on('error', () => {});
+    // A fallback whose one permit is spent: an acquire() there waits about ten minutes.
+    const local = new MemoryBucket({ capacity: 1, refillPerSecond: 1 / 600, queueLimit: 5 });
+    local.consume('k');
+    let asked!: () => void;
+    const reached = new Promise<void>((resolve) => (asked = resolve));
+    const fallback = {
+      consume: (key?: string, permits?: number) => local.consume(key, permits),
+      acquire: (key?: string, permits?: number, options?: AcquireOptions) => {
+        const lease = local.acquire(key, permits, options);
+        asked();
+        return lease;
+      },
+    };
+    const bucket = new TokenBucket({
+      redis: c,
+      capacity: 5,
+      refillPerSecond: 1,
+      timeoutMs: 100,
+      whenUnavailable: fallback,
+      prefix: 'closing',
+    });
+    try {
+      await bucket.consume('warm');
+      px.hang();
+      const waiting = bucket.acquire('k', 1, { signal: new AbortController().signal });
+      waiting.catch(() => {});
+      await reached;
+      expect(local.stats('k').queued).toBe(1);
+      await bucket.close();
+      await expect(waiting).rejects.toBeInstanceOf(LimiterClosedError);
+      expect(local.stats('k').queued).toBe(0);
+    } finally {
+      px.heal();
+      await bucket.close();
+      local.close();
       c.disconnect();
       px.close();
     }

@@ -136,9 +136,27 @@ export class Fleet {
     this.blocks.endFetch(c.s, c.token, c.which);
   }
 
-  /** Once every lease this thread has out has landed in the blocks (or failed). */
+  /**
+   * This thread's give-backs still out (aged-out blocks, slots taken over): close() waits
+   * for them too, or a caller that closes and then drops its client would lose them.
+   */
+  private readonly returning = new Set<Promise<unknown>>();
+
+  /**
+   * Once every lease this thread has out has landed in the blocks (or failed), and every
+   * give-back it has out has reached Redis (or failed).
+   */
   settled(): Promise<void> {
-    return Promise.allSettled([...this.leasing]).then(() => {});
+    return Promise.allSettled([...this.leasing, ...this.returning]).then(() => {});
+  }
+
+  /** A give-back, tracked until it settles (see `returning`). */
+  private back(d: { tag: string; permits: number; takenUs: number }): Promise<void> {
+    const p = this.host.giveBack(d.tag, d.permits, String(d.takenUs));
+    this.returning.add(p);
+    const done = () => this.returning.delete(p);
+    p.then(done, done);
+    return p;
   }
 
   /** A lease call, tracked until it settles (see `leasing`). */
@@ -160,7 +178,7 @@ export class Fleet {
       // A block that aged out belonged to a key that cooled: its leases go back to `block`.
       if (blocks.expired(s, now)) blocks.resetLease(s);
       const d = blocks.drain(s);
-      if (d) pending.push(this.host.giveBack(d.tag, d.permits, String(d.takenUs)));
+      if (d) pending.push(this.back(d));
     }
     return Promise.all(pending).then(() => {});
   }
@@ -177,9 +195,7 @@ export class Fleet {
     const evicted = b.evicted;
     if (evicted !== undefined) {
       b.evicted = undefined;
-      this.host
-        .giveBack(evicted.tag, evicted.permits, String(evicted.takenUs))
-        .catch(this.host.lost);
+      this.back(evicted).catch(this.host.lost);
     }
     if (s < 0) return s;
     this.lastTag = tag;
@@ -325,9 +341,7 @@ export class Fleet {
         // the window they were taken in (and a key that let its block age out cooled).
         if (b.expired(s, now)) b.resetLease(s);
         const left = b.drain(s);
-        if (left) {
-          this.host.giveBack(left.tag, left.permits, String(left.takenUs)).catch(this.host.lost);
-        }
+        if (left) this.back(left).catch(this.host.lost);
         size = b.leaseSize(s, this.host.block);
         r = this.host.parse(await this.lease(tag, size, String(permits)));
       } catch (error) {
@@ -398,7 +412,7 @@ export class Fleet {
   ): void {
     if (b.expired(s, at)) {
       const old = b.drain(s);
-      if (old) this.host.giveBack(old.tag, old.permits, String(old.takenUs)).catch(this.host.lost);
+      if (old) this.back(old).catch(this.host.lost);
     }
     const expiresMs = Math.min(at + this.host.blockTtlMs, sentMs + r.countedUs / 1000);
     // Landed after its window ended (a slow reply, a ManualClock moved): they count nowhere.
