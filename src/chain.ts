@@ -284,7 +284,10 @@ export class Chain<M extends ChainMember = ChainMember> {
   ): Maybe<void> {
     const nested = this.hasChains ? nestedTimes.get(times) : undefined;
     return this.each(decisions.length - 1, -1, (l, j) => {
-      if (!decisions[j]!.allowed) return undefined;
+      // A grant with a reason took nothing from the member (whenFull 'allow', a Redis
+      // limiter's whenUnavailable): a refund would credit permits it never counted.
+      const d = decisions[j]!;
+      if (!d.allowed || d.reason !== undefined) return undefined;
       if (l instanceof Limiter) return l.refundTaken(key, permits, times[j]!);
       if (l instanceof Chain) return l.refundTimes(key, permits, nested?.[j]);
       return l.refund(key, permits);

@@ -42,8 +42,9 @@ export interface Decision {
   /**
    * Why: on a refusal, the limit (`'limited'`), no slot for a new key (`'table-full'`), or
    * a backend that could not be reached (`'unavailable'`: Redis limiters with
-   * `whenUnavailable` `'allow'` / `'deny'`, on allowed decisions too); `'table-full'` also
-   * on a new key allowed without state by `whenFull: 'allow'`.
+   * `whenUnavailable` `'allow'` / `'deny'`, and a fallback limiter's grant); `'table-full'`
+   * also on a new key allowed without state by `whenFull: 'allow'`. A grant with a reason
+   * took nothing from the limiter: chain() and refundWhen give it nothing back.
    */
   readonly reason?: 'limited' | 'table-full' | 'unavailable';
 }

@@ -1,6 +1,7 @@
 import { BackendUnavailableError, warnGiveBackFailed } from '../errors.js';
 import type { Key } from '../limiter.js';
 import type { AcquireOptions, Decision } from '../options.js';
+import { isThenable } from '../validate.js';
 import type { RedisLease, WhenUnavailable } from './options.js';
 import { Unavailable } from './runner.js';
 
@@ -66,7 +67,17 @@ export function decideUnavailable(
     };
   }
   if (policy === 'throw') throw unavailableError(h.owner, error);
-  return policy.consume(key, permits);
+  const d = policy.consume(key, permits);
+  return isThenable(d) ? d.then(fromFallback) : fromFallback(d);
+}
+
+/**
+ * A fallback limiter's decision as this limiter's: a grant says `reason: 'unavailable'`, as
+ * one of `'allow'` does — Redis took nothing, so a chain's rollback or the HTTP middleware's
+ * `refundWhen` gives nothing back to it (a refund goes to Redis, and would mint a permit there).
+ */
+function fromFallback(d: Decision): Decision {
+  return d.allowed && d.reason === undefined ? { ...d, reason: 'unavailable' } : d;
 }
 
 /**

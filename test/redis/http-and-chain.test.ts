@@ -4,10 +4,10 @@ import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { fastifyRateLimit, rateLimit } from '../../src/http/index.js';
-import { chain, FixedWindow, ManualClock } from '../../src/index.js';
+import { chain, FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
 import * as redisLimiters from '../../src/redis/index.js';
 import { listen, rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
-import { RedisServer, withRedisServer } from '../helpers/redis.js';
+import { RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 const warnings = watchWarnings();
 
@@ -280,5 +280,119 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
     expect(d.allowed).toBe(false);
     expect(local.stats('k').available).toBe(1);
     remote.close();
+  });
+
+  /**
+   * A Redis TokenBucket of capacity 2 whose two permits Redis spent, on a client that reaches
+   * its own server through a proxy, with an in-memory bucket as whenUnavailable.
+   */
+  async function spentBehindProxy(prefix: string) {
+    const server = await RedisServer.start();
+    const proxy = await RedisProxy.start(server.port);
+    const client = new Redis(proxy.port, '127.0.0.1', {
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: () => 20,
+    });
+    client.on('error', () => {});
+    const clock = new ManualClock();
+    const remote = new redisLimiters.TokenBucket({
+      redis: client,
+      prefix,
+      capacity: 2,
+      refillPerSecond: 1,
+      clock,
+      timeoutMs: 300,
+      whenUnavailable: new TokenBucket({ capacity: 5, refillPerSecond: 1, clock }),
+    });
+    for (let i = 0; i < 2; i++) expect((await remote.consume('k')).allowed).toBe(true);
+    return {
+      remote,
+      clock,
+      proxy,
+      /** Heals the proxy; resolves once Redis answers (stats() never falls back). */
+      async heal() {
+        proxy.heal();
+        for (;;) {
+          try {
+            await remote.stats('k');
+            return;
+          } catch {
+            await new Promise((r) => setTimeout(r, 20));
+          }
+        }
+      },
+      async close() {
+        remote.close();
+        client.disconnect();
+        proxy.close();
+        await server.close();
+      },
+    };
+  }
+
+  it('refundWhen gives nothing back to Redis for a request its whenUnavailable limiter admitted: Redis never charged it', async () => {
+    const r = await spentBehindProxy('fallback-refund');
+    let entered: () => void = () => {};
+    const admitted = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const limit = rateLimit({
+      limiter: r.remote,
+      key: () => 'k',
+      refundWhen: (_req, res) => res.statusCode >= 500,
+    });
+    const s = await listen(
+      http.createServer(async (req, res) => {
+        if (!(await limit(req, res))) return;
+        entered();
+        await gate;
+        res.statusCode = 500;
+        res.end('failed');
+      }),
+    );
+    try {
+      r.proxy.partition();
+      // While Redis is away the fallback admits the request; it is in its handler.
+      const reply = request(s.port);
+      await admitted;
+      await r.heal();
+      open();
+      expect((await reply).status).toBe(500);
+      // The refund, had one gone out at the response's end, went before this call on the
+      // same connection: the key is still spent in Redis.
+      const after = await r.remote.consume('k');
+      expect([after.allowed, after.remaining]).toEqual([false, 0]);
+    } finally {
+      open();
+      await s.close();
+      await r.close();
+    }
+  });
+
+  it('a chain refused after its Redis member was answered by the whenUnavailable limiter gives Redis nothing back', async () => {
+    const r = await spentBehindProxy('fallback-chain');
+    const spent = new FixedWindow({ limit: 1, windowMs: 60_000, clock: r.clock });
+    try {
+      expect(spent.tryAcquire('k')).toBe(true);
+      r.proxy.partition();
+      const d = await chain(r.remote, spent).consume('k');
+      expect([d.allowed, d.decisions.map((x) => [x.allowed, x.reason])]).toEqual([
+        false,
+        [
+          [true, 'unavailable'],
+          [false, 'limited'],
+        ],
+      ]);
+      await r.heal();
+      // Redis never charged the chain's call: the key is as spent as before it.
+      const after = await r.remote.consume('k');
+      expect([after.allowed, after.remaining]).toEqual([false, 0]);
+    } finally {
+      await r.close();
+    }
   });
 });
