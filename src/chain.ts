@@ -155,12 +155,15 @@ export class Chain<M extends ChainMember = ChainMember> {
     permits: number,
     times: Float64Array,
     leased = false,
+    leases?: readonly Lease[],
   ): Maybe<void> {
     // Latest first; in-memory members give back to the window their permits came from.
     // `leased`: acquire() released the Concurrency members' leases, which gave theirs back.
     const nested = this.hasChains ? nestedTimes.get(times) : undefined;
     return this.each(upTo - 1, -1, (l, j) => {
       if (leased && holdsLease(l)) return undefined;
+      // A lease with a reason took nothing (a Redis member's whenUnavailable granted it).
+      if ((leases?.[j] as { reason?: unknown } | undefined)?.reason !== undefined) return undefined;
       if (l instanceof Limiter) return l.refundTaken(key, permits, times[j]!);
       if (l instanceof Chain) return l.refundTimes(key, permits, nested?.[j]);
       return l.refund(key, permits);
@@ -422,7 +425,7 @@ export class Chain<M extends ChainMember = ChainMember> {
           warnReleaseFailed(releaseError);
         }
         try {
-          await this.undo(i, key, permits, times, true);
+          await this.undo(i, key, permits, times, true, leases);
         } catch {
           // The acquire failure is what the caller needs to see; the undo was attempted.
         }

@@ -603,7 +603,8 @@ export class Engine<Req, Res> {
       );
     }
     // Given back as taken when it finishes (a chain's lease tells when each member took).
-    if (this.c.refundWhen !== undefined) {
+    // A lease with a reason took nothing (a Redis limiter's whenUnavailable granted it).
+    if (this.c.refundWhen !== undefined && (lease as { reason?: unknown }).reason === undefined) {
       this.refundWhenDone(plan, req, res, key, permits, lease, takenUs);
     }
     return GO;

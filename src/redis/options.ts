@@ -205,6 +205,11 @@ export function readRedisCommon(
 export interface RedisLease extends Lease {
   /** Gives the permits back (Concurrency: in Redis). */
   release(): Promise<void>;
+  /**
+   * `'unavailable'` when `whenUnavailable` granted it (`'allow'`, or the fallback limiter):
+   * Redis took nothing, so chain() and `refundWhen` give it nothing back.
+   */
+  readonly reason?: 'unavailable';
 }
 
 /** What attach() opens in another thread: a Redis limiter's options and shared blocks. */

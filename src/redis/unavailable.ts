@@ -24,6 +24,13 @@ export const NO_OP_LEASE: RedisLease = Object.freeze({
   [Symbol.dispose](): void {},
 });
 
+/** The lease of 'allow' while Redis is away: nothing to give back, and Redis took nothing. */
+const UNAVAILABLE_LEASE: RedisLease = Object.freeze({
+  release: (): Promise<void> => Promise.resolve(),
+  [Symbol.dispose](): void {},
+  reason: 'unavailable' as const,
+});
+
 /** A give-back that could not reach Redis, where nobody awaits it: a process warning. */
 export function reportLost(error: unknown): void {
   warnGiveBackFailed('atomic-limiter/redis', 'ATOMIC_LIMITER_REDIS_GIVE_BACK', error);
@@ -93,7 +100,7 @@ export function acquireUnavailable(
   deadline: number,
 ): RedisLease | PromiseLike<RedisLease> {
   const policy = h.whenUnavailable;
-  if (policy === 'allow') return NO_OP_LEASE;
+  if (policy === 'allow') return UNAVAILABLE_LEASE;
   if (typeof policy === 'object' && typeof policy.acquire === 'function') {
     let rest = options;
     if (deadline !== 0) {
@@ -105,6 +112,7 @@ export function acquireUnavailable(
       (lease): RedisLease => ({
         release: async () => lease.release(),
         [Symbol.dispose]: () => lease[Symbol.dispose](),
+        reason: 'unavailable',
       }),
     );
   }

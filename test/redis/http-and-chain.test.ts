@@ -11,6 +11,15 @@ import { RedisProxy, RedisServer, withRedisServer } from '../helpers/redis.js';
 
 const warnings = watchWarnings();
 
+/** Resolves once `check()` holds (polled every 10 ms, up to 10 s). */
+async function eventually(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 1000; i++) {
+    if (check()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('never happened');
+}
+
 // The parts together: a Redis limiter behind the HTTP middleware, and chain()
 // mixing a Redis limiter with an in-memory one, against a real redis-server.
 
@@ -286,7 +295,7 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
    * A Redis TokenBucket of capacity 2 whose two permits Redis spent, on a client that reaches
    * its own server through a proxy, with an in-memory bucket as whenUnavailable.
    */
-  async function spentBehindProxy(prefix: string) {
+  async function spentBehindProxy(prefix: string, fallbackClock?: ManualClock) {
     const server = await RedisServer.start();
     const proxy = await RedisProxy.start(server.port);
     const client = new Redis(proxy.port, '127.0.0.1', {
@@ -295,6 +304,12 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
     });
     client.on('error', () => {});
     const clock = new ManualClock();
+    const fallback = new TokenBucket({
+      capacity: 5,
+      refillPerSecond: 1,
+      clock: fallbackClock ?? clock,
+      queueLimit: 10,
+    });
     const remote = new redisLimiters.TokenBucket({
       redis: client,
       prefix,
@@ -302,11 +317,13 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       refillPerSecond: 1,
       clock,
       timeoutMs: 300,
-      whenUnavailable: new TokenBucket({ capacity: 5, refillPerSecond: 1, clock }),
+      whenUnavailable: fallback,
+      queueLimit: 10,
     });
     for (let i = 0; i < 2; i++) expect((await remote.consume('k')).allowed).toBe(true);
     return {
       remote,
+      fallback,
       clock,
       proxy,
       /** Heals the proxy; resolves once Redis answers (stats() never falls back). */
@@ -392,6 +409,77 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       const after = await r.remote.consume('k');
       expect([after.allowed, after.remaining]).toEqual([false, 0]);
     } finally {
+      await r.close();
+    }
+  });
+
+  it('a chain.acquire() that fails after its Redis member was answered by the whenUnavailable limiter gives Redis nothing back', async () => {
+    const r = await spentBehindProxy('fallback-chain-acquire');
+    const spent = new FixedWindow({ limit: 1, windowMs: 60_000, clock: r.clock, queueLimit: 10 });
+    try {
+      expect(spent.tryAcquire('k')).toBe(true);
+      r.proxy.partition();
+      // The Redis member's wait falls back once Redis is found away; then the window's
+      // wait times out, and the chain rolls its Redis member back: with Redis there again.
+      const waiting = chain(r.remote, spent).acquire('k', 1, { timeoutMs: 3000 });
+      const outcome = waiting.then(
+        () => 'granted',
+        (e: Error) => e.name,
+      );
+      await eventually(() => r.fallback.stats('k').available === 4);
+      await r.heal();
+      expect(await outcome).toBe('TimeoutError');
+      // Redis never charged the chain's call: the key is as spent as before it.
+      const after = await r.remote.consume('k');
+      expect([after.allowed, after.remaining]).toEqual([false, 0]);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('refundWhen gives nothing back to Redis for a request that waited and was admitted by its whenUnavailable limiter', async () => {
+    const fallbackClock = new ManualClock();
+    const r = await spentBehindProxy('fallback-wait-refund', fallbackClock);
+    let entered: () => void = () => {};
+    const admitted = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const limit = rateLimit({
+      limiter: r.remote,
+      key: () => 'k',
+      wait: { timeoutMs: 3000 },
+      refundWhen: (_req, res) => res.statusCode >= 500,
+    });
+    const s = await listen(
+      http.createServer(async (req, res) => {
+        if (!(await limit(req, res))) return;
+        entered();
+        await gate;
+        res.statusCode = 500;
+        res.end('failed');
+      }),
+    );
+    try {
+      // The fallback is spent too: the request is refused by it, waits, and the wait is
+      // granted by the fallback once its clock moves (Redis still away).
+      for (let i = 0; i < 5; i++) expect(r.fallback.tryAcquire('k')).toBe(true);
+      r.proxy.partition();
+      const reply = request(s.port);
+      await eventually(() => r.fallback.stats('k').queued === 1);
+      fallbackClock.advance(1000);
+      await admitted;
+      await r.heal();
+      open();
+      expect((await reply).status).toBe(500);
+      const after = await r.remote.consume('k');
+      expect([after.allowed, after.remaining]).toEqual([false, 0]);
+    } finally {
+      open();
+      await s.close();
       await r.close();
     }
   });
