@@ -297,12 +297,15 @@ export class WaitQueues {
           `${permits} permits can never wait in a queue of ${queueLimit} (option "queueLimit")`,
         );
       }
+      if (waiting + permits > queueLimit && !newestFirst) {
+        throw new QueueFullError(
+          `the queue holds ${waiting} of ${queueLimit} permits (option "queueLimit"); ${permits} more do not fit`,
+        );
+      }
+      // The record first: with every record in use the newcomer is refused, and nobody is
+      // evicted for a waiter that could not queue anyway.
+      r = this.allocate(w, permits);
       if (waiting + permits > queueLimit) {
-        if (!newestFirst) {
-          throw new QueueFullError(
-            `the queue holds ${waiting} of ${queueLimit} permits (option "queueLimit"); ${permits} more do not fit`,
-          );
-        }
         // .NET's NewestFirst: the oldest waiters make room and fail with QueueFullError.
         while (waiting + permits > queueLimit) {
           const head = Atomics.load(i32, q + Q_HEAD) - 1;
@@ -313,7 +316,6 @@ export class WaitQueues {
           waiting = Atomics.load(i32, q + Q_PERMITS);
         }
       }
-      r = this.allocate(w, permits);
       Atomics.store(i32, this.rec(r) + R_STATUS, W_WAITING);
       const tail = Atomics.load(i32, q + Q_TAIL) - 1;
       if (tail >= 0) Atomics.store(i32, this.rec(tail) + R_NEXT, r + 1);

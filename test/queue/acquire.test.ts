@@ -209,6 +209,30 @@ describe('acquire()', () => {
     expect(newest.state()).toBe('pending');
   });
 
+  it("refuses a newcomer that finds every waiter record in use without evicting anyone for it ('newest-first')", async () => {
+    const c = new Concurrency({
+      limit: 1,
+      queueLimit: 2,
+      queueOrder: 'newest-first',
+      maxWaiters: 2,
+    });
+    expect(c.tryAcquire('k')).toBe(true);
+    const oldest = track(c.acquire('k'));
+    const middle = track(c.acquire('k'));
+    await expect(c.acquire('k')).rejects.toThrow(/option "maxWaiters"/);
+    await settleMicrotasks();
+    expect([oldest.state(), middle.state(), c.stats('k').queued]).toEqual([
+      'pending',
+      'pending',
+      2,
+    ]);
+    c.release('k');
+    await oldest.p;
+    expect(middle.state()).toBe('pending');
+    c.close();
+    await middle.p.catch(() => {});
+  });
+
   it('an evicted head waiter rejects at once under a ManualClock too, the clock left still', async () => {
     // The head waiter of a ManualClock listens for the clock's ticks: eviction must reach it.
     const clock = new ManualClock();
