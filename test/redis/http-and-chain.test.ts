@@ -3,7 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { fastifyRateLimit, rateLimit } from '../../src/http/index.js';
+import { fastifyRateLimit, type RateLimitOptions, rateLimit } from '../../src/http/index.js';
 import { chain, FixedWindow, ManualClock, TokenBucket } from '../../src/index.js';
 import * as redisLimiters from '../../src/redis/index.js';
 import { listen, rateFields, request, sequence, until, watchWarnings } from '../helpers/http.js';
@@ -347,8 +347,13 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
     };
   }
 
-  it('refundWhen gives nothing back to Redis for a request its whenUnavailable limiter admitted: Redis never charged it', async () => {
-    const r = await spentBehindProxy('fallback-refund');
+  /**
+   * A node:http server whose requests on key 'k' of `options.limiter` answer 500 once
+   * `open()` is called (refundWhen: a 5xx), `admitted` resolving when one is in its handler.
+   */
+  async function failingServer(
+    options: Pick<RateLimitOptions<http.IncomingMessage, http.ServerResponse>, 'limiter' | 'wait'>,
+  ) {
     let entered: () => void = () => {};
     const admitted = new Promise<void>((resolve) => {
       entered = resolve;
@@ -358,7 +363,7 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       open = resolve;
     });
     const limit = rateLimit({
-      limiter: r.remote,
+      ...options,
       key: () => 'k',
       refundWhen: (_req, res) => res.statusCode >= 500,
     });
@@ -371,20 +376,26 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
         res.end('failed');
       }),
     );
+    return { ...s, admitted, open };
+  }
+
+  it('refundWhen gives nothing back to Redis for a request its whenUnavailable limiter admitted: Redis never charged it', async () => {
+    const r = await spentBehindProxy('fallback-refund');
+    const s = await failingServer({ limiter: r.remote });
     try {
       r.proxy.partition();
       // While Redis is away the fallback admits the request; it is in its handler.
       const reply = request(s.port);
-      await admitted;
+      await s.admitted;
       await r.heal();
-      open();
+      s.open();
       expect((await reply).status).toBe(500);
       // The refund, had one gone out at the response's end, went before this call on the
       // same connection: the key is still spent in Redis.
       const after = await r.remote.consume('k');
       expect([after.allowed, after.remaining]).toEqual([false, 0]);
     } finally {
-      open();
+      s.open();
       await s.close();
       await r.close();
     }
@@ -440,29 +451,7 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
   it('refundWhen gives nothing back to Redis for a request that waited and was admitted by its whenUnavailable limiter', async () => {
     const fallbackClock = new ManualClock();
     const r = await spentBehindProxy('fallback-wait-refund', fallbackClock);
-    let entered: () => void = () => {};
-    const admitted = new Promise<void>((resolve) => {
-      entered = resolve;
-    });
-    let open: () => void = () => {};
-    const gate = new Promise<void>((resolve) => {
-      open = resolve;
-    });
-    const limit = rateLimit({
-      limiter: r.remote,
-      key: () => 'k',
-      wait: { timeoutMs: 3000 },
-      refundWhen: (_req, res) => res.statusCode >= 500,
-    });
-    const s = await listen(
-      http.createServer(async (req, res) => {
-        if (!(await limit(req, res))) return;
-        entered();
-        await gate;
-        res.statusCode = 500;
-        res.end('failed');
-      }),
-    );
+    const s = await failingServer({ limiter: r.remote, wait: { timeoutMs: 3000 } });
     try {
       // The fallback is spent too: the request is refused by it, waits, and the wait is
       // granted by the fallback once its clock moves (Redis still away).
@@ -471,14 +460,14 @@ describe('Redis limiters with chain() and the HTTP middleware', () => {
       const reply = request(s.port);
       await eventually(() => r.fallback.stats('k').queued === 1);
       fallbackClock.advance(1000);
-      await admitted;
+      await s.admitted;
       await r.heal();
-      open();
+      s.open();
       expect((await reply).status).toBe(500);
       const after = await r.remote.consume('k');
       expect([after.allowed, after.remaining]).toEqual([false, 0]);
     } finally {
-      open();
+      s.open();
       await s.close();
       await r.close();
     }
